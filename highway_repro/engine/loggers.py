@@ -1,0 +1,91 @@
+"""Run logging: metrics.jsonl (one line per log step), metrics.json (final), W&B.
+
+Every metric is keyed `split/name` (`train/loss`, `val/bpc`, `test/acc`,
+`model/params`, `gates/<layer>/mean`). Tables and plots are built from the
+files, never from a web API; W&B is an optional mirror (offline by default).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+
+def _clean(v):
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return str(v)
+    return v
+
+
+def write_json_atomic(path: Path, obj) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
+    os.replace(tmp, path)
+
+
+class JsonlLogger:
+    """Appends one JSON object per log call to `<run>/metrics.jsonl`."""
+
+    def __init__(self, out_dir: Path, **_):
+        self.path = Path(out_dir) / "metrics.jsonl"
+
+    def truncate_after(self, step: int) -> None:
+        """On resume: drop lines logged after the checkpoint's step (they will be logged again)."""
+        if not self.path.exists():
+            return
+        keep = []
+        for line in self.path.read_text().splitlines():
+            try:
+                if json.loads(line).get("step", 0) <= step:
+                    keep.append(line)
+            except json.JSONDecodeError:  # a line cut by a kill
+                continue
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(k + "\n" for k in keep))
+        os.replace(tmp, self.path)
+
+    def log(self, metrics: dict, step: int) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"step": step, **{k: _clean(v) for k, v in metrics.items()}}) + "\n")
+
+    def finish(self, final: dict) -> None:
+        pass
+
+
+class WandbLogger(JsonlLogger):
+    """metrics.jsonl plus a W&B run (offline by default: works without a network;
+    `wandb sync <run>/wandb/offline-run-*` uploads it later)."""
+
+    def __init__(self, out_dir: Path, project: str = "highway-repro", group: str | None = None,
+                 name: str | None = None, tags=(), mode: str = "offline", config: dict | None = None,
+                 resume_id: str | None = None, **_):
+        super().__init__(out_dir)
+        import wandb
+
+        self.wandb = wandb
+        self.run = wandb.init(project=project, group=group, name=name, tags=list(tags or ()), mode=mode,
+                              dir=str(out_dir), config=config, id=resume_id, resume="allow" if resume_id else None,
+                              reinit="finish_previous")
+        self.run_id = self.run.id
+
+    def log(self, metrics: dict, step: int) -> None:
+        super().log(metrics, step)
+        self.run.log({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step)
+
+    def finish(self, final: dict) -> None:
+        for k, v in final.items():
+            if isinstance(v, (int, float, str)):
+                self.run.summary[k] = v
+        self.run.finish()
+
+
+LOGGERS = {"jsonl": JsonlLogger, "wandb": WandbLogger}
+
+
+def build_logger(kind: str, out_dir: Path, **kwargs):
+    if kind not in LOGGERS:
+        raise ValueError(f"logger.kind={kind!r} is not known (valid: {', '.join(LOGGERS)})")
+    return LOGGERS[kind](out_dir, **kwargs)

@@ -1,0 +1,341 @@
+"""The training loop: one plain PyTorch loop for image classification and language modelling.
+
+The trainer knows no specific model or data set. It asks the data for the batch
+of a global step (`data.train_batch(step)`, a pure function of seed and step, so a
+resumed run sees the same batches), asks the task for loss and metric sums, and
+owns evaluation, schedules, clipping, autocast, checkpoints and logging.
+
+Resume: `ckpt/last.pt` holds model, optimizer, scheduler, step, best_val, RNG
+states, the memory of a memory model and the resolved config; a resumed run
+continues with results identical to an uninterrupted one (CPU, deterministic
+mode). SIGTERM / SIGINT finish the current step, save `last` and exit cleanly.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from highway_repro.engine import checkpoint as ckpt_lib
+from highway_repro.engine.loggers import write_json_atomic
+from highway_repro.models.probe import GateRecorder
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainerConfig:
+    max_steps: int = 1000
+    log_every: int = 50
+    eval_every: int = 500  # 0 = only at the end
+    eval_max_batches: int | None = None  # cap for intermediate evaluations
+    final_max_batches: int | None = None  # cap for the final evaluation (smoke tests only; null = full)
+    eval_train: bool = False  # also evaluate the training set without augmentation at each evaluation
+    checkpoint_every: int = 500  # 0 = only at the end
+    grad_clip: float | None = None
+    precision: str = "fp32"  # fp32 | bf16 (autocast)
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    gate_stats_every: int = 0  # 0 = off; else record gate statistics on every n-th step
+    nan_policy: str = "stop"  # stop | skip
+    max_bad_steps: int = 10  # with nan_policy=skip: stop after this many skipped steps
+    final_eval: str = "last"  # last | best: which weights give the final val/test numbers
+    progress: bool = True
+    splits: list = field(default_factory=lambda: ["val", "test"])
+
+    def __post_init__(self):
+        checks = [
+            ("max_steps", self.max_steps >= 1, ">= 1"), ("log_every", self.log_every >= 1, ">= 1"),
+            ("eval_every", self.eval_every >= 0, ">= 0"), ("checkpoint_every", self.checkpoint_every >= 0, ">= 0"),
+            ("precision", self.precision in ("fp32", "bf16"), "'fp32' or 'bf16'"),
+            ("nan_policy", self.nan_policy in ("stop", "skip"), "'stop' or 'skip'"),
+            ("final_eval", self.final_eval in ("last", "best"), "'last' or 'best'"),
+            ("grad_clip", self.grad_clip is None or self.grad_clip > 0, "> 0 or null"),
+        ]
+        for name, ok, valid in checks:
+            if not ok:
+                raise ValueError(f"trainer.{name}={getattr(self, name)!r} is not allowed (valid: {valid})")
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"trainer.device={name!r} but CUDA is not available (valid here: auto, cpu)")
+    return dev
+
+
+class Diverged(RuntimeError):
+    pass
+
+
+def _add(acc: dict, sums: dict) -> dict:
+    for k, v in sums.items():
+        acc[k] = acc[k] + v if k in acc else v
+    return acc
+
+
+def _to(batch, device):
+    return tuple(b.to(device, non_blocking=True) if torch.is_tensor(b) else b for b in batch)
+
+
+def _detach_mems(mems):
+    if mems is None:
+        return None
+    if torch.is_tensor(mems):
+        return mems.detach()
+    return [m.detach() for m in mems]
+
+
+class Trainer:
+    def __init__(self, model, data, task, optimizer, schedule, out_dir, logger, cfg: TrainerConfig,
+                 run_config: dict | None = None, dist=None):
+        self.model, self.data, self.task = model, data, task
+        self.optimizer, self.schedule, self.logger, self.cfg = optimizer, schedule, logger, cfg
+        self.out_dir = Path(out_dir)
+        self.ckpt_dir = self.out_dir / "ckpt"
+        self.run_config = run_config or {}
+        self.dist = dist  # highway_repro.engine.distributed.DistInfo or None
+        self.is_main = dist is None or dist.rank == 0
+        self.device = resolve_device(cfg.device) if dist is None else dist.device
+        self.step = 0
+        self.best_val = math.inf
+        self.mems = None
+        self.bad_steps = 0
+        self.stop_requested = False
+        self.status = "running"
+        self.last_eval: dict = {}
+        self.last_train: dict = {}  # the last log interval's running training metrics
+        self.wall_time = 0.0
+
+    # ----------------------------------------------------------------- state
+    def state(self) -> dict:
+        model = self.model.module if hasattr(self.model, "module") else self.model
+        return {
+            "model": model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.schedule.state_dict(), "step": self.step, "best_val": self.best_val,
+            "rng": ckpt_lib.rng_state(), "config": self.run_config, "mems": self.mems,
+            "extra": {"bad_steps": self.bad_steps, "wall_time": self.wall_time,
+                      "logger_run_id": getattr(self.logger, "run_id", None)},
+        }
+
+    def load_state(self, ckpt: dict) -> None:
+        model = self.model.module if hasattr(self.model, "module") else self.model
+        ckpt_lib.load_model_state(model, ckpt["model"], "checkpoint")
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.schedule.load_state_dict(ckpt["scheduler"])
+        self.step, self.best_val = ckpt["step"], ckpt["best_val"]
+        mems = ckpt.get("mems")
+        self.mems = None if mems is None else [m.to(self.device) for m in mems]
+        extra = ckpt.get("extra", {})
+        self.bad_steps, self.wall_time = extra.get("bad_steps", 0), extra.get("wall_time", 0.0)
+        ckpt_lib.set_rng_state(ckpt["rng"])
+
+    def save(self, name: str = "last") -> None:
+        if self.is_main:
+            ckpt_lib.save(self.ckpt_dir, name, self.state())
+
+    def try_resume(self) -> bool:
+        ckpt = ckpt_lib.load_latest(self.ckpt_dir, map_location=self.device)
+        if ckpt is None:
+            return False
+        self.load_state(ckpt)
+        if self.is_main:
+            self.logger.truncate_after(self.step)
+        log.info("resumed from %s at step %d", self.ckpt_dir, self.step)
+        return True
+
+    # ------------------------------------------------------------------ eval
+    def _autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.precision == "bf16")
+
+    @torch.no_grad()
+    def evaluate(self, split: str, max_batches: int | None = None) -> dict:
+        self.model.eval()
+        sums: dict = {}
+        mems = None
+        score_len = getattr(self.data, "eval_score_len", None)
+        for i, batch in enumerate(self.data.eval_batches(split)):
+            if max_batches is not None and i >= max_batches:
+                break
+            batch = _to(batch, self.device)
+            with self._autocast():
+                _, s, mems = self._forward(batch, mems, score_len)
+            _add(sums, s)
+        if self.dist is not None:
+            sums = self.dist.all_reduce_sums(sums)
+        if not sums:
+            raise ValueError(f"split {split!r} gave no evaluation batches")
+        return {f"{split}/{k}": v for k, v in self.task.summarize(sums).items()}
+
+    def _forward(self, batch, mems, score_len):
+        if self.task.kind == "lm":
+            if len(batch) == 3:  # (x, y, n_scored): the data decides how many last positions count
+                x, y, score_len = batch
+                batch = (x, y)
+            return self.task.forward(self.model, batch, mems, score_len=score_len)
+        return self.task.forward(self.model, batch[:2])
+
+    # ----------------------------------------------------------------- train
+    def _request_stop(self, signum, frame):
+        log.warning("signal %d received: finishing the current step, saving a checkpoint and stopping", signum)
+        self.stop_requested = True
+
+    def _install_signals(self):
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        return {s: signal.signal(s, self._request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def fit(self) -> dict:
+        cfg = self.cfg
+        self.model.to(self.device)
+        old_handlers = self._install_signals()
+        bar = None
+        if cfg.progress and self.is_main:
+            from tqdm import tqdm
+            bar = tqdm(total=cfg.max_steps, initial=self.step, dynamic_ncols=True, mininterval=2.0)
+        acc: dict = {}
+        items, t0 = 0, time.perf_counter()
+        start_wall = time.perf_counter() - self.wall_time
+        score_len = getattr(self.data, "score_len", None)
+        steps_per_epoch = self.data.steps_per_epoch
+        try:
+            while self.step < cfg.max_steps and not self.stop_requested:
+                step = self.step
+                if step % steps_per_epoch == 0:
+                    self.mems = None  # a new pass over the stream: memory starts empty
+                batch = _to(self.data.train_batch(step), self.device)
+                self.model.train()
+                want_gates = cfg.gate_stats_every > 0 and (step + 1) % cfg.gate_stats_every == 0
+                recorder = GateRecorder(self.model) if want_gates else None
+                if recorder:
+                    recorder.__enter__()
+                with self._autocast():
+                    loss, sums, new_mems = self._forward(batch, self.mems, score_len)
+                if recorder:
+                    recorder.__exit__(None, None, None)
+                if not torch.isfinite(loss):
+                    self._bad_step(step, loss)
+                    self.step += 1
+                    continue
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if cfg.grad_clip:
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+                self.optimizer.step()
+                self.schedule.step()
+                self.mems = _detach_mems(new_mems)
+                _add(acc, sums)
+                items += int(batch[1].numel()) if self.task.kind == "lm" else int(batch[1].shape[0])
+                self.step += 1
+                if bar:
+                    bar.update(1)
+                if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
+                    if self.dist is not None:
+                        acc = self.dist.all_reduce_sums(acc)
+                        items *= self.dist.world_size
+                    metrics = {f"train/{k}": v for k, v in self.task.summarize(acc).items()}
+                    dt = time.perf_counter() - t0
+                    unit = "tokens_per_s" if self.task.kind == "lm" else "samples_per_s"
+                    metrics[f"perf/{unit}"] = items / max(dt, 1e-9)
+                    metrics["train/lr"] = self.schedule.lr()
+                    if recorder:
+                        for name, st in recorder.stats().items():
+                            for k, v in st.items():
+                                metrics[f"gates/{name}/{k}"] = v
+                    self._log(metrics)
+                    self.last_train = {k: v for k, v in metrics.items() if k.startswith("train/")}
+                    if bar:
+                        bar.set_postfix(loss=f"{metrics['train/loss']:.4f}")
+                    acc, items, t0 = {}, 0, time.perf_counter()
+                elif recorder:
+                    self._log({f"gates/{n}/{k}": v for n, st in recorder.stats().items() for k, v in st.items()})
+                if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < cfg.max_steps:
+                    self._validate(cfg.eval_max_batches)
+                if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+                    self.wall_time = time.perf_counter() - start_wall
+                    self.save("last")
+        except Diverged as e:
+            self.status = "diverged"
+            self.wall_time = time.perf_counter() - start_wall
+            return self._finish({"error": str(e)})
+        finally:
+            if bar:
+                bar.close()
+            for s, h in old_handlers.items():
+                signal.signal(s, h)
+        self.wall_time = time.perf_counter() - start_wall
+        if self.stop_requested and self.step < cfg.max_steps:
+            self.save("last")
+            self.status = "interrupted"
+            return self._finish({})
+        final = self._final_eval()
+        self.save("last")
+        self.status = "done"
+        return self._finish(final)
+
+    def _bad_step(self, step: int, loss) -> None:
+        self.bad_steps += 1
+        msg = f"non-finite training loss ({float(loss)}) at step {step}"
+        if self.cfg.nan_policy == "skip" and self.bad_steps <= self.cfg.max_bad_steps:
+            log.warning("%s: batch skipped (%d of at most %d)", msg, self.bad_steps, self.cfg.max_bad_steps)
+            self.optimizer.zero_grad(set_to_none=True)
+            self.mems = None
+            return
+        if self.cfg.nan_policy == "skip":
+            msg += f" (more than trainer.max_bad_steps={self.cfg.max_bad_steps} skipped batches)"
+        log.error("%s: stopping; the last good checkpoint is kept in %s", msg, self.ckpt_dir)
+        raise Diverged(msg)
+
+    def _validate(self, max_batches=None) -> dict:
+        metrics = {}
+        if "val" in self.data.splits:
+            metrics.update(self.evaluate("val", max_batches))
+            val_loss = metrics["val/loss"]
+            self.schedule.on_eval(val_loss)
+            if val_loss < self.best_val:
+                self.best_val = val_loss
+                self.save("best")
+            metrics["val/best_loss"] = self.best_val
+        if self.cfg.eval_train:
+            metrics.update(self.evaluate("train", max_batches))
+        if metrics:
+            self._log(metrics)
+        self.last_eval = metrics
+        return metrics
+
+    def _final_eval(self) -> dict:
+        cap = self.cfg.final_max_batches
+        final = {**self.last_train, **self._validate(cap)}
+        if self.cfg.final_eval == "best" and (self.ckpt_dir / "best.pt").exists():
+            best = ckpt_lib.load(self.ckpt_dir / "best.pt", map_location=self.device)
+            model = self.model.module if hasattr(self.model, "module") else self.model
+            ckpt_lib.load_model_state(model, best["model"], "best checkpoint")
+            final.update(self.evaluate("val", cap))
+        for split in self.cfg.splits:
+            if split != "val" and split in self.data.splits:
+                final.update(self.evaluate(split, cap))
+        self._log({k: v for k, v in final.items() if k.startswith("test/")})
+        return final
+
+    def _log(self, metrics: dict) -> None:
+        if self.is_main and metrics:
+            self.logger.log(metrics, self.step)
+
+    def _finish(self, final: dict) -> dict:
+        model = self.model.module if hasattr(self.model, "module") else self.model
+        best = self.best_val if math.isfinite(self.best_val) else None
+        out = {"status": self.status, "step": self.step, "best/val_loss": best,
+               "model/params": sum(p.numel() for p in model.parameters()),
+               "time/wall_s": round(self.wall_time, 2), **final}
+        if self.is_main:
+            write_json_atomic(self.out_dir / "metrics.json", out)
+            self.logger.finish(out)
+        return out

@@ -1,0 +1,140 @@
+"""R-Transformer LM (Wang et al. 2019, arXiv 1907.05572) with Highway Transformer gates.
+
+The word-PTB "R-Transformer-L3" of Highway Transformer (Chai et al., ACL 2020,
+arXiv 2004.08178; REFERENCE.md B1). Each block is pre-LN, no positional encoding:
+
+    x = x + Dropout(LocalRNN(LN(x)))              (`rnn_layers_per_block` times; never gated)
+    x = combine(attn_gate, x, Att(LN(x)))         causal multi-head attention
+    x = combine(ffn_gate,  x, FFN(LN(x)))
+
+followed by a final LayerNorm after the last block (`final_norm`; the official
+R-Transformer code has none, a standard pre-LN stack has one).
+
+Where the gates sit: the SDU sits beside the attention and the FFN sublayer, the
+paper's two gate points; the local-RNN sublayer stays ungated (it is the
+R-Transformer's replacement for positional encoding, not a sublayer of the
+Highway Transformer). The gate input is the un-normalised residual stream x, the
+sublayer input, as in the post-LN formula `LN(X + Att(X) + SDU(X))` of the paper;
+only the sublayer itself sees LN(x). Gate kinds / placement / T = transform gate,
+C = 1 - T: see `gates.py`.
+
+Local RNN: the output at position t is the last hidden state of an RNN run over
+the `window` positions t-window+1..t (zero-padded before the start). It is
+computed for all positions at once: left-pad by window-1, `unfold` into windows
+(B*T, window, d), one batched nn.GRU / nn.LSTM call, keep the last step.
+
+Choices (as the official R-Transformer code): embeddings not scaled (no position
+signal to balance), init N(0, 0.01); attention / FFN / RNN keep PyTorch's default
+init; attention-probability dropout = `dropout` unless `attn_dropout` is given;
+tied input/output embeddings with an output bias of size V.
+
+Parameters (d = d_model, f = d_ff, V = vocab, L = n_layers, R = rnn_layers_per_block,
+g = 3 for GRU / 4 for LSTM), ungated, tied, final_norm:
+    V*d + V + 2d  +  L * (R * (g*(2d^2 + 2d) + 2d)  +  4d^2 + 4d  +  2df + f + d  +  2 * 2d)
+each gated sublayer adds 2d^2 + 2d.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from highway_repro.models import gates
+from highway_repro.models.layers import (CausalSelfAttention, FeedForward, check_choice, check_heads,
+                                          check_positive_int, check_probability)
+
+RNNS = {"gru": nn.GRU, "lstm": nn.LSTM}
+
+
+class LocalRNN(nn.Module):
+    """RNN over the `window` positions ending at each t; (B, T, d) -> (B, T, d), no loop over t."""
+
+    def __init__(self, d_model: int, rnn: str = "gru", window: int = 9):
+        super().__init__()
+        check_choice(type(self).__name__, "rnn", rnn, tuple(RNNS))
+        check_positive_int(type(self).__name__, "window", window)
+        self.window = window
+        self.rnn = RNNS[rnn](d_model, d_model, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        k = self.window
+        x = F.pad(x, (0, 0, k - 1, 0))  # (B, T+k-1, C), zeros before the start
+        w = x.unfold(1, k, 1)  # (B, T, C, k): w[b, t, :, j] = x_padded[b, t + j]
+        w = w.permute(0, 1, 3, 2).reshape(B * T, k, C)  # (B*T, k, C)
+        out, _ = self.rnn(w)  # (B*T, k, C)
+        return out[:, -1].reshape(B, T, C)  # last hidden state of each window, (B, T, C)
+
+
+class RBlock(nn.Module):
+    """Pre-LN R-Transformer block: local RNN(s) -> attention -> FFN; gates beside attention / FFN."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, rnn: str, window: int, rnn_layers: int,
+                 dropout: float, attn_dropout: float, placement: dict, gate_bias: float):
+        super().__init__()
+        self.rnns = nn.ModuleList(LocalRNN(d_model, rnn, window) for _ in range(rnn_layers))
+        self.rnn_lns = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(rnn_layers))
+        self.drop = nn.Dropout(dropout)
+        self.attn = CausalSelfAttention(d_model, n_heads, dropout, attn_dropout, init_std=None)
+        self.ffn = FeedForward(d_model, d_ff, dropout, init_std=None)
+        self.ln1 = nn.LayerNorm(d_model)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.attn_gate = gates.make_gate(placement["attn"], d_model, gate_bias)  # None: no parameters
+        self.ffn_gate = gates.make_gate(placement["ffn"], d_model, gate_bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (B, T, C)
+        for ln, rnn in zip(self.rnn_lns, self.rnns):
+            x = x + self.drop(rnn(ln(x)))  # (B, T, C)
+        x = gates.combine(self.attn_gate, x, self.attn(self.ln1(x)))  # (B, T, C)
+        return gates.combine(self.ffn_gate, x, self.ffn(self.ln2(x)))  # (B, T, C)
+
+
+class RTransformer(nn.Module):
+    """R-Transformer LM; `forward(tokens (B, T), mems=None) -> (logits (B, T, V), None)`."""
+
+    def __init__(self, vocab_size: int, n_layers: int = 3, d_model: int = 128, n_heads: int = 8,
+                 d_ff: int = 512, rnn: str = "gru", window: int = 9, rnn_layers_per_block: int = 1,
+                 dropout: float = 0.35, emb_dropout: float = 0.15, tie_embeddings: bool = True,
+                 gate_kind="none", gate_layers="all", gate_sublayers="both", gate_bias: float = 0.0,
+                 attn_dropout: float | None = None, final_norm: bool = True):
+        super().__init__()
+        owner = type(self).__name__
+        check_positive_int(owner, "vocab_size", vocab_size)
+        check_positive_int(owner, "n_layers", n_layers)
+        check_heads(owner, d_model, n_heads)
+        check_positive_int(owner, "d_ff", d_ff)
+        check_choice(owner, "rnn", rnn, tuple(RNNS))
+        check_positive_int(owner, "window", window)
+        check_positive_int(owner, "rnn_layers_per_block", rnn_layers_per_block)
+        attn_dropout = dropout if attn_dropout is None else attn_dropout
+        for field, p in (("dropout", dropout), ("attn_dropout", attn_dropout), ("emb_dropout", emb_dropout)):
+            check_probability(owner, field, p)
+        self.placement = gates.resolve_placement(n_layers, gate_kind, gate_layers, gate_sublayers)
+
+        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        self.drop = nn.Dropout(emb_dropout)
+        self.blocks = nn.ModuleList(
+            RBlock(d_model, n_heads, d_ff, rnn, window, rnn_layers_per_block, dropout, attn_dropout, p,
+                   gate_bias)
+            for p in self.placement)
+        self.ln_f = nn.LayerNorm(d_model) if final_norm else None
+        self.head = nn.Linear(d_model, vocab_size)
+        nn.init.normal_(self.tok_emb.weight, 0.0, 0.01)
+        nn.init.normal_(self.head.weight, 0.0, 0.01)
+        nn.init.zeros_(self.head.bias)
+        if tie_embeddings:
+            self.head.weight = self.tok_emb.weight  # (V, d), shared
+
+    def forward(self, tokens: torch.Tensor, mems=None):
+        if mems is not None:
+            raise ValueError(f"{type(self).__name__} has no memory; mems must be None")
+        x = self.drop(self.tok_emb(tokens))  # (B, T, C)
+        for block in self.blocks:
+            x = block(x)  # (B, T, C)
+        if self.ln_f is not None:
+            x = self.ln_f(x)
+        return self.head(x), None  # (B, T, V)
+
+    def extra_repr(self) -> str:
+        return f"gates: {gates.describe_placement(self.placement)}"

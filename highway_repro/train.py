@@ -1,0 +1,159 @@
+"""Hydra entry point: compose, validate, build data -> model -> trainer, fit, write metrics.json.
+
+    python -m highway_repro.train experiment=hn_fig1 scale=cpu
+    python -m highway_repro.train -m sweep=ht_char_ptb scale=cpu
+    python -m highway_repro.train experiment=ht_enwik8_l6 hydra.run.dir=runs/x resume=auto
+
+This is the only module that knows all parts: data meta (classes, input shape,
+vocab size) is passed into the model's constructor at call time.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import sys
+import traceback
+from pathlib import Path
+
+import hydra
+import numpy as np
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from highway_repro.config import ConfigError, validate, validate_against_data
+from highway_repro.engine.loggers import build_logger, write_json_atomic
+from highway_repro.engine.tasks import build_task
+from highway_repro.engine.trainer import Trainer, TrainerConfig
+
+log = logging.getLogger("highway_repro")
+CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
+
+
+def _hp(trial, name, dist, *args):
+    """Seeded random search in config files: `${hp:${trial},lr,loguniform,0.001,0.3}`.
+
+    The value is a pure function of (trial, name), so a sweep over `trial=range(0,N)`
+    is a reproducible random search whose grid is versioned with the code.
+    """
+    rng = random.Random(f"{trial}:{name}")
+    if dist == "loguniform":
+        lo, hi = float(args[0]), float(args[1])
+        return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+    if dist == "uniform":
+        return float(rng.uniform(float(args[0]), float(args[1])))
+    if dist == "choice":
+        return rng.choice(list(args))
+    raise ValueError(f"hp distribution {dist!r} is not known (valid: loguniform, uniform, choice)")
+
+
+OmegaConf.register_new_resolver("hp", _hp, replace=True)
+
+
+def seed_everything(seed: int, deterministic: bool) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False
+
+
+def build_optimizer(cfg: DictConfig, model: torch.nn.Module):
+    groups = cfg.optim.get("param_groups", "default")
+    opt_partial = instantiate(cfg.optim.optimizer)
+    if groups == "caffe":
+        from highway_repro.engine.param_groups import caffe_param_groups
+
+        params = caffe_param_groups(model, lr=cfg.optim.optimizer.lr,
+                                    weight_decay=cfg.optim.optimizer.get("weight_decay", 0.0))
+    elif groups == "default":
+        params = [p for p in model.parameters() if p.requires_grad]
+    else:
+        raise ConfigError(f"optim.param_groups={groups!r} is not known (valid: default, caffe)")
+    optimizer = opt_partial(params)
+    schedule = instantiate(cfg.optim.scheduler)(optimizer, max_steps=cfg.trainer.max_steps)
+    return optimizer, schedule
+
+
+def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
+    """Build everything from a composed config and train; returns the final metrics."""
+    validate(cfg)
+    if cfg.get("threads"):
+        torch.set_num_threads(int(cfg.threads))
+    seed_everything(cfg.seed, cfg.deterministic)
+    data = instantiate(cfg.data, _convert_="all")
+    validate_against_data(cfg, data)
+    model = instantiate(cfg.model, _convert_="all", **data.meta)
+    task = build_task(data.kind)
+    optimizer, schedule = build_optimizer(cfg, model)
+    trainer_cfg = TrainerConfig(**OmegaConf.to_container(cfg.trainer, resolve=True))
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    if dist is None or dist.rank == 0:
+        (out_dir / "config_resolved.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(resolved)))
+    n_params = sum(p.numel() for p in model.parameters())
+    is_main = dist is None or dist.rank == 0
+    if is_main:
+        log.info("data: %s", data.describe() if hasattr(data, "describe") else cfg.data.name)
+        log.info("model: %s, %s parameters", type(model).__name__, f"{n_params:,}")
+    logger_kwargs = OmegaConf.to_container(cfg.logger, resolve=True)
+    kind = logger_kwargs.pop("kind")
+    logger = build_logger(kind if is_main else "jsonl", out_dir, config=resolved, **logger_kwargs)
+    if dist is not None:
+        model = dist.wrap(model)
+    trainer = Trainer(model, data, task, optimizer, schedule, out_dir, logger, trainer_cfg,
+                      run_config=resolved, dist=dist)
+    if cfg.resume == "auto":
+        trainer.try_resume()
+    elif cfg.resume:
+        from highway_repro.engine import checkpoint as ckpt_lib
+
+        trainer.load_state(ckpt_lib.load(Path(cfg.resume), map_location=trainer.device))
+    if is_main:
+        trainer._log({"model/params": n_params})
+    return trainer.fit()
+
+
+def _summary(final: dict) -> str:
+    keys = [k for k in final if k.split("/")[0] in ("train", "val", "test") and isinstance(final[k], float)]
+    return f"[{final.get('status')}] step {final.get('step')}: " + ", ".join(f"{k}={final[k]:.4f}" for k in sorted(keys))
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
+def main(cfg: DictConfig):
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    done = out_dir / "metrics.json"
+    if cfg.resume == "auto" and done.exists():
+        import json
+
+        prev = json.loads(done.read_text())
+        if prev.get("status") == "done":
+            log.info("run in %s already finished (resume=auto): nothing to do", out_dir)
+            return prev.get("val/loss")
+    try:
+        final = run(cfg, out_dir)
+    except (ConfigError, ValueError, TypeError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if multirun:  # the report marks this cell with the error; the other jobs go on
+            write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {msg}"})
+            raise
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            traceback.print_exc()
+        print(f"error: {msg}", file=sys.stderr)
+        sys.exit(2)
+    except Exception as e:
+        write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {e}"})
+        raise
+    print(_summary(final))
+    return final.get("val/loss")
+
+
+if __name__ == "__main__":
+    main()

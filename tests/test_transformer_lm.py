@@ -1,0 +1,155 @@
+"""TransformerLM (Transformer-L3): shapes, parameter counts, causality, overfitting, gates."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from highway_repro.models.layers import CausalSelfAttention, causal_mask
+from highway_repro.models.probe import GateRecorder
+from highway_repro.models.transformer_lm import TransformerLM
+
+V, L, D, H, FF = 13, 2, 16, 4, 32
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run fastest on one thread (and do not fight other processes for the cores)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def tiny(**kw):
+    args = dict(vocab_size=V, n_layers=L, d_model=D, n_heads=H, d_ff=FF, dropout=0.0)
+    args.update(kw)
+    return TransformerLM(**args)
+
+
+def n_params(m):
+    return sum(p.numel() for p in m.parameters())
+
+
+def expected_params(v, layers, d, f, norm="post", gated_sublayers=0):
+    emb = v * d + v  # tied embedding (V, d) + output bias (V)
+    attn = 4 * d * d + 4 * d  # fused qkv d->3d plus output d->d, with biases
+    ffn = 2 * d * f + f + d  # d->f and f->d, with biases
+    lns = 2 * 2 * d  # two LayerNorms per block
+    final_ln = 2 * d if norm == "pre" else 0
+    gates = gated_sublayers * (2 * d * d + 2 * d)
+    return emb + layers * (attn + ffn + lns) + final_ln + gates
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+@pytest.mark.parametrize("pos", ["sinusoidal", "learned", "none"])
+def test_shapes(norm, pos):
+    m = tiny(norm=norm, pos=pos, max_len=20)
+    logits, mems = m(torch.randint(0, V, (3, 9)))
+    assert logits.shape == (3, 9, V) and mems is None
+
+
+def test_ungated_parameter_count_has_no_gate_parameters():
+    assert n_params(tiny()) == expected_params(V, L, D, FF)
+    assert n_params(tiny(norm="pre")) == expected_params(V, L, D, FF, norm="pre")
+    assert n_params(tiny(pos="learned", max_len=20)) == expected_params(V, L, D, FF) + 20 * D
+    assert n_params(tiny(tie_embeddings=False)) == expected_params(V, L, D, FF) + V * D
+    assert not any("gate" in name for name, _ in tiny().named_parameters())
+    assert n_params(tiny(gate_kind="sdu_tanh")) == expected_params(V, L, D, FF, gated_sublayers=2 * L)
+
+
+def test_paper_size_char_ptb_counts():
+    # char-PTB Transformer-L3: V=50, d=512, 8 heads, d_ff=2048, 3 blocks
+    base = 50 * 512 + 50 + 3 * ((4 * 512 * 512 + 4 * 512) + (2 * 512 * 2048 + 2048 + 512) + 4 * 512)
+    assert base == 9_482_802
+    assert n_params(TransformerLM(50)) == base
+    assert n_params(TransformerLM(50, gate_kind="sdu_sigmoid")) == base + 6 * (2 * 512 * 512 + 2 * 512)
+
+
+@pytest.mark.parametrize("kind", ["sdu_sigmoid", "sdu_tanh", "highway", "gated_attn"])
+def test_attention_only_gating_forward_backward(kind):
+    m = tiny(gate_kind=kind, gate_sublayers="attn", dropout=0.1)
+    x = torch.randint(0, V, (2, 7))
+    logits, _ = m(x)
+    F.cross_entropy(logits.reshape(-1, V), x.reshape(-1)).backward()
+    for b in m.blocks:
+        assert b.ffn_gate is None
+        assert b.attn_gate.proj.weight.grad is not None and b.attn_gate.proj.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_causal_no_leak_from_future(norm):
+    torch.manual_seed(0)
+    m = tiny(norm=norm, gate_kind="sdu_tanh").eval()
+    x = torch.randint(0, V, (2, 12))
+    x2 = x.clone()
+    x2[:, 7] = (x[:, 7] + 1) % V
+    with torch.no_grad():
+        a, b = m(x)[0], m(x2)[0]
+    assert torch.allclose(a[:, :7], b[:, :7], atol=1e-6)
+    assert not torch.allclose(a[:, 7:], b[:, 7:], atol=1e-4)
+
+
+def test_explicit_mask_equals_is_causal():
+    torch.manual_seed(0)
+    att = CausalSelfAttention(D, H).eval()
+    x = torch.randn(2, 6, D)
+    assert torch.allclose(att(x), att(x, attn_mask=causal_mask(6)), atol=1e-6)
+    mask = causal_mask(3, 5)  # 2 memory positions, all visible to every query
+    assert mask.tolist() == [[True, True, True, False, False], [True, True, True, True, False],
+                             [True, True, True, True, True]]
+
+
+@pytest.mark.parametrize("kind,norm", [("none", "post"), ("sdu_tanh", "post"), ("sdu_sigmoid", "pre")])
+def test_overfits_one_batch(kind, norm):
+    torch.manual_seed(0)
+    m = tiny(gate_kind=kind, norm=norm, d_model=32, d_ff=64)
+    opt = torch.optim.Adam(m.parameters(), lr=1e-2)
+    data = torch.randint(0, V, (4, 17))
+    x, y = data[:, :-1], data[:, 1:]
+    losses = []
+    for _ in range(40):
+        loss = F.cross_entropy(m(x)[0].reshape(-1, V), y.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.25 * losses[0], losses[::10]
+
+
+def test_gate_recorder_sees_exactly_gated_sublayers():
+    m = tiny(n_layers=4, gate_kind="sdu_tanh", gate_layers="2-3", gate_sublayers="attn")
+    with GateRecorder(m) as rec:
+        m(torch.randint(0, V, (2, 5)))
+    assert set(rec.stats()) == {"blocks.1.attn_gate.act", "blocks.2.attn_gate.act"}
+    m = tiny(gate_kind="highway")
+    with GateRecorder(m) as rec:
+        m(torch.randint(0, V, (2, 5)))
+    assert set(rec.stats()) == {f"blocks.{i}.{s}_gate.act" for i in range(L) for s in ("attn", "ffn")}
+    assert all(0.0 < s["mean"] < 1.0 for s in rec.stats().values())
+
+
+def test_any_sequence_length():
+    m = tiny(gate_kind="sdu_tanh").eval()
+    for t in (1, 5, 300):
+        assert m(torch.randint(0, V, (1, t)))[0].shape == (1, t, V)
+
+
+def test_learned_positions_reject_too_long():
+    m = tiny(pos="learned", max_len=8)
+    with pytest.raises(ValueError, match="T=9 exceeds max_len=8"):
+        m(torch.randint(0, V, (1, 9)))
+
+
+def test_option_errors():
+    with pytest.raises(ValueError, match="n_heads=7 does not divide d_model=512"):
+        TransformerLM(50, n_heads=7)
+    with pytest.raises(ValueError, match=r"norm='mid' is not known \(valid: 'post', 'pre'\)"):
+        tiny(norm="mid")
+    with pytest.raises(ValueError, match=r"pos='rope' is not known \(valid: 'sinusoidal', 'learned', 'none'\)"):
+        tiny(pos="rope")
+    with pytest.raises(ValueError, match="pos='learned' needs max_len"):
+        tiny(pos="learned")
+    with pytest.raises(ValueError, match="dropout=1.5 must be a dropout probability"):
+        tiny(dropout=1.5)
+    with pytest.raises(ValueError, match="has no memory"):
+        tiny()(torch.zeros(1, 3, dtype=torch.long), mems=[torch.zeros(1)])
