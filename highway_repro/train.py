@@ -115,7 +115,7 @@ def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
         from highway_repro.engine import checkpoint as ckpt_lib
 
         trainer.load_state(ckpt_lib.load(Path(cfg.resume), map_location=trainer.device))
-    if is_main:
+    if is_main and trainer.step == 0:
         trainer._log({"model/params": n_params})
     return trainer.fit()
 

@@ -67,7 +67,9 @@ class Schedule:
             self.plateau.step(val_loss)
 
     def lr(self) -> float:
-        return self.optimizer.param_groups[0]["lr"]
+        """The learning rate of the largest parameter group (the base lr under Caffe-style groups)."""
+        group = max(self.optimizer.param_groups, key=lambda g: sum(p.numel() for p in g["params"]))
+        return group["lr"]
 
     def state_dict(self) -> dict:
         sched = self.plateau if self.plateau is not None else self.lambda_lr

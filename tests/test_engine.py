@@ -1,0 +1,116 @@
+"""Schedules, tasks (metric formulas), checkpoints and loggers, against hand-computed values."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from highway_repro.engine import checkpoint as ck
+from highway_repro.engine.loggers import JsonlLogger
+from highway_repro.engine.schedules import build
+from highway_repro.engine.tasks import Classification, LanguageModel
+
+
+def _lrs(kind, steps, max_steps=None, **kw):
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=1.0)
+    s = build(opt, max_steps=max_steps or steps, kind=kind, **kw)
+    out = []
+    for _ in range(steps):
+        out.append(s.lr())
+        opt.step()
+        s.step()
+    return out, s
+
+
+def test_step_schedule():
+    lrs, _ = _lrs("step", 10, milestones=[4, 8], gamma=0.1)
+    assert lrs[:4] == [1.0] * 4 and lrs[4:8] == pytest.approx([0.1] * 4) and lrs[8:] == pytest.approx([0.01] * 2)
+
+
+def test_exponential_schedule():
+    lrs, _ = _lrs("exponential", 7, gamma=0.5, every=3)
+    assert lrs == pytest.approx([1, 1, 1, 0.5, 0.5, 0.5, 0.25])
+
+
+def test_cosine_schedule_goes_to_zero():
+    lrs, _ = _lrs("cosine", 101, max_steps=100)
+    assert lrs[0] == 1.0 and lrs[50] == pytest.approx(0.5) and lrs[100] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_plateau_schedule_divides_on_stall():
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=2.0)
+    s = build(opt, max_steps=10, kind="plateau", factor=0.5, patience=0)
+    s.on_eval(1.0)
+    s.on_eval(1.0)  # no improvement
+    assert s.lr() == pytest.approx(1.0)
+    state = s.state_dict()
+    s2 = build(torch.optim.SGD([p], lr=1.0), max_steps=10, kind="plateau", factor=0.5, patience=0)
+    s2.load_state_dict(state)
+    assert s2.plateau.best == 1.0
+
+
+def test_unknown_schedule_kind():
+    with pytest.raises(ValueError, match="optim.scheduler.kind='warm' is not known"):
+        _lrs("warm", 2)
+
+
+def test_lm_metrics_formula():
+    # two positions, vocab 2, hand-set logits: nll = -log softmax
+    logits = torch.tensor([[[0.0, 0.0], [math.log(3.0), 0.0]]])  # p(target)= 1/2, 3/4
+    y = torch.tensor([[1, 0]])
+
+    class M(torch.nn.Module):
+        def forward(self, x, mems=None):
+            return logits, None
+
+    loss, sums, _ = LanguageModel().forward(M(), (y, y))
+    nats = (math.log(2) + math.log(4 / 3)) / 2
+    m = LanguageModel.summarize(sums)
+    assert loss.item() == pytest.approx(nats)
+    assert m["bpc"] == pytest.approx(nats / math.log(2)) and m["ppl"] == pytest.approx(math.exp(nats))
+    # scoring only the last position (R-Transformer protocol)
+    _, sums, _ = LanguageModel().forward(M(), (y, y), score_len=1)
+    assert LanguageModel.summarize(sums)["loss"] == pytest.approx(math.log(4 / 3))
+
+
+def test_classification_metrics():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.tensor([[2.0, 0.0], [0.0, 1.0], [3.0, 0.0]])
+
+    _, sums, _ = Classification().forward(M(), (None, torch.tensor([0, 1, 1])))
+    m = Classification.summarize(sums)
+    assert m["acc"] == pytest.approx(2 / 3)
+
+
+def test_checkpoint_roundtrip_corrupt_fallback_and_mismatch(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    ck.save(tmp_path, "last", {"model": model.state_dict(), "step": 1})
+    ck.save(tmp_path, "last", {"model": model.state_dict(), "step": 2})
+    assert (tmp_path / "prev.pt").exists()
+    assert ck.load_latest(tmp_path)["step"] == 2
+    (tmp_path / "last.pt").write_bytes((tmp_path / "last.pt").read_bytes()[:100])  # truncated
+    with pytest.raises(ck.CheckpointError, match="last.pt is corrupt or truncated"):
+        ck.load(tmp_path / "last.pt")
+    assert ck.load_latest(tmp_path)["step"] == 1  # falls back to the previous good one
+    other = torch.nn.Linear(4, 2)
+    with pytest.raises(ck.CheckpointError, match=r"shape mismatch: weight \(2, 3\) vs \(2, 4\)"):
+        ck.load_model_state(other, model.state_dict())
+    with pytest.raises(ck.CheckpointError, match="missing in checkpoint: bias"):
+        ck.load_model_state(model, {"weight": model.weight.detach()})
+
+
+def test_jsonl_truncate_after(tmp_path):
+    lg = JsonlLogger(tmp_path)
+    for s in (1, 2, 3):
+        lg.log({"train/loss": float(s)}, s)
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 4, "trai')  # a line cut by a kill
+    lg.truncate_after(2)
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [1, 2]

@@ -1,0 +1,142 @@
+"""End to end: smoke runs, resume equality, W&B offline, reports on a tiny sweep."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, compose, needs_mirror
+from highway_repro import report
+from highway_repro.train import run
+
+VOLATILE = ("perf/", "time/")
+
+
+def _stable(d: dict) -> dict:
+    return {k: v for k, v in d.items() if not k.startswith(VOLATILE)}
+
+
+def _history(out: Path) -> list[dict]:
+    return [_stable(json.loads(x)) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+class Crash(RuntimeError):
+    pass
+
+
+def _run_with_crash(cfg, out: Path, crash_at: int, monkeypatch):
+    """Run, dying with an exception when the data is asked for step `crash_at` (a crash mid-run)."""
+    from highway_repro.engine.trainer import Trainer
+
+    original = Trainer._forward
+
+    def dying(self, batch, mems, score_len):
+        if self.model.training and self.step == crash_at:
+            raise Crash(f"simulated crash at step {crash_at}")
+        return original(self, batch, mems, score_len)
+
+    monkeypatch.setattr(Trainer, "_forward", dying)
+    with pytest.raises(Crash):
+        run(cfg, out)
+    monkeypatch.setattr(Trainer, "_forward", original)
+
+
+RESUME_CASES = {
+    "image": ["experiment=demo", "scale=smoke", "model.depth=3", "trainer.max_steps=8", "trainer.checkpoint_every=3",
+              "trainer.eval_every=4", "trainer.log_every=2"],
+    "lm_memory": ["model=transformer_xl", "data=enwik8_prefix", "optim=adam", "scale=smoke", "model.n_layers=2",
+                  "model.d_model=16", "model.n_heads=2", "model.d_head=8", "model.d_inner=32", "model.tgt_len=8",
+                  "model.mem_len=8", "model.eval_tgt_len=8", "model.eval_mem_len=8", "data.seq_len=8",
+                  "data.batch_size=2", "data.eval_batch_size=2", "+data.train_limit_tokens=2000",
+                  "trainer.max_steps=8", "trainer.checkpoint_every=3", "trainer.eval_every=4", "trainer.log_every=2",
+                  "trainer.grad_clip=0.25"],
+}
+
+
+@needs_mirror
+@pytest.mark.parametrize("case", sorted(RESUME_CASES))
+def test_resume_after_crash_equals_uninterrupted(case, tmp_path, monkeypatch):
+    overrides = RESUME_CASES[case] + ["deterministic=true", "logger=jsonl"]
+    cfg = compose(overrides)
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    full = run(cfg, a)
+    assert full["status"] == "done"
+    _run_with_crash(cfg, b, crash_at=7, monkeypatch=monkeypatch)  # last checkpoint at step 6
+    assert not (b / "metrics.json").exists()
+    resumed = run(compose(overrides + ["resume=auto"]), b)
+    assert _stable(resumed) == _stable(full)
+    assert _history(b) == _history(a)
+
+
+@needs_mirror
+def test_smoke_run_writes_metrics_and_config(tmp_path):
+    out = run(compose(["experiment=demo", "scale=smoke"]), tmp_path)
+    assert out["status"] == "done" and 0 <= out["test/acc"] <= 1
+    final = json.loads((tmp_path / "metrics.json").read_text())
+    assert final["model/params"] == 85_660  # 784*71+71 + 9*2*(50*50+50)... see test_highway for the arithmetic
+    hist = _history(tmp_path)
+    assert hist[0]["model/params"] == 85_660
+    assert any("train/loss" in h for h in hist)
+    assert (tmp_path / "config_resolved.yaml").exists() and (tmp_path / "ckpt" / "last.pt").exists()
+
+
+@needs_mirror
+def test_wandb_offline_run_contains_the_metrics(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = compose(["experiment=demo", "scale=smoke", "logger=wandb", "logger.name=smoke-run", "logger.group=tests"])
+    out = run(cfg, tmp_path)
+    files = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(files) == 1
+    blob = files[0].read_bytes()
+    for key in ("train/loss", "test/acc", "model/params", "smoke-run", "tests"):
+        assert key.encode() in blob, key
+    assert json.dumps(out["test/acc"]).encode() in blob
+
+
+@needs_mirror
+def test_reproduce_smoke_sweep_and_report(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "highway_repro.reproduce", "demo", "--scale", "smoke",
+                        "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "results")],
+                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    md = (tmp_path / "results" / "demo" / "demo.md").read_text()
+    for depth, kind in ((10, "plain"), (10, "highway"), (50, "plain"), (50, "highway")):
+        assert f"| {depth} | {kind} |" in md
+    assert "make reproduce-demo SCALE=smoke" in md and "wall time" in md
+    assert (tmp_path / "results" / "demo" / "demo.png").stat().st_size > 1000
+    csv = (tmp_path / "results" / "demo" / "demo.csv").read_text().splitlines()
+    assert len(csv) == 5
+
+
+def _fake_job(root: Path, name: str, overrides: list[str], final: dict, history=()):
+    job = root / name
+    (job / ".hydra").mkdir(parents=True)
+    (job / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    if final is not None:
+        (job / "metrics.json").write_text(json.dumps(final))
+    (job / "metrics.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
+
+
+def test_report_mean_std_and_failed_cells(tmp_path):
+    for i, (kind, seed, loss) in enumerate([("a", 0, 1.0), ("a", 1, 3.0), ("b", 0, 2.0)]):
+        _fake_job(tmp_path, f"j{i}", [f"model.kind={kind}", f"seed={seed}"], {"status": "done", "val/loss": loss},
+                  [{"step": 1, "val/loss": loss + 1}, {"step": 2, "val/loss": loss}])
+    _fake_job(tmp_path, "j3", ["model.kind=c", "seed=0"], {"status": "failed", "error": "ValueError: boom"})
+    _fake_job(tmp_path, "j4", ["model.kind=d", "seed=0"], None)
+    runs = report.load_runs(tmp_path)
+    rows = {r["key"]["model.kind"]: r for r in report.aggregate(runs, ["model.kind"], ["val/loss"])}
+    assert rows["a"]["n"] == 2 and rows["a"]["val/loss"][:2] == (2.0, pytest.approx(2 ** 0.5))
+    assert "ValueError: boom" in rows["c"]["failed"][0] and rows["c"]["n"] == 0
+    assert "no metrics.json" in rows["d"]["failed"][0]
+    out = tmp_path / "out" / "t"
+    assert report.main([str(tmp_path), "--group-by", "model.kind", "--metrics", "val/loss", "--curve", "val/loss",
+                        "--out", str(out)]) == 0
+    md = out.with_suffix(".md").read_text()
+    assert "| a | 2 | 2.0000 ± 1.4142 |" in md and "boom" in md
+    assert out.with_suffix(".png").exists()
