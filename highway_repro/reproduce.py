@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", default="runs/sweeps", help="where sweep folders go")
     ap.add_argument("--report-only", action="store_true", help="only rebuild the report from finished runs")
     ap.add_argument("extra", nargs="*", help="more Hydra overrides")
-    args = ap.parse_args(argv)
+    args = ap.parse_intermixed_args(argv)
 
     t = TARGETS[args.table]
     sweep_dir = Path(args.runs) / f"{args.table}-{args.scale}"

@@ -152,6 +152,8 @@ def main(cfg: DictConfig):
         write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {e}"})
         raise
     print(_summary(final))
+    if final.get("status") == "interrupted":  # stop the whole sweep too; resume=auto continues it
+        sys.exit(128 + final.get("signal", 15))
     return final.get("val/loss")
 
 

@@ -109,7 +109,7 @@ class Trainer:
         self.best_val = math.inf
         self.mems = None
         self.bad_steps = 0
-        self.stop_requested = False
+        self.stop_requested = 0  # the signal number that asked to stop
         self.status = "running"
         self.last_eval: dict = {}
         self.last_train: dict = {}  # the last log interval's running training metrics
@@ -186,7 +186,7 @@ class Trainer:
     # ----------------------------------------------------------------- train
     def _request_stop(self, signum, frame):
         log.warning("signal %d received: finishing the current step, saving a checkpoint and stopping", signum)
-        self.stop_requested = True
+        self.stop_requested = signum
 
     def _install_signals(self):
         if threading.current_thread() is not threading.main_thread():
@@ -275,7 +275,7 @@ class Trainer:
         if self.stop_requested and self.step < cfg.max_steps:
             self.save("last")
             self.status = "interrupted"
-            return self._finish({})
+            return self._finish({"signal": int(self.stop_requested)})
         final = self._final_eval()
         self.save("last")
         self.status = "done"
