@@ -90,6 +90,11 @@ def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
     seed_everything(cfg.seed, cfg.deterministic)
     data = instantiate(cfg.data, _convert_="all")
     validate_against_data(cfg, data)
+    if dist is not None:  # data.batch_size is the global batch; each rank trains on its slice
+        dist.seed = int(cfg.seed)
+        if getattr(data, "batch_size", 0) % dist.world_size:
+            raise ConfigError(f"data.batch_size={data.batch_size} (the global batch) does not divide over "
+                              f"{dist.world_size} processes (valid: a multiple of the world size)")
     model = instantiate(cfg.model, _convert_="all", **data.meta)
     task = build_task(data.kind)
     optimizer, schedule = build_optimizer(cfg, model)
@@ -129,6 +134,27 @@ def _summary(final: dict) -> str:
 def main(cfg: DictConfig):
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    dist = None
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # launched by torchrun: data-parallel (engine/distributed.py)
+        from highway_repro.engine.distributed import init_from_env
+
+        dist = init_from_env(str(cfg.trainer.device), seed=int(cfg.seed))
+        own_dir, out_dir = out_dir, Path(dist.broadcast_object(str(out_dir)))  # rank 0's run folder for all
+        if dist.rank:
+            logging.getLogger().setLevel(logging.WARNING)
+        try:
+            return _main(cfg, out_dir, multirun, dist)
+        finally:
+            dist.cleanup()
+            if own_dir != out_dir and own_dir.is_dir() and {p.name for p in own_dir.iterdir()} <= {".hydra", "train.log"}:
+                import shutil
+
+                shutil.rmtree(own_dir, ignore_errors=True)  # the stray folder of a later-starting rank
+    return _main(cfg, out_dir, multirun, dist)
+
+
+def _main(cfg: DictConfig, out_dir: Path, multirun: bool, dist=None):
+    is_main = dist is None or dist.rank == 0
     done = out_dir / "metrics.json"
     if cfg.resume == "auto" and done.exists():
         import json
@@ -138,20 +164,23 @@ def main(cfg: DictConfig):
             log.info("run in %s already finished (resume=auto): nothing to do", out_dir)
             return prev.get("val/loss")
     try:
-        final = run(cfg, out_dir)
+        final = run(cfg, out_dir, dist=dist)
     except (ConfigError, ValueError, TypeError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         if multirun:  # the report marks this cell with the error; the other jobs go on
-            write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {msg}"})
+            if is_main:
+                write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {msg}"})
             raise
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             traceback.print_exc()
         print(f"error: {msg}", file=sys.stderr)
         sys.exit(2)
     except Exception as e:
-        write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {e}"})
+        if is_main:
+            write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {e}"})
         raise
-    print(_summary(final))
+    if is_main:
+        print(_summary(final))
     if final.get("status") == "interrupted":  # stop the whole sweep too; resume=auto continues it
         sys.exit(128 + final.get("signal", 15))
     return final.get("val/loss")

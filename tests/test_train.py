@@ -140,3 +140,12 @@ def test_report_mean_std_and_failed_cells(tmp_path):
     md = out.with_suffix(".md").read_text()
     assert "| a | 2 | 2.0000 ± 1.4142 |" in md and "boom" in md
     assert out.with_suffix(".png").exists()
+
+
+@needs_mirror
+def test_bf16_autocast_and_best_checkpoint_eval(tmp_path):
+    cfg = compose(["experiment=demo", "scale=smoke", "trainer.precision=bf16", "data.val_size=200",
+                   "trainer.final_eval=best", "trainer.splits=[val,test]"])
+    out = run(cfg, tmp_path)
+    assert out["status"] == "done" and (tmp_path / "ckpt" / "best.pt").exists()
+    assert out["val/loss"] == pytest.approx(out["best/val_loss"])  # final val numbers come from the best weights

@@ -109,6 +109,7 @@ class Trainer:
         self.best_val = math.inf
         self.mems = None
         self.bad_steps = 0
+        self._first_bad = None  # CUDA, nan_policy=stop: first non-finite step, kept on the device
         self.stop_requested = 0  # the signal number that asked to stop
         self.status = "running"
         self.last_eval: dict = {}
@@ -133,14 +134,17 @@ class Trainer:
         self.schedule.load_state_dict(ckpt["scheduler"])
         self.step, self.best_val = ckpt["step"], ckpt["best_val"]
         mems = ckpt.get("mems")
+        if mems is not None and self.dist is not None:  # checkpoints hold the global batch's memory
+            mems = self.dist.shard(list(mems))
         self.mems = None if mems is None else [m.to(self.device) for m in mems]
         extra = ckpt.get("extra", {})
         self.bad_steps, self.wall_time = extra.get("bad_steps", 0), extra.get("wall_time", 0.0)
         ckpt_lib.set_rng_state(ckpt["rng"])
 
     def save(self, name: str = "last") -> None:
+        mems = self.mems if self.dist is None else self.dist.gather_rows(self.mems)  # DDP: a collective
         if self.is_main:
-            ckpt_lib.save(self.ckpt_dir, name, self.state())
+            ckpt_lib.save(self.ckpt_dir, name, {**self.state(), "mems": mems})
 
     def try_resume(self) -> bool:
         ckpt = ckpt_lib.load_latest(self.ckpt_dir, map_location=self.device)
@@ -165,6 +169,10 @@ class Trainer:
         for i, batch in enumerate(self.data.eval_batches(split)):
             if max_batches is not None and i >= max_batches:
                 break
+            if self.dist is not None:  # each rank evaluates its rows; the sums are all-reduced below
+                batch = self.dist.shard(batch, strict=False)
+                if batch[0].shape[0] == 0:
+                    continue
             batch = _to(batch, self.device)
             with self._autocast():
                 _, s, mems = self._forward(batch, mems, score_len)
@@ -207,11 +215,15 @@ class Trainer:
         score_len = getattr(self.data, "score_len", None)
         steps_per_epoch = self.data.steps_per_epoch
         try:
-            while self.step < cfg.max_steps and not self.stop_requested:
+            while self.step < cfg.max_steps and not self._stop_agreed():
                 step = self.step
                 if step % steps_per_epoch == 0:
                     self.mems = None  # a new pass over the stream: memory starts empty
-                batch = _to(self.data.train_batch(step), self.device)
+                batch = self.data.train_batch(step)
+                if self.dist is not None:  # this rank's slice of the global batch; dropout RNG from (seed, step, rank)
+                    batch = self.dist.shard(batch)
+                    self.dist.seed_step(step)
+                batch = _to(batch, self.device)
                 self.model.train()
                 want_gates = cfg.gate_stats_every > 0 and (step + 1) % cfg.gate_stats_every == 0
                 recorder = GateRecorder(self.model) if want_gates else None
@@ -221,7 +233,7 @@ class Trainer:
                     loss, sums, new_mems = self._forward(batch, self.mems, score_len)
                 if recorder:
                     recorder.__exit__(None, None, None)
-                if not torch.isfinite(loss):
+                if not self._loss_finite(loss, step):
                     self._bad_step(step, loss)
                     self.step += 1
                     continue
@@ -235,6 +247,10 @@ class Trainer:
                 _add(acc, sums)
                 items += int(batch[1].numel()) if self.task.kind == "lm" else int(batch[1].shape[0])
                 self.step += 1
+                if self._first_bad is not None and (self.step == cfg.max_steps or any(
+                        e and self.step % e == 0 for e in (cfg.log_every, cfg.eval_every, cfg.checkpoint_every,
+                                                           cfg.gate_stats_every))):
+                    self._check_finite()  # the deferred check, before anything is logged, evaluated or saved
                 if bar:
                     bar.update(1)
                 if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
@@ -280,6 +296,42 @@ class Trainer:
         self.save("last")
         self.status = "done"
         return self._finish(final)
+
+    def _stop_agreed(self) -> int:
+        """The stop signal; under DDP the ranks agree on it (else one would wait for the others forever)."""
+        if self.dist is not None:
+            self.stop_requested = self.dist.any_flag(self.stop_requested)
+        if self.stop_requested:
+            self._check_finite()
+        return self.stop_requested
+
+    def _loss_finite(self, loss, step: int) -> bool:
+        """Whether the loss of `step` is finite (on every rank under DDP).
+
+        On CUDA with nan_policy=stop this does not make the host wait for the device each step:
+        the first non-finite step is kept on the device and `_check_finite` (one sync) runs before
+        anything is logged, evaluated or saved; the run then stops at that step exactly as the
+        per-step check would (status diverged, step = the bad step, the last good checkpoint kept).
+        nan_policy=skip needs the decision at once and checks every step."""
+        if self.device.type == "cuda" and self.cfg.nan_policy == "stop":
+            bad_at = torch.where(torch.isfinite(loss.detach()), self.cfg.max_steps, step)
+            self._first_bad = bad_at if self._first_bad is None else torch.minimum(self._first_bad, bad_at)
+            return True
+        bad = not bool(torch.isfinite(loss))
+        if self.dist is not None:
+            bad = bool(self.dist.any_flag(bad))
+        return not bad
+
+    def _check_finite(self) -> None:
+        if self._first_bad is None:
+            return
+        first = int(self._first_bad)
+        if self.dist is not None:
+            first = -self.dist.any_flag(-first)  # the earliest bad step of any rank
+        self._first_bad = None
+        if first < self.cfg.max_steps:
+            self.step = first
+            self._bad_step(first, float("nan"))  # raises Diverged (nan_policy=stop)
 
     def _bad_step(self, step: int, loss) -> None:
         self.bad_steps += 1
