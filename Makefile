@@ -20,7 +20,6 @@ help: ## list every target with one line each
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
 	$(BIN)/pip install -q -e ".[test]"
 	touch $@
@@ -72,8 +71,16 @@ tables: setup ## rebuild every report from finished runs (no training)
 readme: ## copy the tables of results/ into README.md
 	$(PYTHON) scripts/update_readme.py
 
-bench: setup ## speed benchmarks (results/bench.md)
-	$(BIN)/python -m highway_repro.bench --out results/bench
+# HF transformers 4.36.2 (the last with Transformer-XL) pins clash with this project's: its own venv
+HF_VENV ?= .venv-bench-hf
+$(HF_VENV)/.installed:
+	$(PYTHON) -m venv $(HF_VENV)
+	$(HF_VENV)/bin/pip install -q "$(TORCH_SPEC)" "transformers==4.36.2" "numpy<2"
+	touch $@
+
+bench: setup $(HF_VENV)/.installed ## speed benchmarks vs x-transformers and HF Transformer-XL (results/bench.md, < 15 min)
+	$(BIN)/python -c "import x_transformers" 2>/dev/null || $(BIN)/pip install -q -e ".[bench]"
+	$(BIN)/python -m highway_repro.bench --out results/bench --hf-python $(HF_VENV)/bin/python
 
 clean: ## remove run folders (not results/)
 	rm -rf runs multirun outputs

@@ -75,7 +75,11 @@ def load_runs(root: Path) -> list[Run]:
             status = final.get("status", "unknown")
         else:
             final, status = {}, "missing"
-        error = final.get("error") or ("no metrics.json (job died or still running)" if status == "missing" else None)
+        error = final.get("error")
+        if error is None and status == "missing":
+            error = "no metrics.json (job died or still running)"
+        elif error is None and status != "done":
+            error = f"status {status} at step {final.get('step')}"
         runs.append(Run(job, overrides, final, status, error))
     return runs
 

@@ -73,6 +73,9 @@ def main(argv=None) -> int:
     sweep_dir = Path(args.runs) / f"{args.table}-{args.scale}"
     results = Path(args.results or ("runs/smoke_results" if args.scale == "smoke" else "results"))
     shown = f"make reproduce-{args.table.replace('_', '-')} SCALE={args.scale}"
+    if args.extra:  # overrides given by hand are part of the command
+        shown = shlex.join([sys.executable.rsplit("/", 1)[-1], "-m", "highway_repro.reproduce", args.table,
+                            "--scale", args.scale, *args.extra])
     status, wall = 0, None
     if not args.report_only:
         if args.fresh and sweep_dir.exists():
@@ -93,12 +96,19 @@ def main(argv=None) -> int:
         status = subprocess.call(cmd, cwd=ROOT)
         wall = time.time() - start
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        (sweep_dir / "reproduce.json").write_text(json.dumps({"command": shown, "wall_s": wall, "status": status}))
+        record = sweep_dir / "reproduce.json"  # wall time and commands add up over invocations (resumes)
+        prev = json.loads(record.read_text()) if record.exists() and not args.fresh else {}
+        commands = prev.get("commands", [prev["command"]] if "command" in prev else []) + [shown]
+        wall += prev.get("wall_s", 0.0)
+        record.write_text(json.dumps({"commands": commands, "wall_s": wall, "status": status}))
+        shown = "; ".join(dict.fromkeys(commands))
         if status:
             print(f"the sweep exited with status {status}; building the report from the jobs that finished",
                   file=sys.stderr)
     elif (sweep_dir / "reproduce.json").exists():
-        wall = json.loads((sweep_dir / "reproduce.json").read_text()).get("wall_s")
+        record = json.loads((sweep_dir / "reproduce.json").read_text())
+        wall = record.get("wall_s")
+        shown = "; ".join(dict.fromkeys(record.get("commands", [record.get("command", shown)])))
     if t.after:
         cmd = [sys.executable, "-m", t.after, str(sweep_dir), "--out", str(results / t.out), "--command", shown,
                "--scale", args.scale] + (["--wall-s", str(wall)] if wall else [])

@@ -19,17 +19,16 @@ import traceback
 from pathlib import Path
 
 import hydra
-import numpy as np
-import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+# No torch (nor numpy, the engine, the data or the models) at import time: main() validates the config
+# first, so a bad value fails in about a second, not after the ~3-5 s torch import
+# (tests/test_reliability.py::test_bad_config_fails_fast_before_torch). Import them inside functions.
 from highway_repro.config import ConfigError, validate, validate_against_data
 from highway_repro.engine.loggers import build_logger, write_json_atomic
-from highway_repro.engine.tasks import build_task
-from highway_repro.engine.trainer import Trainer, TrainerConfig
 
 log = logging.getLogger("highway_repro")
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
@@ -56,6 +55,9 @@ OmegaConf.register_new_resolver("hp", _hp, replace=True)
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:
+    import numpy as np
+    import torch
+
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -65,7 +67,7 @@ def seed_everything(seed: int, deterministic: bool) -> None:
         torch.backends.cudnn.benchmark = False
 
 
-def build_optimizer(cfg: DictConfig, model: torch.nn.Module):
+def build_optimizer(cfg: DictConfig, model: "torch.nn.Module"):
     groups = cfg.optim.get("param_groups", "default")
     opt_partial = instantiate(cfg.optim.optimizer)
     if groups == "caffe":
@@ -85,6 +87,11 @@ def build_optimizer(cfg: DictConfig, model: torch.nn.Module):
 def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
     """Build everything from a composed config and train; returns the final metrics."""
     validate(cfg)
+    import torch
+
+    from highway_repro.engine.tasks import build_task
+    from highway_repro.engine.trainer import Trainer, TrainerConfig
+
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
     seed_everything(cfg.seed, cfg.deterministic)
@@ -119,7 +126,10 @@ def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
     elif cfg.resume:
         from highway_repro.engine import checkpoint as ckpt_lib
 
-        trainer.load_state(ckpt_lib.load(Path(cfg.resume), map_location=trainer.device))
+        try:
+            trainer.load_state(ckpt_lib.load(Path(cfg.resume), map_location=trainer.device))
+        except ckpt_lib.CheckpointError as e:
+            raise ckpt_lib.CheckpointError(f"resume={cfg.resume}: {e}") from None
     if is_main and trainer.step == 0:
         trainer._log({"model/params": n_params})
     return trainer.fit()
@@ -127,17 +137,46 @@ def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
 
 def _summary(final: dict) -> str:
     keys = [k for k in final if k.split("/")[0] in ("train", "val", "test") and isinstance(final[k], float)]
-    return f"[{final.get('status')}] step {final.get('step')}: " + ", ".join(f"{k}={final[k]:.4f}" for k in sorted(keys))
+    line = f"[{final.get('status')}] step {final.get('step')}: " + ", ".join(f"{k}={final[k]:.4f}"
+                                                                           for k in sorted(keys))
+    return line + (f" ({final['error']})" if final.get("error") else "")
+
+
+def _user_errors() -> tuple:
+    """Errors reported in one line with exit code 2 (no traceback): config, value and type errors, and a corrupt or
+    mismatched checkpoint or a data fault (checksum, truncated or malformed file), whose classes are looked up only
+    when their modules are loaded, so that a config error does not import torch to find out."""
+    types = [ConfigError, ValueError, TypeError]
+    for module, name in (("highway_repro.engine.checkpoint", "CheckpointError"),
+                         ("highway_repro.data.sources", "DataError")):
+        if module in sys.modules:
+            types.append(getattr(sys.modules[module], name))
+    return tuple(types)
+
+
+def _config_failure(e: ConfigError, done: Path, multirun: bool):
+    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if multirun:  # the report marks this cell with the error; the other jobs go on
+        write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {msg}"})
+        raise e
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        traceback.print_exception(e)
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(2)
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
 def main(cfg: DictConfig):
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
-    dist = None
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # launched by torchrun: data-parallel (engine/distributed.py)
-        from highway_repro.engine.distributed import init_from_env
+    try:  # first of all, before torch is imported (engine/distributed.py): a bad config fails in about a second
+        validate(cfg)
+    except ConfigError as e:
+        return _config_failure(e, out_dir / "metrics.json", multirun)
+    from highway_repro.engine.distributed import init_from_env, world_size_from_env
 
+    dist = None
+    if world_size_from_env() > 1:  # launched by torchrun (or a multi-task SLURM job): data-parallel
         dist = init_from_env(str(cfg.trainer.device), seed=int(cfg.seed))
         own_dir, out_dir = out_dir, Path(dist.broadcast_object(str(out_dir)))  # rank 0's run folder for all
         if dist.rank:
@@ -165,7 +204,7 @@ def _main(cfg: DictConfig, out_dir: Path, multirun: bool, dist=None):
             return prev.get("val/loss")
     try:
         final = run(cfg, out_dir, dist=dist)
-    except (ConfigError, ValueError, TypeError) as e:
+    except _user_errors() as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         if multirun:  # the report marks this cell with the error; the other jobs go on
             if is_main:
@@ -187,4 +226,8 @@ def _main(cfg: DictConfig, out_dir: Path, multirun: bool, dist=None):
 
 
 if __name__ == "__main__":
-    main()
+    # run the function of the imported module, not of __main__: process launchers (joblib/loky,
+    # submitit) then pickle it by reference instead of by value with all its globals
+    from highway_repro.train import main as _imported_main
+
+    _imported_main()

@@ -30,6 +30,17 @@ def compact(ids: np.ndarray, vocab_size: int) -> np.ndarray:
     return np.ascontiguousarray(ids, dtype=dtype)
 
 
+def _byte_counts(a) -> np.ndarray:
+    """Histogram (256,) of the byte values of a uint8 array; counts byte pairs (uint16), half the work."""
+    a = np.ascontiguousarray(a, np.uint8).ravel()
+    n2 = len(a) // 2 * 2
+    c = np.bincount(a[:n2].view(np.uint16), minlength=65536).reshape(256, 256)
+    counts = c.sum(0) + c.sum(1)  # low bytes + high bytes of the pairs
+    if n2 < len(a):
+        counts[a[-1]] += 1
+    return counts
+
+
 def _lines(text: str) -> list[str]:
     """Lines as ``for line in file`` gives them (a final line end does not open a new line)."""
     lines = text.split("\n")
@@ -151,20 +162,26 @@ class ByteTokenizer:
         self._table = np.full(256, -1, dtype=np.int64)
         self._table[self.codes] = np.arange(len(self.codes))
         self.vocab_size = len(self.codes)
+        # byte -> id as a bytes.translate table; 255 marks bytes outside the vocabulary (with newlines
+        # dropped the vocabulary has at most 255 symbols, so 255 is never an id)
+        self._lut = bytes(int(i) if i >= 0 else 255 for i in self._table) if newlines == "drop" else None
 
     @classmethod
     def fit(cls, arrays: list[np.ndarray], newlines: str = "drop") -> "ByteTokenizer":
-        counts = sum(np.bincount(a, minlength=256) for a in arrays)
+        counts = sum(_byte_counts(a) for a in arrays)
         counts[10] = 0 if newlines == "drop" else counts[10]
         return cls(newlines, np.flatnonzero(counts).tolist())
 
     def encode(self, data) -> np.ndarray:
-        arr = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray)) else np.asarray(data, np.uint8)
-        if self.newlines == "drop":
+        if self.newlines == "keep":  # id = byte value
+            return np.array(np.frombuffer(data, np.uint8) if isinstance(data, (bytes, bytearray)) else data,
+                            dtype=np.uint8)
+        raw = data if isinstance(data, (bytes, bytearray)) else np.ascontiguousarray(data, np.uint8).tobytes()
+        ids = np.frombuffer(bytearray(raw.translate(self._lut, b"\n")), np.uint8)  # map + drop newlines, one C pass
+        if ids.size and ids.max() == 255:
+            arr = np.frombuffer(raw, np.uint8)
             arr = arr[arr != 10]
-        ids = self._table[arr]
-        if (ids < 0).any():
-            raise ValueError(f"byte values not in the vocabulary: {sorted(set(arr[ids < 0][:1000].tolist()))}")
+            raise ValueError(f"byte values not in the vocabulary: {sorted(set(arr[ids == 255][:1000].tolist()))}")
         return compact(ids, self.vocab_size)
 
     def decode(self, ids) -> str:

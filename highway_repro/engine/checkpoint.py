@@ -2,8 +2,10 @@
 
 A checkpoint holds {format_version, model, optimizer, scheduler, step, best_val,
 rng, config, mems, extra}. `resume=auto` loads `ckpt/last.pt`; if that file is
-truncated or corrupt it is reported by name and the previous good one
-(`ckpt/prev.pt`, the last.pt before the latest write) is used instead.
+truncated or corrupt it is reported by name, renamed to `last.pt.corrupt` (so that
+the next save does not rotate it into prev.pt) and the previous good one
+(`ckpt/prev.pt`, the last.pt before the latest write) is used instead. A writer
+killed mid-write leaves only a `.<name>.pt.tmp<pid>` file, removed by the next save.
 """
 
 from __future__ import annotations
@@ -60,6 +62,9 @@ def save(ckpt_dir: Path, name: str, payload: dict) -> Path:
     ckpt_dir = Path(ckpt_dir)
     path = ckpt_dir / f"{name}.pt"
     payload = {"format_version": FORMAT_VERSION, **payload}
+    for stale in ckpt_dir.glob(".*.pt.tmp*"):  # left by a writer killed mid-write (one writer per run folder)
+        if not stale.name.endswith(f".tmp{os.getpid()}"):
+            stale.unlink(missing_ok=True)
     if name == "last" and path.exists():
         os.replace(path, ckpt_dir / "prev.pt")
     atomic_torch_save(payload, path)
@@ -69,6 +74,8 @@ def save(ckpt_dir: Path, name: str, payload: dict) -> Path:
 def load(path: Path, map_location="cpu") -> dict:
     """Load and check one checkpoint; a truncated/corrupt file raises CheckpointError naming it."""
     path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=False)
     except Exception as e:  # truncated zip, garbage bytes, ...
@@ -84,14 +91,27 @@ def load(path: Path, map_location="cpu") -> dict:
 def load_latest(ckpt_dir: Path, map_location="cpu") -> dict | None:
     """The newest good checkpoint of a run folder (last.pt, else prev.pt), or None when there is none."""
     ckpt_dir = Path(ckpt_dir)
+    bad = []
     for name in ("last.pt", "prev.pt"):
         path = ckpt_dir / name
         if not path.exists():
             continue
         try:
-            return load(path, map_location)
+            ckpt = load(path, map_location)
         except CheckpointError as e:
             log.warning("%s; falling back to the previous checkpoint", e)
+            bad.append(path)
+            continue
+        for b in bad:  # keep it for inspection, but out of the way of the next save's rotation into prev.pt
+            try:
+                os.replace(b, b.with_name(b.name + ".corrupt"))
+            except OSError:
+                pass
+        if bad:
+            log.warning("resuming from %s (step %s)", path, ckpt.get("step"))
+        return ckpt
+    if bad:
+        log.warning("no usable checkpoint in %s: starting from step 0", ckpt_dir)
     return None
 
 

@@ -31,6 +31,7 @@ Semantics (see README "Speed and scale"):
 from __future__ import annotations
 
 import datetime
+import inspect
 import os
 from dataclasses import dataclass, field
 
@@ -40,7 +41,22 @@ import torch.distributed as tdist
 ENV_VARS = ("WORLD_SIZE", "RANK", "LOCAL_RANK")
 
 
+def export_submitit_env() -> bool:
+    """In a submitit SLURM job of several tasks (hydra/launcher=submitit_cluster with tasks_per_node or
+    nodes > 1), set the torchrun variables from SLURM's, so that each task joins one DDP job."""
+    if "WORLD_SIZE" in os.environ or os.environ.get("SUBMITIT_EXECUTOR") != "slurm":
+        return False
+    if int(os.environ.get("SLURM_NTASKS", "1")) <= 1:
+        return False
+    from submitit.helpers import TorchDistributedEnvironment
+
+    TorchDistributedEnvironment().export(set_cuda_visible_devices=False)  # LOCAL_RANK picks the GPU
+    return True
+
+
 def world_size_from_env() -> int:
+    """WORLD_SIZE set by torchrun (or derived from a multi-task submitit job); 1 when not distributed."""
+    export_submitit_env()
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
@@ -79,9 +95,11 @@ class DistInfo:
 
         model = model.to(self.device)
         ids = [self.device.index] if self.device.type == "cuda" else None
-        # broadcast_buffers=False: no model here has buffers that change in training (no BatchNorm), and
+        # no buffer sync in forward: no model here has buffers that change in training (no BatchNorm), and
         # without it a forward on one rank (an eval shard) never waits for the others
-        return DDP(model, device_ids=ids, gradient_as_bucket_view=True, broadcast_buffers=False)
+        no_sync = ({"forward_sync_buffers": False} if "forward_sync_buffers" in inspect.signature(DDP).parameters
+                   else {"broadcast_buffers": False})  # the new name in recent torch, the old one before
+        return DDP(model, device_ids=ids, gradient_as_bucket_view=True, **no_sync)
 
     # ------------------------------------------------------------------- data
     def bounds(self, n: int) -> tuple[int, int]:

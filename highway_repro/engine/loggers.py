@@ -47,6 +47,15 @@ class JsonlLogger:
         tmp.write_text("".join(k + "\n" for k in keep))
         os.replace(tmp, self.path)
 
+    def position(self) -> int:
+        """The size of metrics.jsonl in bytes (stored in checkpoints)."""
+        return self.path.stat().st_size if self.path.exists() else 0
+
+    def truncate_to(self, position: int) -> None:
+        """On resume: cut metrics.jsonl back to `position` bytes (what was logged up to the checkpoint)."""
+        if self.path.exists() and self.path.stat().st_size > position:
+            os.truncate(self.path, position)
+
     def log(self, metrics: dict, step: int) -> None:
         with open(self.path, "a") as f:
             f.write(json.dumps({"step": step, **{k: _clean(v) for k, v in metrics.items()}}) + "\n")

@@ -95,6 +95,8 @@ def _detach_mems(mems):
 
 
 class Trainer:
+    defer_nan_check: bool | None = None  # see _loss_finite; None = on CUDA only
+
     def __init__(self, model, data, task, optimizer, schedule, out_dir, logger, cfg: TrainerConfig,
                  run_config: dict | None = None, dist=None):
         self.model, self.data, self.task = model, data, task
@@ -115,6 +117,9 @@ class Trainer:
         self.last_eval: dict = {}
         self.last_train: dict = {}  # the last log interval's running training metrics
         self.wall_time = 0.0
+        # checkpointed too, so that a resumed run logs exactly what an uninterrupted one would:
+        self.train_acc: dict = {}  # training-metric sums since the last log step
+        self.log_position: int | None = None  # metrics.jsonl size at the last checkpoint (resume truncates to it)
 
     # ----------------------------------------------------------------- state
     def state(self) -> dict:
@@ -124,7 +129,8 @@ class Trainer:
             "scheduler": self.schedule.state_dict(), "step": self.step, "best_val": self.best_val,
             "rng": ckpt_lib.rng_state(), "config": self.run_config, "mems": self.mems,
             "extra": {"bad_steps": self.bad_steps, "wall_time": self.wall_time,
-                      "logger_run_id": getattr(self.logger, "run_id", None)},
+                      "logger_run_id": getattr(self.logger, "run_id", None),
+                      "train_acc": self.train_acc, "last_train": self.last_train, "log_position": self.log_position},
         }
 
     def load_state(self, ckpt: dict) -> None:
@@ -139,6 +145,9 @@ class Trainer:
         self.mems = None if mems is None else [m.to(self.device) for m in mems]
         extra = ckpt.get("extra", {})
         self.bad_steps, self.wall_time = extra.get("bad_steps", 0), extra.get("wall_time", 0.0)
+        self.train_acc = {k: v.to(self.device) if torch.is_tensor(v) else v
+                          for k, v in extra.get("train_acc", {}).items()}
+        self.last_train, self.log_position = extra.get("last_train", {}), extra.get("log_position")
         ckpt_lib.set_rng_state(ckpt["rng"])
 
     def save(self, name: str = "last") -> None:
@@ -149,10 +158,15 @@ class Trainer:
     def try_resume(self) -> bool:
         ckpt = ckpt_lib.load_latest(self.ckpt_dir, map_location=self.device)
         if ckpt is None:
+            if self.is_main and hasattr(self.logger, "truncate_to"):
+                self.logger.truncate_to(0)  # killed before its first checkpoint: the run starts over
             return False
         self.load_state(ckpt)
         if self.is_main:
-            self.logger.truncate_after(self.step)
+            if self.log_position is not None and hasattr(self.logger, "truncate_to"):
+                self.logger.truncate_to(self.log_position)  # drop what was logged after the checkpoint
+            else:
+                self.logger.truncate_after(self.step)
         log.info("resumed from %s at step %d", self.ckpt_dir, self.step)
         return True
 
@@ -209,7 +223,7 @@ class Trainer:
         if cfg.progress and self.is_main:
             from tqdm import tqdm
             bar = tqdm(total=cfg.max_steps, initial=self.step, dynamic_ncols=True, mininterval=2.0)
-        acc: dict = {}
+        acc: dict = dict(self.train_acc)
         items, t0 = 0, time.perf_counter()
         start_wall = time.perf_counter() - self.wall_time
         score_len = getattr(self.data, "score_len", None)
@@ -277,6 +291,11 @@ class Trainer:
                     self._validate(cfg.eval_max_batches)
                 if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
                     self.wall_time = time.perf_counter() - start_wall
+                    self.train_acc, self.log_position = acc, self._log_size()
+                    if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
+                        msg = f"non-finite weights after step {self.step} (the loss was finite)"
+                        log.error("%s: stopping; the last good checkpoint is kept in %s", msg, self.ckpt_dir)
+                        raise Diverged(msg)  # never overwrite the last good checkpoint with them
                     self.save("last")
         except Diverged as e:
             self.status = "diverged"
@@ -288,6 +307,8 @@ class Trainer:
             for s, h in old_handlers.items():
                 signal.signal(s, h)
         self.wall_time = time.perf_counter() - start_wall
+        # the final save keeps this position: a run killed during the final evaluation redoes it, logging it once
+        self.train_acc, self.log_position = acc, self._log_size()
         if self.stop_requested and self.step < cfg.max_steps:
             self.save("last")
             self.status = "interrupted"
@@ -312,8 +333,10 @@ class Trainer:
         the first non-finite step is kept on the device and `_check_finite` (one sync) runs before
         anything is logged, evaluated or saved; the run then stops at that step exactly as the
         per-step check would (status diverged, step = the bad step, the last good checkpoint kept).
-        nan_policy=skip needs the decision at once and checks every step."""
-        if self.device.type == "cuda" and self.cfg.nan_policy == "stop":
+        nan_policy=skip needs the decision at once and checks every step. `defer_nan_check` (None: on
+        CUDA) forces either way."""
+        defer = self.device.type == "cuda" if self.defer_nan_check is None else self.defer_nan_check
+        if defer and self.cfg.nan_policy == "stop":
             bad_at = torch.where(torch.isfinite(loss.detach()), self.cfg.max_steps, step)
             self._first_bad = bad_at if self._first_bad is None else torch.minimum(self._first_bad, bad_at)
             return True
@@ -376,6 +399,9 @@ class Trainer:
                 final.update(self.evaluate(split, cap))
         self._log({k: v for k, v in final.items() if k.startswith("test/")})
         return final
+
+    def _log_size(self) -> int | None:
+        return self.logger.position() if self.is_main and hasattr(self.logger, "position") else None
 
     def _log(self, metrics: dict) -> None:
         if self.is_main and metrics:

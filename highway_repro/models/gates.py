@@ -32,15 +32,13 @@ sublayer without a gate creates no parameters.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
-
 import torch
 from torch import nn
 
+# placement parsing is pure Python (config validation uses it before torch is imported)
+from highway_repro.models.placement import (GATE_KINDS, SUBLAYERS, _parse_layers, _parse_sublayers,  # noqa: F401
+                                            describe_placement, resolve_placement)
 from highway_repro.models.probe import GateAct
-
-GATE_KINDS = ("none", "sdu_sigmoid", "sdu_tanh", "highway", "gated_attn")
-SUBLAYERS = ("attn", "ffn")
 _PSI = {"sdu_sigmoid": "sigmoid", "sdu_tanh": "tanh", "highway": "sigmoid", "gated_attn": "sigmoid"}
 
 
@@ -59,7 +57,11 @@ class SublayerGate(nn.Module):
         with torch.no_grad():
             self.proj.bias[:d_model].fill_(gate_bias)
 
+    fused = True  # False: the plain formula below, one autograd node per operation (reference)
+
     def forward(self, x: torch.Tensor, sub: torch.Tensor) -> torch.Tensor:
+        if self.fused:
+            return _FusedGate.apply(self.proj(x), x, sub, self.act, self.kind)
         z1, f = self.proj(x).chunk(2, dim=-1)  # (B, T, d) each
         t = self.act(z1)  # transform gate T, (B, T, d)
         if self.kind == "highway":
@@ -72,6 +74,48 @@ class SublayerGate(nn.Module):
         return f"kind={self.kind}"
 
 
+_ACT_GRAD = {"sigmoid": torch.ops.aten.sigmoid_backward, "tanh": torch.ops.aten.tanh_backward}
+
+
+class _FusedGate(torch.autograd.Function):
+    """The pre-LayerNorm sum of a gate from h = proj(x) = [z1 | f] (B, T, 2d), x and sub, in few memory passes.
+
+    Forward: T = psi(z1) through the GateAct module (so recorders see it), then
+    out = x + sub + T * v with v = f (SDU), f - x (highway), f - sub (gated_attn), as
+    one add and one in-place addcmul. Backward writes [psi'(T) * g * v | g * T] straight
+    into one (B, T, 2d) gradient of h (no concatenation), and dx / dsub reuse g.
+    Same values and gradients as the plain formula (tests/test_gates.py), about half
+    the elementwise passes and allocations.
+    """
+
+    @staticmethod
+    def forward(ctx, h, x, sub, act, kind):
+        d = x.shape[-1]
+        z1, f = h[..., :d], h[..., d:]
+        t = act(z1.detach())  # (B, T, d), the gate value (detached: module hooks see a plain tensor)
+        v = f - x if kind == "highway" else f - sub if kind == "gated_attn" else f
+        out = torch.add(x, sub)
+        out.addcmul_(t, v)  # x + sub + T * v
+        ctx.save_for_backward(t, v)
+        ctx.kind, ctx.fn, ctx.dtypes = kind, act.fn_name, (h.dtype, x.dtype, sub.dtype)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        t, v = ctx.saved_tensors
+        h_dtype, x_dtype, sub_dtype = ctx.dtypes
+        d = t.shape[-1]
+        dh = g.new_empty((*g.shape[:-1], 2 * d), dtype=h_dtype)
+        df = torch.mul(g, t, out=dh[..., d:])  # d out / d f = T
+        _ACT_GRAD[ctx.fn](g * v, t, grad_input=dh[..., :d])  # d out / d z1 = psi'(z1) * v
+        dx = dsub = g
+        if ctx.kind == "highway":
+            dx = g - df  # (1 - T) * g
+        elif ctx.kind == "gated_attn":
+            dsub = g - df
+        return dh, dx.to(x_dtype), dsub.to(sub_dtype), None, None
+
+
 def make_gate(kind: str | None, d_model: int, gate_bias: float = 0.0) -> SublayerGate | None:
     """The gate module for one sublayer, or None for `none` (then no parameters exist)."""
     if kind is None or kind == "none":
@@ -82,87 +126,3 @@ def make_gate(kind: str | None, d_model: int, gate_bias: float = 0.0) -> Sublaye
 def combine(gate: SublayerGate | None, x: torch.Tensor, sub: torch.Tensor) -> torch.Tensor:
     """Pre-LayerNorm sum of a sublayer: plain residual x + sub when ungated."""
     return x + sub if gate is None else gate(x, sub)
-
-
-def _parse_layers(layers, n_layers: int) -> list[int]:
-    """1-based layer numbers from 'all', an int, a list of ints, or strings like '1-3' / '3,4,5'."""
-    valid = f"valid: 1-{n_layers}, 'all', a list like [1, 2] or a range string like '1-3'"
-    if layers is None or (isinstance(layers, str) and layers.strip().lower() == "all"):
-        return list(range(1, n_layers + 1))
-    if isinstance(layers, bool):
-        raise ValueError(f"gate_layers={layers!r} is not a layer selection ({valid})")
-    if isinstance(layers, int):
-        items: list = [layers]
-    elif isinstance(layers, str):
-        items = []
-        for part in layers.replace(" ", "").split(","):
-            if not part:
-                continue
-            lo, sep, hi = part.partition("-")
-            try:
-                items.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
-            except ValueError:
-                raise ValueError(f"gate_layers={layers!r} cannot be parsed ({valid})") from None
-    elif isinstance(layers, Iterable):
-        items = list(layers)
-    else:
-        raise ValueError(f"gate_layers={layers!r} is not a layer selection ({valid})")
-    out = []
-    for i in items:
-        if isinstance(i, bool) or not isinstance(i, int):
-            raise ValueError(f"gate_layers={layers!r} contains {i!r}, not an integer ({valid})")
-        if not 1 <= i <= n_layers:
-            raise ValueError(f"gate_layers={list(items)} but the model has {n_layers} layers ({valid})")
-        out.append(i)
-    return sorted(set(out))
-
-
-def _parse_sublayers(sublayers) -> tuple[str, ...]:
-    valid = "valid: 'both', 'attn', 'ffn' or a list of those"
-    if sublayers is None or sublayers == "both":
-        return SUBLAYERS
-    items = [sublayers] if isinstance(sublayers, str) else list(sublayers)
-    for s in items:
-        if s not in SUBLAYERS:
-            raise ValueError(f"gate_sublayers={sublayers!r} contains {s!r} ({valid})")
-    return tuple(s for s in SUBLAYERS if s in items)
-
-
-def resolve_placement(n_layers: int, kind: str | Sequence[str] = "none", layers="all",
-                      sublayers="both") -> list[dict[str, str | None]]:
-    """Per layer (list index 0 = paper layer 1), the gate kind of its attention and FFN sublayer.
-
-    `kind` is one string or a list with one kind per layer (x-transformers style).
-    `layers` selects the gated layers (1-based), `sublayers` which sublayers get gates.
-
-    >>> resolve_placement(4, "sdu_tanh", layers="3-4", sublayers="attn")[2]
-    {'attn': 'sdu_tanh', 'ffn': None}
-    """
-    if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
-        raise ValueError(f"n_layers={n_layers!r} must be a positive integer")
-    if isinstance(kind, str):
-        kinds = [kind] * n_layers
-    else:
-        kinds = list(kind)
-        if len(kinds) != n_layers:
-            raise ValueError(f"gate_kind has {len(kinds)} entries but the model has {n_layers} layers "
-                             "(give one kind, or one per layer)")
-    for k in kinds:
-        if k not in GATE_KINDS:
-            raise ValueError(f"gate_kind={k!r} is not known (valid: {', '.join(GATE_KINDS)})")
-    chosen = set(_parse_layers(layers, n_layers))
-    subs = _parse_sublayers(sublayers)
-    out = []
-    for i, k in enumerate(kinds, start=1):
-        on = i in chosen and k != "none"
-        out.append({s: (k if on and s in subs else None) for s in SUBLAYERS})
-    return out
-
-
-def describe_placement(placement: list[dict[str, str | None]]) -> str:
-    """One line, e.g. 'L1 attn+ffn=sdu_tanh, L2 -' for logs and tables."""
-    parts = []
-    for i, p in enumerate(placement, start=1):
-        on = [f"{s}={p[s]}" for s in SUBLAYERS if p[s]]
-        parts.append(f"L{i} " + (",".join(on) if on else "-"))
-    return "; ".join(parts)

@@ -9,8 +9,8 @@ has to write `combine(gate, x, sublayer(x))` (see `gates.py`). Nothing here has 
 fixed maximum length: masks and positions are built per call, on the input's device.
 
 Parameter counts (d = d_model, f = d_ff), used by the tests:
-    CausalSelfAttention  4*d*d + 4*d       (fused q/k/v d -> 3d, output d -> d)
-    FeedForward          2*d*f + f + d
+    CausalSelfAttention  4*d*d + 4*d       (fused q/k/v d -> 3d, output d -> d; bias=False: 4*d*d)
+    FeedForward          2*d*f + f + d     (bias=False: 2*d*f)
     nn.LayerNorm         2*d
 """
 
@@ -77,15 +77,15 @@ class CausalSelfAttention(nn.Module):
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, attn_dropout: float = 0.0,
-                 init_std: float | None = 0.02):
+                 init_std: float | None = 0.02, bias: bool = True):
         super().__init__()
         check_heads(type(self).__name__, d_model, n_heads)
         check_probability(type(self).__name__, "dropout", dropout)
         check_probability(type(self).__name__, "attn_dropout", attn_dropout)
         self.n_heads = n_heads
         self.attn_dropout = float(attn_dropout)
-        self.qkv = nn.Linear(d_model, 3 * d_model)  # fused [W_q | W_k | W_v]
-        self.out = nn.Linear(d_model, d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)  # fused [W_q | W_k | W_v]
+        self.out = nn.Linear(d_model, d_model, bias=bias)
         self.drop = nn.Dropout(dropout)
         normal_init_(self, init_std)
 
@@ -103,13 +103,14 @@ class CausalSelfAttention(nn.Module):
 class FeedForward(nn.Module):
     """Position-wise FFN: Dropout(W2 Dropout(ReLU(W1 x + b1)) + b2), (B, T, d) -> (B, T, d)."""
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, init_std: float | None = 0.02):
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, init_std: float | None = 0.02,
+                 bias: bool = True):
         super().__init__()
         check_positive_int(type(self).__name__, "d_ff", d_ff)
         check_probability(type(self).__name__, "dropout", dropout)
         self.net = nn.Sequential(
-            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout),  # (B, T, d_ff)
-            nn.Linear(d_ff, d_model), nn.Dropout(dropout),  # (B, T, d)
+            nn.Linear(d_model, d_ff, bias=bias), nn.ReLU(), nn.Dropout(dropout),  # (B, T, d_ff)
+            nn.Linear(d_ff, d_model, bias=bias), nn.Dropout(dropout),  # (B, T, d)
         )
         normal_init_(self, init_std)
 

@@ -23,7 +23,8 @@ Choices:
 
 Parameters (d = d_model, f = d_ff, V = vocab, L = n_layers), ungated, tied:
     V*d + V  +  L * (4d^2 + 4d  +  2df + f + d  +  2 * 2d)   [+ 2d final LN if pre] [+ max_len*d if learned]
-each gated sublayer adds 2d^2 + 2d.
+each gated sublayer adds 2d^2 + 2d. `bias=False` (nanoGPT / x-transformers style) drops the biases of
+the attention, FFN, LayerNorm and output layers (gates keep theirs): V*d + L * (4d^2 + 2df + 2d) [+ d].
 """
 
 from __future__ import annotations
@@ -45,13 +46,13 @@ class Block(nn.Module):
     """One transformer block: attention and FFN sublayers, each with an optional gate."""
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, attn_dropout: float,
-                 norm: str, placement: dict, gate_bias: float):
+                 norm: str, placement: dict, gate_bias: float, bias: bool = True):
         super().__init__()
         self.norm = norm
-        self.attn = CausalSelfAttention(d_model, n_heads, dropout, attn_dropout)
-        self.ffn = FeedForward(d_model, d_ff, dropout)
-        self.ln1 = nn.LayerNorm(d_model)
-        self.ln2 = nn.LayerNorm(d_model)
+        self.attn = CausalSelfAttention(d_model, n_heads, dropout, attn_dropout, bias=bias)
+        self.ffn = FeedForward(d_model, d_ff, dropout, bias=bias)
+        self.ln1 = nn.LayerNorm(d_model, bias=bias)
+        self.ln2 = nn.LayerNorm(d_model, bias=bias)
         self.attn_gate = gates.make_gate(placement["attn"], d_model, gate_bias)  # None: no parameters
         self.ffn_gate = gates.make_gate(placement["ffn"], d_model, gate_bias)
 
@@ -70,7 +71,8 @@ class TransformerLM(nn.Module):
                  d_ff: int = 2048, dropout: float = 0.1, attn_dropout: float = 0.0,
                  emb_dropout: float | None = None, norm: str = "post", pos: str = "sinusoidal",
                  max_len: int | None = None, tie_embeddings: bool = True,
-                 gate_kind="none", gate_layers="all", gate_sublayers="both", gate_bias: float = 0.0):
+                 gate_kind="none", gate_layers="all", gate_sublayers="both", gate_bias: float = 0.0,
+                 bias: bool = True):
         super().__init__()
         owner = type(self).__name__
         check_positive_int(owner, "vocab_size", vocab_size)
@@ -95,14 +97,15 @@ class TransformerLM(nn.Module):
         self.pos_emb = nn.Embedding(max_len, d_model) if pos == "learned" else None
         self.drop = nn.Dropout(emb_dropout)
         self.blocks = nn.ModuleList(
-            Block(d_model, n_heads, d_ff, dropout, attn_dropout, norm, p, gate_bias) for p in self.placement)
-        self.ln_f = nn.LayerNorm(d_model) if norm == "pre" else None
-        self.head = nn.Linear(d_model, vocab_size)
+            Block(d_model, n_heads, d_ff, dropout, attn_dropout, norm, p, gate_bias, bias) for p in self.placement)
+        self.ln_f = nn.LayerNorm(d_model, bias=bias) if norm == "pre" else None
+        self.head = nn.Linear(d_model, vocab_size, bias=bias)
         nn.init.normal_(self.tok_emb.weight, 0.0, 0.02)
         if self.pos_emb is not None:
             nn.init.normal_(self.pos_emb.weight, 0.0, 0.02)
         nn.init.normal_(self.head.weight, 0.0, 0.02)
-        nn.init.zeros_(self.head.bias)
+        if self.head.bias is not None:
+            nn.init.zeros_(self.head.bias)
         if tie_embeddings:
             self.head.weight = self.tok_emb.weight  # (V, d), shared
 

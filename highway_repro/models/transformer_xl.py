@@ -109,6 +109,80 @@ def sinusoid(pos: torch.Tensor, d: int) -> torch.Tensor:
     return torch.cat([ang.sin(), ang.cos()], dim=-1)
 
 
+class _RelAttnCore(torch.autograd.Function):
+    """softmax(((q+u) k^T + rel_shift((q+v) rk^T)) / sqrt(dh), causal mask) @ val, training path.
+
+    Inputs are the projections as the linear layers give them, q (B, Q, H*dh), kv (B, K, 2*H*dh)
+    ([k | val]), rk (K, H*dh), and u, v (H, dh), mask (Q, K) bool (True = hidden); the gradients
+    come back in those layouts. The autograd graph of the plain formula keeps and copies several
+    (B, H, Q, K) tensors (pad, reshape, scale, mask, the math fallback of scaled_dot_product_attention
+    when the bias needs a gradient). Here the forward keeps one (the probabilities); BD is computed
+    head-major, (H, B*Q, dh) @ (H, dh, K), so no operand is expanded over the batch, and its shift is
+    a strided view (`_rel_shift` without the copies); the scale is applied to the small q. The
+    backward un-shifts the score gradient with one copy into a padded buffer (the official pad trick
+    run backwards). Same values as the plain formula (tests). No attention dropout (the caller
+    uses the plain path for it).
+    """
+
+    @staticmethod
+    def forward(ctx, q, kv, rk, u, v, mask, scale):
+        (B, Q, _), K, (H, dh) = q.shape, kv.shape[1], u.shape
+        ctx.dtypes = (q.dtype, kv.dtype, rk.dtype, u.dtype, v.dtype)
+        with torch.autocast(q.device.type, enabled=False):
+            dt = q.dtype
+            q4 = q.view(B, Q, H, dh)
+            qu = torch.add(q4.transpose(1, 2), u.to(dt)[:, None], out=q.new_empty(B, H, Q, dh)).mul_(scale)
+            qv = torch.add(q4.permute(2, 0, 1, 3), v.to(dt)[:, None, None],
+                           out=q.new_empty(H, B, Q, dh)).mul_(scale)  # head-major
+            kv5 = kv.to(dt).view(B, K, 2, H, dh)
+            k, val = kv5[:, :, 0].transpose(1, 2).contiguous(), kv5[:, :, 1].transpose(1, 2).contiguous()
+            rkh = rk.to(dt).view(K, H, dh).transpose(0, 1)  # (H, K, dh)
+            scores = torch.matmul(qu, k.transpose(-1, -2))  # AC, (B, H, Q, K)
+            bd = torch.bmm(qv.view(H, B * Q, dh), rkh.transpose(1, 2))  # BD before the shift, (H, B*Q, K)
+            # rel shift as a view: out[b, h, i, j] = bd[h, b, i, Q-1-i+j] (j > M+i: garbage, masked)
+            shifted = bd.as_strided((B, H, Q, K), (Q * K, B * Q * K, K - 1, 1), bd.storage_offset() + Q - 1)
+            scores.add_(shifted).masked_fill_(mask, float("-inf"))
+            del bd, shifted
+            prob = torch.softmax(scores, dim=-1, dtype=torch.promote_types(dt, torch.float32))
+            del scores
+            out = torch.matmul(prob.to(dt), val)  # (B, H, Q, dh)
+        ctx.save_for_backward(prob, qu, qv, k, val, rkh)
+        ctx.scale = scale
+        return out.transpose(1, 2).reshape(B, Q, H * dh)
+
+    @staticmethod
+    def backward(ctx, g):
+        prob, qu, qv, k, val, rkh = ctx.saved_tensors
+        B, H, Q, K = prob.shape
+        dh, dt, s = qu.shape[-1], qu.dtype, ctx.scale
+        g4 = g.to(dt).view(B, Q, H, dh).transpose(1, 2).contiguous()  # (B, H, Q, dh)
+        p = prob.to(dt)
+        dval = torch.matmul(p.transpose(-1, -2), g4)  # (B, H, K, dh)
+        dprob = torch.matmul(g4, val.transpose(-1, -2))  # (B, H, Q, K)
+        ds = torch._softmax_backward_data(dprob.to(prob.dtype), prob, -1, prob.dtype).to(dt)  # d scores
+        del dprob, p
+        dqu = torch.matmul(ds, k)  # (B, H, Q, dh)
+        dk = torch.matmul(ds.transpose(-1, -2), qu)  # (B, H, K, dh)
+        # un-shift: the shifted view is the flat range [Q, Q + Q*K) of [0 | bd] laid out (Q, K+1)
+        pad = ds.new_empty(H, B, Q * (K + 1))
+        pad[..., :Q].zero_()
+        pad[..., Q:].view(H, B, Q, K).copy_(ds.transpose(0, 1))
+        del ds
+        dbd = pad.view(H, B, Q, K + 1)[..., 1:].view(H, B * Q, K)  # row stride K+1
+        dqv = torch.bmm(dbd, rkh)  # (H, B*Q, dh)
+        drk = torch.bmm(dbd.transpose(1, 2), qv.view(H, B * Q, dh))  # (H, K, dh)
+        del pad, dbd
+        dq = torch.add(dqu.transpose(1, 2), dqv.view(H, B, Q, dh).permute(1, 2, 0, 3),
+                       out=qu.new_empty(B, Q, H, dh)).mul_(s)
+        dkv = qu.new_empty(B, K, 2, H, dh)
+        dkv[:, :, 0].copy_(dk.transpose(1, 2))
+        dkv[:, :, 1].copy_(dval.transpose(1, 2))
+        q_dt, kv_dt, rk_dt, u_dt, v_dt = ctx.dtypes
+        return (dq.view(B, Q, H * dh).to(q_dt), dkv.view(B, K, 2 * H * dh).to(kv_dt),
+                drk.transpose(0, 1).reshape(K, H * dh).to(rk_dt), (dqu.sum((0, 2)) * s).to(u_dt),
+                (dqv.sum(1) * s).to(v_dt), None, None)
+
+
 class RelMultiHeadAttn(nn.Module):
     """Relative multi-head attention with global biases u, v (given at call time)."""
 
@@ -121,7 +195,9 @@ class RelMultiHeadAttn(nn.Module):
         self.r_net = _init_linear(nn.Linear(d_model, n_heads * d_head, bias=False))
         self.o_net = _init_linear(nn.Linear(n_heads * d_head, d_model, bias=False))
         self.drop = nn.Dropout(dropout)
-        self.fused = True  # use scaled_dot_product_attention with BD as an additive bias
+        # True: training uses _RelAttnCore, inference scaled_dot_product_attention with BD as an additive
+        # bias (attention dropout: that path in training too); False: the explicit softmax (reference)
+        self.fused = True
 
     def forward(self, h: torch.Tensor, r: torch.Tensor, u: torch.Tensor, v: torch.Tensor,
                 mask: torch.Tensor) -> torch.Tensor:
@@ -132,11 +208,15 @@ class RelMultiHeadAttn(nn.Module):
         B, K, _ = h.shape
         Q, H, dh = mask.shape[0], self.n_heads, self.d_head
         w_q, w_kv = self.qkv_net.weight.split([H * dh, 2 * H * dh], dim=0)
+        p_drop = self.attn_dropout if self.training else 0.0
+        if self.fused and p_drop == 0.0 and torch.is_grad_enabled():
+            out = _RelAttnCore.apply(F.linear(h[:, K - Q:], w_q), F.linear(h, w_kv), self.r_net(r), u, v, mask,
+                                     self.scale)  # (B, Q, H*dh)
+            return self.drop(self.o_net(out))
         q = F.linear(h[:, K - Q:], w_q).view(B, Q, H, dh).transpose(1, 2)  # (B, H, Q, dh)
         k, val = F.linear(h, w_kv).view(B, K, 2, H, dh).permute(2, 0, 3, 1, 4)  # (B, H, K, dh) each
         rk = self.r_net(r).view(K, H, dh).transpose(0, 1)  # (H, K, dh)
         bd = _rel_shift(torch.matmul(q + v[:, None], rk.transpose(-1, -2)))  # (B, H, Q, K)
-        p_drop = self.attn_dropout if self.training else 0.0
         if self.fused:
             bias = (bd * self.scale).masked_fill(mask, float("-inf")).to(q.dtype)
             out = F.scaled_dot_product_attention(q + u[:, None], k, val, attn_mask=bias,
@@ -156,7 +236,8 @@ class PositionwiseFF(nn.Module):
 
     def __init__(self, d_model: int, d_inner: int, dropout: float):
         super().__init__()
-        self.net = nn.Sequential(_init_linear(nn.Linear(d_model, d_inner)), nn.ReLU(inplace=True),
+        # not inplace: ReLU on the view a 3-d linear returns costs autograd two (B, T, d_inner) copies
+        self.net = nn.Sequential(_init_linear(nn.Linear(d_model, d_inner)), nn.ReLU(),
                                  nn.Dropout(dropout), _init_linear(nn.Linear(d_inner, d_model)),
                                  nn.Dropout(dropout))
 

@@ -1,0 +1,20 @@
+"""Speed benchmarks: `make bench` = `python -m highway_repro.bench --out results/bench`.
+
+Sections (each writes a part of results/bench.md and rows of results/bench.csv):
+
+1. training throughput of our `transformer_lm` against x-transformers' TransformerWrapper(Decoder)
+   at identical size (parameter counts printed), 3. its MFU against a large fp32 matmul;
+4. our Transformer-XL against HF transformers 4.36.2 TransfoXLLMHeadModel (a worker process
+   in its own venv, `.venv-bench-hf`), and its MFU;
+2. the cost of each gate kind (step time gated / baseline next to the FLOP ratio) for
+   transformer_lm, r_transformer and transformer_xl;
+5. Highway MLP (depth 100) and conv nets, plain vs highway;
+6. enwik8-prefix preparation MB/s and start-up time with a warm cache;
+7. peak memory of training steps (fresh process per case);
+C. with `--compile`: eager vs torch.compile.
+
+Method: contenders of one comparison are built in one process and timed in rounds, one step
+each per round, order alternating (`timing.interleaved`); figures are medians over rounds,
+ratios medians of per-round ratios. Rounds are bounded by a wall-clock budget (`--budget-min`).
+Benchmarks are never part of the test suite.
+"""

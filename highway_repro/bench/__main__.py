@@ -1,0 +1,5 @@
+import sys
+
+from highway_repro.bench.run import main
+
+sys.exit(main())

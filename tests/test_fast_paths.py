@@ -1,0 +1,144 @@
+"""The speed paths equal the plain formulas: fused gate, Transformer-XL attention core, byte tokenizer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from highway_repro.data.tokenizers import ByteTokenizer, _byte_counts
+from highway_repro.models import gates
+from highway_repro.models.transformer_lm import TransformerLM
+from highway_repro.models.transformer_xl import TransformerXL, _RelAttnCore
+
+
+def _grads(module, inputs, fused_attr, value):
+    for m in module.modules():
+        if hasattr(m, fused_attr):
+            setattr(m, fused_attr, value)
+    module.zero_grad()
+    for x in inputs:
+        x.grad = None
+    out = module(*inputs)
+    out = out[0] if isinstance(out, tuple) else out
+    out.pow(2).sum().backward()
+    return out.detach(), [p.grad.clone() for p in module.parameters()] + [x.grad.clone() for x in inputs
+                                                                          if x.grad is not None]
+
+
+@pytest.mark.parametrize("kind", ["sdu_sigmoid", "sdu_tanh", "highway", "gated_attn"])
+def test_fused_gate_gradcheck_and_equals_plain(kind):
+    torch.manual_seed(0)
+    gate = gates.make_gate(kind, 5, gate_bias=0.3).double()
+    x = torch.randn(2, 3, 5, dtype=torch.float64, requires_grad=True)
+    sub = torch.randn(2, 3, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: gate(a, b), (x, sub))
+    fast = _grads(gate, [x, sub], "fused", True)
+    plain = _grads(gate, [x, sub], "fused", False)
+    torch.testing.assert_close(fast[0], plain[0], atol=1e-12, rtol=0)
+    for a, b in zip(fast[1], plain[1]):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+
+
+def test_fused_gate_in_a_model_under_bf16_autocast():
+    torch.manual_seed(0)
+    m = TransformerLM(11, n_layers=2, d_model=8, n_heads=2, d_ff=16, dropout=0.0, gate_kind="highway")
+    x = torch.randint(0, 11, (2, 6))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits, _ = m(x)
+    logits.float().sum().backward()
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in m.parameters())
+
+
+def _mask(q, k, window=None):
+    pq, pk = torch.arange(q)[:, None] + (k - q), torch.arange(k)[None, :]
+    mask = pk > pq
+    return mask | (pk <= pq - window) if window else mask
+
+
+@pytest.mark.parametrize("q,k,window", [(4, 7, None), (3, 3, None), (5, 9, 3), (1, 4, None)])
+def test_rel_attn_core_gradcheck(q, k, window):
+    torch.manual_seed(0)
+    H, dh = 3, 4
+    args = [torch.randn(2, q, H * dh), torch.randn(2, k, 2 * H * dh), torch.randn(k, H * dh),
+            torch.randn(H, dh), torch.randn(H, dh)]
+    args = [a.double().requires_grad_() for a in args]
+    assert torch.autograd.gradcheck(lambda *a: _RelAttnCore.apply(*a, _mask(q, k, window), 0.5), args)
+
+
+@pytest.mark.parametrize("kw", [{}, {"clamp_len": 3}, {"same_length": True}, {"norm": "pre", "gate_kind": "sdu_tanh"}])
+def test_transformer_xl_core_equals_explicit_attention_with_memory(kw):
+    torch.manual_seed(0)
+    m = TransformerXL(13, n_layers=2, d_model=16, n_heads=2, d_head=8, d_inner=32, dropout=0.0, tgt_len=6,
+                      mem_len=5, **kw).double()
+    with torch.no_grad():
+        m.r_w_bias.normal_(0, 1.0)
+        m.r_r_bias.normal_(0, 1.0)
+    x = torch.randint(0, 13, (2, 6))
+    mems = [torch.randn(2, 5, 16, dtype=torch.float64) for _ in range(2)]
+    results = []
+    for fused in (True, False):
+        m.set_fused_attention(fused)
+        m.zero_grad()
+        logits, _ = m(x, mems=mems)
+        logits.pow(2).sum().backward()
+        results.append((logits.detach(), [p.grad.clone() for p in m.parameters()]))
+    torch.testing.assert_close(results[0][0], results[1][0], atol=1e-12, rtol=0)
+    for a, b in zip(results[0][1], results[1][1]):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 4096])
+def test_byte_counts_equal_bincount(n):
+    a = np.random.default_rng(n).integers(0, 256, n).astype(np.uint8)
+    assert np.array_equal(_byte_counts(a), np.bincount(a, minlength=256))
+
+
+def test_byte_tokenizer_translate_path_equals_table_lookup():
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 200, 50_001).astype(np.uint8)
+    a[::97] = 10  # newlines
+    drop = ByteTokenizer.fit([a], "drop")
+    ref = drop._table[a[a != 10]]
+    for data in (a, a.tobytes(), bytearray(a.tobytes())):
+        ids = drop.encode(data)
+        assert ids.dtype == np.uint8 and ids.flags.writeable and np.array_equal(ids, ref)
+    keep = ByteTokenizer.fit([a], "keep")
+    assert np.array_equal(keep.encode(a), a) and keep.vocab_size == 256
+    with pytest.raises(ValueError, match=r"not in the vocabulary: \[250\]"):
+        drop.encode(np.array([250, 10, 3], np.uint8))
+
+
+@pytest.mark.skipif(__import__("conftest").mirror() is None, reason="HIGHWAY_DATA_MIRROR is not set")
+def test_deferred_nan_check_stops_like_the_per_step_check(tmp_path, monkeypatch):
+    """The no-sync check of CUDA (forced on here) ends a diverging run exactly as the per-step check."""
+    import json
+
+    from conftest import compose
+    from highway_repro.engine.trainer import Trainer
+    from highway_repro.train import run
+
+    original = Trainer._forward
+
+    def nan_from_step_5(self, batch, mems, score_len):
+        loss, sums, new_mems = original(self, batch, mems, score_len)
+        if self.model.training and self.step >= 5:
+            loss = loss * float("nan")
+        return loss, sums, new_mems
+
+    monkeypatch.setattr(Trainer, "_forward", nan_from_step_5)
+    cfg = compose(["experiment=demo", "scale=smoke", "model.depth=3", "trainer.max_steps=12", "trainer.log_every=4",
+                   "trainer.checkpoint_every=4", "trainer.eval_every=0", "logger=jsonl"])
+    outs = {}
+    for defer in (False, True):
+        monkeypatch.setattr(Trainer, "defer_nan_check", defer)
+        out = tmp_path / str(defer)
+        out.mkdir()
+        final = run(cfg, out)
+        outs[defer] = ({k: v for k, v in final.items() if not k.startswith("time/")},
+                       [{k: v for k, v in json.loads(x).items() if not k.startswith("perf/")}
+                        for x in (out / "metrics.jsonl").read_text().splitlines()],
+                       torch.load(out / "ckpt" / "last.pt", map_location="cpu", weights_only=False)["step"])
+    assert outs[True][0]["status"] == "diverged" and outs[True][0]["step"] == 5
+    assert "at step 5" in outs[True][0]["error"] and outs[True][2] == 4
+    assert outs[True] == outs[False]

@@ -1,0 +1,37 @@
+"""Hydra launchers: a joblib multirun of two smoke jobs, and the SLURM (submitit) launcher config."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import REPO, needs_mirror
+
+
+def _train(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HYDRA_FULL_ERROR": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "highway_repro.train", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@needs_mirror
+def test_joblib_multirun_of_two_smoke_jobs(tmp_path):
+    r = _train("-m", "experiment=demo", "scale=smoke", "model.depth=2,3", "hydra/launcher=joblib",
+               "hydra.launcher.n_jobs=2", "threads=1", f"hydra.sweep.dir={tmp_path}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    done = sorted(tmp_path.glob("*/metrics.json"))
+    assert [p.parent.name for p in done] == ["model.depth=2", "model.depth=3"]
+    for p in done:
+        assert json.loads(p.read_text())["status"] == "done", p
+    assert "Joblib" in r.stdout + r.stderr  # the joblib launcher ran the jobs
+
+
+def test_submitit_cluster_launcher_composes():
+    r = _train("hydra/launcher=submitit_cluster", "--cfg", "hydra", timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout
+    assert "hydra_submitit_launcher" in out and "SlurmLauncher" in out
+    for field in ("partition:", "gpus_per_node:", "timeout_min:", "tasks_per_node:", "cpus_per_task:", "mem_gb:"):
+        assert field in out, field

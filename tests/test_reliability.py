@@ -1,0 +1,667 @@
+"""Failure behaviour (README "Failure behaviour"), one section per fault class:
+
+1. kill and resume (SIGKILL during a step and during a checkpoint write, SIGTERM / SIGINT), through real
+   `python -m highway_repro.train` subprocesses, killed at points found by polling the run folder
+   (metrics.jsonl, ckpt/.last.pt.tmp<pid>): no test hook in the production code;
+2. checkpoints: format version + resolved config, a corrupt last.pt falls back to prev.pt, a checkpoint of
+   another architecture is a one-line error;
+3. config validation: one line, exit 2, in under 2 s (before torch is imported);
+4. NaN / Inf losses (nan_policy stop and skip), injected through `data._target_` (tests/reliability_fixtures.py);
+5. data faults not covered by tests/test_data.py: truncated files, empty splits, corrupt and interrupted caches;
+6. a sweep with a failing job: the other jobs finish, the report marks the cell with the error.
+
+Fuzzing of the gate placement parser and the config validator: tests/test_fuzz.py.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import logging
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from conftest import REPO, compose, mirror, needs_mirror
+from highway_repro import data, report
+from highway_repro.data import sources, vision
+from highway_repro.engine import checkpoint as ck
+from highway_repro.engine.trainer import Trainer
+from highway_repro.train import _summary, run
+
+VOLATILE = ("perf/", "time/")
+
+# An MLP large enough (1.4 M parameters: an 11 MB checkpoint with the SGD momentum) that a step and a
+# checkpoint write take long enough to be hit by a kill from a polling parent, small enough for CI.
+IMAGE = ["experiment=demo", "scale=smoke", "model.depth=3", "model.width=512", "trainer.max_steps=12",
+         "trainer.checkpoint_every=3", "trainer.log_every=2", "trainer.eval_every=0", "deterministic=true",
+         "logger=jsonl"]
+LM = ["model=transformer_xl", "data=enwik8_prefix", "optim=adam", "scale=smoke", "model.n_layers=2",
+      "model.d_model=64", "model.n_heads=2", "model.d_head=32", "model.d_inner=256", "model.tgt_len=16",
+      "model.mem_len=16", "model.eval_tgt_len=16", "model.eval_mem_len=16", "data.seq_len=16",
+      "data.batch_size=4", "data.eval_batch_size=4", "+data.train_limit_tokens=4000", "trainer.max_steps=12",
+      "trainer.checkpoint_every=3", "trainer.eval_every=4", "trainer.log_every=2", "trainer.grad_clip=0.25",
+      "deterministic=true", "logger=jsonl"]
+
+
+def _stable(d: dict) -> dict:
+    return {k: v for k, v in d.items() if not k.startswith(VOLATILE)}
+
+
+def _history(out: Path) -> list[dict]:
+    return [_stable(json.loads(x)) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def _final(out: Path) -> dict:
+    return json.loads((out / "metrics.json").read_text())
+
+
+def _cli(args, **kw):
+    return [sys.executable, *kw.get("flags", ()), "-m", "highway_repro.train", *args]
+
+
+def _env():
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests"), env.get("PYTHONPATH", "")])
+    return env
+
+
+# ============================================================================ 1. kill and resume
+
+def _logged_step(out: Path) -> int:
+    """The last step with training metrics in metrics.jsonl (-1 before the first)."""
+    try:
+        lines = (out / "metrics.jsonl").read_text().splitlines()
+    except FileNotFoundError:
+        return -1
+    steps = [-1]
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if "train/loss" in rec:
+            steps.append(rec["step"])
+    return max(steps)
+
+
+class Driver:
+    """Starts `python -m highway_repro.train <overrides> resume=auto` in one run folder, again and again, and
+    signals each process when a condition on the folder holds (polled; nothing in the code under test)."""
+
+    def __init__(self, overrides: list[str], out: Path):
+        self.overrides, self.out = overrides, out
+        self.log: list[tuple] = []
+
+    def start(self) -> subprocess.Popen:
+        args = self.overrides + ["resume=auto", "threads=1", f"hydra.run.dir={self.out}"]
+        self.stderr = open(self.out.parent / f"{self.out.name}-{len(self.log)}.log", "w")
+        return subprocess.Popen(_cli(args), cwd=REPO, env=_env(), stdout=self.stderr, stderr=subprocess.STDOUT)
+
+    def signal_when(self, cond, sig, poll: float, timeout: float = 300) -> tuple[int, bool]:
+        """Start a process, send `sig` as soon as cond(pid) holds; returns (exit code, whether it was signalled).
+
+        Polls slowly until the process logs its model (torch, data and model are loaded, training starts),
+        then every `poll` seconds: a fast-polling parent would take CPU from the child on a 2-core machine."""
+        p = self.start()
+        self.pid, log = p.pid, Path(self.stderr.name)
+        deadline, sent, ready = time.monotonic() + timeout, False, False
+        while p.poll() is None:
+            ready = ready or "- model: " in log.read_text()
+            if ready and cond(p.pid):
+                p.send_signal(sig)
+                sent = True
+                break
+            if time.monotonic() > deadline:
+                p.kill()
+                raise AssertionError(f"condition not reached in {timeout} s")
+            time.sleep(poll if ready else 0.05)
+        rc = p.wait(timeout)
+        self.stderr.close()
+        self.log.append((sig, rc, sent))
+        return rc, sent
+
+    def output(self) -> str:
+        return "\n".join(p.read_text() for p in sorted(self.out.parent.glob(f"{self.out.name}-*.log")))
+
+    # -- the three interruptions
+    def terminate_after_step(self, step: int, sig=signal.SIGTERM) -> None:
+        """SIGTERM / SIGINT once `step` is logged: the process finishes its step, saves, exits 128 + sig."""
+        step = max(step, _logged_step(self.out) + 1)
+        rc, sent = self.signal_when(lambda pid: _logged_step(self.out) >= step, sig, poll=0.005)
+        assert sent and rc == 128 + sig, (rc, self.output()[-3000:])
+        final = _final(self.out)
+        assert final["status"] == "interrupted" and final["signal"] == sig
+        assert ck.load(self.out / "ckpt" / "last.pt")["step"] == final["step"] >= step
+
+    def kill_during_step(self, step: int) -> None:
+        """SIGKILL once a step >= `step` is logged by this process (lines left by earlier processes do not
+        count: they are cut on resume) and no checkpoint is being written: the process is inside a step."""
+        ckpt, step = self.out / "ckpt", max(step, _logged_step(self.out) + 1)
+        rc, sent = self.signal_when(lambda pid: _logged_step(self.out) >= step
+                                    and not (ckpt / f".last.pt.tmp{pid}").exists(), signal.SIGKILL, poll=0.002)
+        assert sent and rc == -signal.SIGKILL, (rc, self.output()[-3000:])
+        assert not (self.out / "metrics.json").exists() or _final(self.out)["status"] != "done"
+
+    def kill_during_checkpoint_write(self, tries: int = 4) -> None:
+        """SIGKILL while ckpt/.last.pt.tmp<pid> exists; retried until the leftover temp file proves it hit."""
+        ckpt = self.out / "ckpt"
+        for _ in range(tries):
+            rc, sent = self.signal_when(lambda pid: (ckpt / f".last.pt.tmp{pid}").exists(), signal.SIGKILL,
+                                        poll=0.0005)
+            assert sent and rc == -signal.SIGKILL, (rc, self.output()[-3000:])
+            if (ckpt / f".last.pt.tmp{self.pid}").exists() and not (ckpt / "last.pt").exists():
+                # killed mid-write: last.pt was rotated to prev.pt, the new one is a partial temp file
+                assert (ckpt / "prev.pt").exists()
+                return
+        raise AssertionError(f"no kill landed inside a checkpoint write in {tries} tries")
+
+    def finish(self) -> dict:
+        rc, sent = self.signal_when(lambda pid: False, signal.SIGKILL, poll=0.05)
+        assert rc == 0 and not sent, self.output()[-3000:]
+        assert not list((self.out / "ckpt").glob(".*.pt.tmp*")), "a stale temp file was not cleaned up"
+        return _final(self.out)
+
+
+def _reference(overrides: list[str], out: Path) -> dict:
+    out.mkdir(parents=True)
+    final = run(compose(overrides + ["threads=1"]), out)
+    assert final["status"] == "done"
+    return final
+
+
+@needs_mirror
+def test_image_killed_anywhere_resumes_to_identical_metrics(tmp_path):
+    """SIGTERM, SIGKILL inside a checkpoint write, SIGKILL inside a step, then resume=auto to the end: the
+    final metrics and the whole metrics.jsonl equal those of an uninterrupted run (CPU, deterministic)."""
+    ref = _reference(IMAGE, tmp_path / "ref")
+    d = Driver(IMAGE, tmp_path / "run")
+    d.terminate_after_step(2)              # clean stop at step >= 3, saved there
+    d.kill_during_checkpoint_write()       # the next write (step 6): the next start resumes from prev.pt
+    d.kill_during_step(6)                  # once a step past the killed process's lines is logged
+    final = d.finish()
+    assert _stable(final) == _stable(ref)
+    assert _history(tmp_path / "run") == _history(tmp_path / "ref")
+    assert "falling back" not in d.output()  # a write killed midway leaves no corrupt last.pt, just none
+
+
+@needs_mirror
+@pytest.mark.slow
+def test_lm_with_memory_killed_anywhere_resumes_to_identical_metrics(tmp_path):
+    """The same for Transformer-XL (memory and dropout RNG in the checkpoint), with SIGINT."""
+    ref = _reference(LM, tmp_path / "ref")
+    d = Driver(LM, tmp_path / "run")
+    d.terminate_after_step(2, signal.SIGINT)
+    d.kill_during_step(4)
+    d.kill_during_checkpoint_write(tries=8)
+    final = d.finish()
+    assert _stable(final) == _stable(ref)
+    assert _history(tmp_path / "run") == _history(tmp_path / "ref")
+
+
+SMALL = ["experiment=demo", "scale=smoke", "model.depth=3", "trainer.max_steps=8", "trainer.checkpoint_every=3",
+         "trainer.log_every=4", "trainer.eval_every=0", "deterministic=true", "logger=jsonl"]
+
+
+class Crash(RuntimeError):
+    pass
+
+
+def _in_process_interruptions(tmp_path, monkeypatch, when, extra=()):
+    """Run SMALL in-process with `when(trainer, phase)` called at each training forward and evaluation; it may
+    raise Crash (a kill) or raise SIGTERM; then resume=auto, which must give the uninterrupted run's metrics
+    and metrics.jsonl. Returns the first run's final metrics (None when it crashed)."""
+    ref, overrides = tmp_path / "ref", SMALL + list(extra)
+    _reference(overrides, ref)
+    forward, evaluate = Trainer._forward, Trainer.evaluate
+
+    def fwd(self, batch, mems, score_len):
+        if self.model.training:
+            when(self, "step")
+        return forward(self, batch, mems, score_len)
+
+    def ev(self, split, max_batches=None):
+        when(self, f"eval/{split}")
+        return evaluate(self, split, max_batches)
+
+    monkeypatch.setattr(Trainer, "_forward", fwd)
+    monkeypatch.setattr(Trainer, "evaluate", ev)
+    out = tmp_path / "run"
+    out.mkdir()
+    try:
+        first = run(compose(overrides + ["threads=1"]), out)
+    except Crash:
+        first = None
+    monkeypatch.setattr(Trainer, "_forward", forward)
+    monkeypatch.setattr(Trainer, "evaluate", evaluate)
+    final = run(compose(overrides + ["threads=1", "resume=auto"]), out)
+    assert final["status"] == "done"
+    assert _stable(final) == _stable(_final(ref))
+    assert _history(out) == _history(ref)
+    return first
+
+
+@needs_mirror
+def test_sigterm_mid_log_interval_resumes_exactly(tmp_path, monkeypatch):
+    """SIGTERM in step 3 of a 4-step log interval: the interval's running sums are checkpointed."""
+    def when(trainer, phase):
+        if phase == "step" and trainer.step == 2 and not trainer.stop_requested:
+            signal.raise_signal(signal.SIGTERM)
+
+    first = _in_process_interruptions(tmp_path, monkeypatch, when)
+    assert first["status"] == "interrupted" and first["step"] == 3 and first["signal"] == signal.SIGTERM
+
+
+@needs_mirror
+def test_killed_before_the_first_checkpoint_starts_over(tmp_path, monkeypatch):
+    def when(trainer, phase):
+        if phase == "step" and trainer.step == 2:
+            raise Crash("killed")
+
+    _in_process_interruptions(tmp_path, monkeypatch, when)
+
+
+@needs_mirror
+def test_killed_during_the_final_evaluation_logs_it_once(tmp_path, monkeypatch):
+    """Killed after the final val line was logged, before the test metrics: the checkpoint at max_steps
+    resumes straight into the final evaluation (train metrics and log position are in the checkpoint)."""
+    def when(trainer, phase):
+        if phase == "eval/test":
+            raise Crash("killed")
+
+    _in_process_interruptions(tmp_path, monkeypatch, when,
+                              ["trainer.checkpoint_every=4", "data.val_size=100", "trainer.splits=[val,test]"])
+
+
+# ============================================================================ 2. checkpoints
+
+@pytest.fixture(scope="module")
+def crashed_run(tmp_path_factory):
+    """A reference run and a run that died at step 7 (last.pt = step 6, prev.pt = step 3), in-process."""
+    if mirror() is None:
+        pytest.skip("HIGHWAY_DATA_MIRROR is not set to the offline data mirror")
+    root = tmp_path_factory.mktemp("crashed")
+    overrides = SMALL + ["threads=1"]
+    _reference(SMALL, root / "ref")
+    out = root / "run"
+    out.mkdir()
+    forward = Trainer._forward
+
+    def dying(self, batch, mems, score_len):
+        if self.model.training and self.step == 7:
+            raise Crash("killed")
+        return forward(self, batch, mems, score_len)
+
+    Trainer._forward = dying
+    try:
+        with pytest.raises(Crash):
+            run(compose(overrides), out)
+    finally:
+        Trainer._forward = forward
+    return root
+
+
+@needs_mirror
+def test_checkpoint_has_format_version_and_resolved_config(crashed_run):
+    resolved = yaml.safe_load((crashed_run / "run" / "config_resolved.yaml").read_text())
+    for name, step in (("last.pt", 6), ("prev.pt", 3)):
+        c = ck.load(crashed_run / "run" / "ckpt" / name)
+        assert c["format_version"] == ck.FORMAT_VERSION and c["step"] == step
+        assert c["config"] == resolved and c["config"]["model"]["depth"] == 3
+
+
+def test_checkpoint_of_another_format_version_or_missing_is_named(tmp_path):
+    torch.save({"format_version": 99, "model": {}}, tmp_path / "last.pt")
+    with pytest.raises(ck.CheckpointError, match=r"last.pt has format_version=99; this code reads 1"):
+        ck.load(tmp_path / "last.pt")
+    with pytest.raises(ck.CheckpointError, match=r"checkpoint .*nope.pt does not exist"):
+        ck.load(tmp_path / "nope.pt")
+    ck.save(tmp_path, "last", {"model": {}, "step": 1})
+    (tmp_path / ".last.pt.tmp1").write_bytes(b"partial")  # left by a writer killed mid-write
+    ck.save(tmp_path, "last", {"model": {}, "step": 2})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt", "prev.pt"]
+
+
+def test_no_usable_checkpoint_starts_over_with_a_warning(tmp_path, caplog):
+    ck.save(tmp_path, "last", {"model": {}, "step": 1})
+    ck.save(tmp_path, "last", {"model": {}, "step": 2})
+    for name in ("last.pt", "prev.pt"):
+        (tmp_path / name).write_bytes(b"garbage")
+    with caplog.at_level(logging.WARNING):
+        assert ck.load_latest(tmp_path) is None
+    assert "last.pt is corrupt" in caplog.text and "prev.pt is corrupt" in caplog.text
+    assert f"no usable checkpoint in {tmp_path}: starting from step 0" in caplog.text
+
+
+def test_checkpoint_and_data_errors_are_one_line_exit_2_without_importing_torch_first():
+    """train.main reports these classes in one line with exit code 2 (see _main); finding them must not import
+    torch when only the config was read (a config error), so they are looked up among the loaded modules."""
+    code = "import sys, highway_repro.train as t; print(len(t._user_errors()), 'torch' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.stdout.split() == ["3", "False"], r.stdout + r.stderr
+    from highway_repro.train import _user_errors  # here, with the data and the engine loaded
+    errors = _user_errors()
+    assert [c.__name__ for c in errors] == ["ConfigError", "ValueError", "TypeError", "CheckpointError", "DataError"]
+    assert all(issubclass(c, errors) for c in (ck.CheckpointError, data.ChecksumError, data.DataNotFoundError,
+                                                vision.UnsafePickleError))
+
+
+@needs_mirror
+def test_corrupt_last_checkpoint_falls_back_to_prev_through_the_cli(crashed_run, tmp_path):
+    """Truncate last.pt of a real run folder; `resume=auto` warns naming the file, resumes from prev.pt (step 3),
+    finishes with the uninterrupted run's metrics and keeps the corrupt file aside as last.pt.corrupt."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(crashed_run / "run", out)
+    last = out / "ckpt" / "last.pt"
+    last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
+    r = subprocess.run(_cli(SMALL + ["resume=auto", "threads=1", f"hydra.run.dir={out}"]), cwd=REPO, env=_env(),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    console = r.stdout + r.stderr  # Hydra's job logging: the console and <run>/train.log
+    for text in (console, (out / "train.log").read_text()):
+        warning = [x for x in text.splitlines() if "WARNING" in x and "last.pt" in x]
+        assert warning and f"checkpoint {last} is corrupt or truncated" in warning[0], console[-3000:]
+        assert "falling back to the previous checkpoint" in warning[0]
+        assert f"resuming from {out / 'ckpt' / 'prev.pt'} (step 3)" in text
+    assert _stable(_final(out)) == _stable(_final(crashed_run / "ref"))
+    assert _history(out) == _history(crashed_run / "ref")
+    assert (out / "ckpt" / "last.pt.corrupt").exists() and ck.load(last)["step"] == 8
+
+
+@needs_mirror
+def test_checkpoint_of_another_architecture_is_a_one_line_error(crashed_run, tmp_path):
+    ckpt = crashed_run / "run" / "ckpt" / "last.pt"
+    r = subprocess.run(_cli(SMALL + ["model.depth=4", f"resume={ckpt}", f"hydra.run.dir={tmp_path}"]), cwd=REPO,
+                       env=_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: resume={ckpt}: checkpoint does not fit this architecture; missing in checkpoint: ")
+    assert "layers.2." in last  # the third hidden layer exists only in the depth-4 model
+
+
+# ============================================================================ 3. config validation
+
+BAD_CONFIGS = {  # overrides -> (field=value named in the message, the valid range named in it)
+    "gate_kind": (["model=transformer_lm", "data=ptb_char", "model.gate_kind=sdu_relu"],
+                  "model.gate_kind='sdu_relu'", "valid: none, sdu_sigmoid, sdu_tanh, highway, gated_attn"),
+    "gate_layers": (["model=transformer_lm", "data=ptb_char", "model.gate_kind=sdu_tanh", "model.gate_layers=[2,4]"],
+                    "model.gate_layers=[2, 4]", "valid: 1-3"),
+    "n_heads": (["model=transformer_lm", "data=ptb_char", "model.n_heads=3"],
+                "model.n_heads=3", "valid: a divisor of 512"),
+    "depth": (["experiment=demo", "model.depth=0"], "model.depth=0", "must be a positive integer"),
+    "seq_len": (["model=transformer_lm", "data=ptb_char", "data.seq_len=-5"], "data.seq_len=-5",
+                "must be a positive integer"),
+    "mem_len": (["model=transformer_lm", "data=ptb_char", "+model.mem_len=8"], "model.mem_len=8",
+                "valid only for TransformerXL"),
+    "batch_size": (["experiment=demo", "data.batch_size=100000"], "data.batch_size=100000", "valid: 1..400"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
+def test_bad_config_fails_fast_before_torch(case, tmp_path):
+    """Exit 2 with one line naming the field, the value and the valid range; no traceback; torch never imported.
+
+    Time: the whole subprocess (interpreter + Hydra, which composes the config twice; torch is not imported,
+    checked through -X importtime, whose output makes the times upper bounds) must take under 2 s. Measured on the
+    2-core reference machine: 0.9-1.2 s of CPU time; wall 1.0-1.2 s idle, 1.5-2.3 s at load average 8 (other
+    engineers' test runs). So the CPU time (user + sys of the child, independent of load) is held to 2 s, and
+    the wall time to 2 s times the CPU contention (1-min load average / cores, when above 1), best of 3 tries.
+    """
+    import resource
+
+    overrides, field, valid = BAD_CONFIGS[case]
+    walls, cpus = [], []
+    contention = max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+    for attempt in range(3):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        r = subprocess.run(_cli(overrides + ["scale=smoke", f"hydra.run.dir={tmp_path / str(attempt)}"],
+                                flags=("-X", "importtime")), cwd=REPO, env=_env(), capture_output=True, text=True,
+                           timeout=120)
+        walls.append(time.perf_counter() - t0)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+        imports = [x.rsplit("|", 1)[-1].strip() for x in r.stderr.splitlines() if x.startswith("import time:")]
+        lines = [x for x in r.stderr.splitlines() if not x.startswith("import time:")]
+        assert r.returncode == 2, r.stderr[-3000:]
+        assert "torch" not in imports and "numpy" not in imports
+        assert lines == [lines[-1]] and lines[-1].startswith(f"error: {field} "), lines
+        assert valid in lines[-1]
+        if walls[-1] < 2.0 * contention:
+            break
+    print(f"{case}: wall {min(walls):.2f} s, cpu {min(cpus):.2f} s, contention {contention:.1f}")
+    assert min(cpus) < 2.0, cpus
+    assert min(walls) < 2.0 * contention, (walls, contention)
+
+
+# ============================================================================ 4. numerical faults
+
+NAN = ["experiment=demo", "scale=smoke", "model.depth=3", "trainer.max_steps=8", "trainer.checkpoint_every=2",
+       "trainer.log_every=1", "trainer.eval_every=0", "logger=jsonl", "threads=1",
+       "data._target_=reliability_fixtures.nan_data"]
+
+
+@needs_mirror
+def test_nan_loss_stops_as_diverged_and_keeps_the_last_good_checkpoint(tmp_path, caplog):
+    with caplog.at_level(logging.ERROR):
+        final = run(compose(NAN + ["+data.nan_steps=[5]"]), tmp_path)
+    assert final["status"] == "diverged" and final["step"] == 5
+    assert final["error"] == "non-finite training loss (nan) at step 5"
+    assert _final(tmp_path)["status"] == "diverged" and _final(tmp_path)["error"] == final["error"]
+    assert "at step 5: stopping; the last good checkpoint is kept" in caplog.text
+    assert _summary(final).startswith("[diverged] step 5") and "at step 5" in _summary(final)
+    c = ck.load(tmp_path / "ckpt" / "last.pt")
+    assert c["step"] == 4 and all(torch.isfinite(v).all() for v in c["model"].values())
+
+
+@needs_mirror
+def test_huge_learning_rate_diverges_cleanly(tmp_path):
+    final = run(compose(NAN[:-1] + ["optim.optimizer.lr=1e3", "trainer.max_steps=30"]), tmp_path)
+    assert final["status"] == "diverged" and "non-finite training loss" in final["error"]
+    assert f"at step {final['step']}" in final["error"] and _final(tmp_path)["status"] == "diverged"
+    c = ck.load(tmp_path / "ckpt" / "last.pt")
+    assert c["step"] < final["step"] and all(torch.isfinite(v).all() for v in c["model"].values())
+
+
+@needs_mirror
+def test_non_finite_weights_are_never_checkpointed(tmp_path, monkeypatch):
+    """A finite loss whose update poisons the weights (here: injected into the 6th optimizer step) stops the
+    run at the next checkpoint instead of overwriting the last good one."""
+    step = torch.optim.SGD.step
+
+    def poisoning(self, *a, **kw):
+        out = step(self, *a, **kw)
+        if poisoning.calls == 5:  # the 6th step: the weights of step 6 are poisoned
+            with torch.no_grad():
+                self.param_groups[0]["params"][0].fill_(float("inf"))
+        poisoning.calls += 1
+        return out
+
+    poisoning.calls = 0
+    monkeypatch.setattr(torch.optim.SGD, "step", poisoning)
+    final = run(compose(NAN[:-1]), tmp_path)
+    assert final["status"] == "diverged" and final["error"] == "non-finite weights after step 6 (the loss was finite)"
+    c = ck.load(tmp_path / "ckpt" / "last.pt")
+    assert c["step"] == 4 and all(torch.isfinite(v).all() for v in c["model"].values())
+
+
+@needs_mirror
+def test_nan_policy_skip_skips_up_to_max_bad_steps(tmp_path):
+    skip = NAN + ["trainer.nan_policy=skip", "trainer.max_bad_steps=2"]
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    ok = run(compose(skip + ["+data.nan_steps=[2,5]"]), tmp_path / "a")
+    assert ok["status"] == "done" and math.isfinite(ok["train/loss"]) and math.isfinite(ok["test/loss"])
+    assert ck.load(tmp_path / "a" / "ckpt" / "last.pt")["extra"]["bad_steps"] == 2
+    bad = run(compose(skip + ["+data.nan_steps=[1,2,6]"]), tmp_path / "b")
+    assert bad["status"] == "diverged" and bad["step"] == 6
+    assert bad["error"] == ("non-finite training loss (nan) at step 6 "
+                            "(more than trainer.max_bad_steps=2 skipped batches)")
+    assert _final(tmp_path / "b")["status"] == "diverged"
+
+
+# ============================================================================ 5. data faults
+
+@pytest.fixture
+def offline_mirror(tmp_path, monkeypatch):
+    """An empty mirror and cache, no network."""
+    def refuse(url, dest, timeout=None):
+        raise OSError("network disabled in tests")
+
+    monkeypatch.setattr(sources, "download", refuse)
+    mirror, cache = tmp_path / "mirror", tmp_path / "cache"
+    mirror.mkdir()
+    cache.mkdir()
+    monkeypatch.setenv("HIGHWAY_DATA_MIRROR", str(mirror))
+    return mirror, cache
+
+
+def _sums(mirror: Path) -> None:
+    lines = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  ./{p.relative_to(mirror).as_posix()}"
+             for p in sorted(mirror.rglob("*")) if p.is_file() and p.name != "SHA256SUMS"]
+    (mirror / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+
+
+def _idx(shape, dtype_code=0x08) -> bytes:
+    head = bytes([0, 0, dtype_code, len(shape)]) + b"".join(int(n).to_bytes(4, "big") for n in shape)
+    return head + np.random.default_rng(0).integers(0, 10, int(np.prod(shape)), dtype=np.uint8).tobytes()
+
+
+def _mnist(mirror: Path, n_train=50, n_test=20) -> None:
+    (mirror / "mnist").mkdir()
+    for name, shape in (("train-images-idx3-ubyte", (n_train, 28, 28)), ("train-labels-idx1-ubyte", (n_train,)),
+                        ("t10k-images-idx3-ubyte", (n_test, 28, 28)), ("t10k-labels-idx1-ubyte", (n_test,))):
+        (mirror / "mnist" / f"{name}.gz").write_bytes(gzip.compress(_idx(shape)))
+    _sums(mirror)
+
+
+def _one_line_naming(e, name: str) -> None:
+    msg = str(e.value)
+    assert name in msg and "\n" not in msg, msg
+
+
+def test_truncated_gzip_idx_file_is_named(tmp_path):
+    path = tmp_path / "train-images-idx3-ubyte.gz"
+    blob = gzip.compress(_idx((50, 28, 28)))
+    path.write_bytes(blob[: len(blob) // 2])
+    with pytest.raises(data.DataError) as e:
+        vision.read_idx(path)
+    _one_line_naming(e, str(path))
+
+
+def test_truncated_or_empty_mnist_in_a_mirror_is_named(offline_mirror):
+    mirror, cache = offline_mirror
+    _mnist(mirror)
+    assert data.build("mnist", cache_dir=cache, batch_size=10).num_examples("train") == 50
+    f = mirror / "mnist" / "train-images-idx3-ubyte.gz"
+    f.write_bytes(f.read_bytes()[:-100])  # truncated after its checksum was recorded
+    with pytest.raises(data.ChecksumError) as e:
+        data.build("mnist", cache_dir=cache / "2", batch_size=10)
+    _one_line_naming(e, "mnist/train-images-idx3-ubyte.gz")
+    f.write_bytes(gzip.compress(_idx((0, 28, 28))))  # an empty split, with a matching checksum
+    _sums(mirror)
+    with pytest.raises(data.DataError) as e:
+        data.build("mnist", cache_dir=cache / "3", batch_size=10)
+    _one_line_naming(e, "train-images-idx3-ubyte.gz: holds no items")
+
+
+def _ptb(mirror: Path, valid_text: str | None = None) -> None:
+    (mirror / "ptb").mkdir()
+    rng = np.random.default_rng(1)
+    words = [f"w{i}" for i in range(30)]
+    for f, n in (("train", 200), ("valid", 30), ("test", 30)):
+        text = "".join(" " + " ".join(rng.choice(words, 8)) + " \n" for _ in range(n))
+        (mirror / "ptb" / f"ptb.{f}.txt").write_text(valid_text if f == "valid" and valid_text is not None else text)
+    _sums(mirror)
+
+
+def test_empty_text_split_is_named(offline_mirror):
+    mirror, cache = offline_mirror
+    _ptb(mirror, valid_text="\n")
+    with pytest.raises(ValueError) as e:
+        data.build("ptb_word", cache_dir=cache, batch_size=2, seq_len=8)
+    _one_line_naming(e, "ptb_word: the val split")
+    assert "ptb.valid.txt) is empty" in str(e.value)
+
+
+def test_corrupt_data_cache_is_rebuilt_from_the_source(offline_mirror, caplog):
+    mirror, cache = offline_mirror
+    _ptb(mirror)
+    good = data.build("ptb_word", cache_dir=cache, batch_size=2, seq_len=8)
+    (folder,) = list((cache / "prepared").glob("ptb_word-*"))
+    breakages = [("train.npy", lambda p: p.write_bytes(p.read_bytes()[:50])),      # truncated array
+                 ("manifest.json", lambda p: p.write_text("{not json")),          # garbage manifest
+                 ("val.npy", lambda p: np.save(p, np.zeros(3, np.int64)))]         # wrong shape and dtype
+    for name, damage in breakages:
+        damage(folder / name)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            again = data.build("ptb_word", cache_dir=cache, batch_size=2, seq_len=8)
+        assert f"data cache {folder} is unreadable" in caplog.text and "rebuilding it from the source" in caplog.text
+        for s in ("train", "val", "test"):
+            assert np.array_equal(again.streams[s], good.streams[s]), (name, s)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        data.build("ptb_word", cache_dir=cache, batch_size=2, seq_len=8)
+    assert "rebuilding" not in caplog.text  # repaired for good
+
+
+def test_interrupted_cache_write_leaves_no_partial_file(offline_mirror, monkeypatch):
+    """A crash while a cache array is written (disk full, kill) leaves no file under a final name, no temp
+    file, and no manifest; the next build rebuilds the cache."""
+    mirror, cache = offline_mirror
+    _ptb(mirror)
+    real_save = np.save
+    calls = []
+
+    def dying_save(f, arr, allow_pickle=False):
+        calls.append(1)
+        if len(calls) == 2:  # the second array: half written, then the process "dies"
+            f.write(b"\x93NUMPY partial")
+            raise OSError("No space left on device")
+        real_save(f, arr, allow_pickle=allow_pickle)
+
+    monkeypatch.setattr(np, "save", dying_save)
+    with pytest.raises(OSError, match="No space left"):
+        data.build("ptb_word", cache_dir=cache, batch_size=2, seq_len=8)
+    monkeypatch.setattr(np, "save", real_save)
+    (folder,) = list((cache / "prepared").glob("ptb_word-*"))
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["train.npy"], names  # the one complete array; no partial val.npy, no temp file, no manifest
+    d = data.build("ptb_word", cache_dir=cache, batch_size=2, seq_len=8)
+    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "test.npy", "train.npy", "val.npy"]
+    assert d.num_tokens("val") == 30 * 9
+
+
+# ============================================================================ 6. sweeps with a failing job
+
+@needs_mirror
+def test_sweep_with_a_failing_job_finishes_the_others_and_reports_the_error(tmp_path):
+    sweep = tmp_path / "sweep"
+    r = subprocess.run(_cli(["-m", "experiment=demo", "scale=smoke", "model.depth=0,2", "trainer.max_steps=2",
+                             "threads=1", f"hydra.sweep.dir={sweep}"]), cwd=REPO, env=_env(), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode != 0  # Hydra reports the failed job once all jobs have run
+    jobs = {json.loads((p / "metrics.json").read_text())["status"]: p for p in sweep.iterdir() if p.is_dir()}
+    assert set(jobs) == {"done", "failed"}, r.stderr[-3000:]
+    assert "model.depth=2" in jobs["done"].name and "model.depth=0" in jobs["failed"].name
+    assert _final(jobs["failed"])["error"] == "ConfigError: model.depth=0 is not allowed (must be a positive integer)"
+    out = tmp_path / "report" / "t"
+    assert report.main([str(sweep), "--group-by", "model.depth", "--metrics", "test/acc", "--out", str(out)]) == 0
+    rows = {line.split("|")[1].strip(): line for line in out.with_suffix(".md").read_text().splitlines()
+            if line.startswith("| ") and line.split("|")[1].strip() in ("0", "2")}
+    assert set(rows) == {"0", "2"}
+    assert "| 2 | 1 |" in rows["2"] and "failed" not in rows["2"]
+    assert "| 0 | 0 |" in rows["0"] and "model.depth=0 is not allowed (must be a positive integer)" in rows["0"]
