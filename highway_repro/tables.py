@@ -161,7 +161,7 @@ def hn_table1(runs: list[Run]) -> Table:
              "failed"]]
     claims = []
     for row in sorted(agg, key=lambda r: (r["key"]["model.kind"], int(r["key"]["model.width"] or 0))):
-        w, kind = row["key"]["model.width"], row["key"]["model.kind"]
+        w, kind = row["key"]["model.width"], row["key"]["model.kind"] or "highway"
         m, s, vals = row["test/acc"]
         params = int(row["model/params"][0]) if row["n"] else 0
         p = paper.get(w) if kind in ("highway", "") else None

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from highway_repro.report import Run, aggregate, curves, fmt, plot_curves
 from highway_repro.reproduce import Target
-from highway_repro.tables import Table, _held, _pct, register
+from highway_repro.tables import Table, _pct, register
 
 # ------------------------------------------------------------------ targets
 _SMOKE = ["seed=0"]
@@ -217,6 +217,17 @@ def _paper_num(x, metric: str) -> str:
     return f"{x:.{max(3 if metric == 'bpc' else 2, dec)}f}"
 
 
+def _verdict(better: bool, gap: float, spread: float, seeds: int) -> str:
+    """HELD / DID NOT HOLD, and NOT RESOLVED when the gap is inside the seeds' spread (std)."""
+    if not better:
+        return "DID NOT HOLD"
+    if seeds < 2:
+        return "HELD (one seed: no error bar)"
+    if gap <= spread:
+        return f"NOT RESOLVED (better in the mean by {gap:.3g}, inside the seed std {spread:.3g})"
+    return f"HELD (gap {gap:.3g} > seed std {spread:.3g})"
+
+
 def _label(v: str) -> str:
     return f"{LABELS.get(v, v)} (`{v}`)"
 
@@ -294,20 +305,22 @@ def _ht_table(spec: Spec, runs: list[Run]) -> Table:
             claims.append(f"- {_label(v)}: not testable at this scale (no finished runs for it or the baseline)")
             continue
         ours, theirs = s[ours_key][0], base[ours_key][0]
-        b_std = base[ours_key][1]
+        spread = max(base[ours_key][1], s[ours_key][1])  # the larger of the two seed stds
+        auc_spread = max(base["auc"][1], s["auc"][1])
+        seeds = min(base["row"]["n"], n)
         lower = ours < theirs
+        faster = s["auc"][0] < base["auc"][0]
         paper_dir = ""
         if p_rel != "—":
             paper_lower = p_rel.startswith("-")
-            paper_dir = (f"paper: {p_rel} ({'lower' if paper_lower else 'higher'} than its baseline); "
-                         f"direction agrees with the paper: **{_held(lower == paper_lower)}**; ")
-        sig = (f", the gap {abs(ours - theirs):.{digits}f} is {'larger' if abs(ours - theirs) > b_std else 'not larger'}"
-               f" than the baseline's seed std {b_std:.{digits}f}") if base["row"]["n"] > 1 else " (one seed: no std)"
-        faster = s["auc"][0] < base["auc"][0]
+            paper_dir = (f"paper: {p_rel} ({'lower' if paper_lower else 'higher'} than its baseline), "
+                         f"ours {'lower' if lower else 'higher'}: direction "
+                         f"{'agrees' if lower == paper_lower else 'DISAGREES'}; ")
         claims.append(f"- {_label(v)}: final {ours_key} {metric} {ours:.{digits}f} vs baseline {theirs:.{digits}f} "
-                      f"({rel}{sig}). {paper_dir}'ends lower than the baseline': **{_held(lower)}**; "
-                      f"'converges faster' (mean val over the evaluation history {s['auc'][0]:.4f} vs "
-                      f"{base['auc'][0]:.4f}, {auc_rel}): **{_held(faster)}**")
+                      f"({rel}). {paper_dir}'ends lower than the baseline': "
+                      f"**{_verdict(lower, abs(ours - theirs), spread, seeds)}**; 'converges faster' (mean val over "
+                      f"the evaluation history {s['auc'][0]:.4f} vs {base['auc'][0]:.4f}, {auc_rel}): "
+                      f"**{_verdict(faster, abs(s['auc'][0] - base['auc'][0]), auc_spread, seeds)}**")
 
     # figure: val curve by step for all variants
     curve_key = val_key
@@ -325,11 +338,13 @@ def _ht_table(spec: Spec, runs: list[Run]) -> Table:
         import matplotlib.pyplot as plt
 
         f, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+        color = {LABELS.get(v, v): f"C{i % 10}" for i, v in enumerate(order)}  # same colour per variant in both panels
         for label, (xs, ys) in series.items():
-            axes[0].plot(xs, ys, lw=1.5, label=label)
+            axes[0].plot(xs, ys, lw=1.5, label=label, color=color.get(label))
         axes[0].set_title("ours (this scale): val bpc by step", fontsize=9)
         for v, ys in ENWIK8_L6_LOGS.items():
-            axes[1].plot(ENWIK8_L6_LOG_STEPS, ys, "--", marker="o", ms=3, label=f"{LABELS[v]} (official log)")
+            axes[1].plot(ENWIK8_L6_LOG_STEPS, ys, "--", marker="o", ms=3, label=f"{LABELS[v]} (official log)",
+                         color=color.get(LABELS[v]))
         axes[1].set_title("PAPER SCALE reference: official training logs (d 512, 40k steps), val bpc", fontsize=9)
         for ax in axes:
             ax.set_xlabel("step")
@@ -347,8 +362,15 @@ def _ht_table(spec: Spec, runs: list[Run]) -> Table:
              "(with memory for Transformer-XL), mean ± std over seeds. Δ = relative change against our baseline "
              "(negative = better). AUC = mean validation "
              f"{'bpc' if metric == 'bpc' else 'loss in nats (log perplexity)'} over every evaluation of the run "
-             "(intermediate evaluations use the first `eval_max_batches` batches; lower = converges faster).\n\n")
+             "(intermediate evaluations use the first `eval_max_batches` batches; lower = converges faster). Verdicts: "
+             "HELD = better in the mean by more than the larger of the two seed stds; NOT RESOLVED = better in the "
+             "mean but inside that spread; DID NOT HOLD = not better in the mean. Gated rows have more parameters "
+             "than the baseline (each gated sublayer adds 2d^2 + 2d; not matched).\n\n")
     body += _settings(runs) + "\n" + _unigram_note(runs, metric, base) + "\n" + spec.notes + "\n"
+    if spec.time_column:
+        body += ("\nTime per step is measured from the runs' own perf/tokens_per_s; on a shared CPU (other jobs "
+                 "running, one thread per run) it mostly reflects the machine's load at the time of each run, not "
+                 "the cost of the gates: read it as a measurement only on a dedicated machine.\n")
     return Table(spec.title, body, rows, {".png": fig})
 
 

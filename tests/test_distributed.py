@@ -30,8 +30,9 @@ CASES = {
                   "model.d_model=16", "model.n_heads=2", "model.d_head=8", "model.d_inner=32", "model.tgt_len=8",
                   "model.mem_len=8", "model.eval_tgt_len=8", "model.eval_mem_len=8", "model.dropout=0.0",
                   "data.seq_len=8", "data.batch_size=4", "data.eval_batch_size=4", "+data.train_limit_tokens=2000",
-                  "trainer.max_steps=8", "trainer.checkpoint_every=3", "trainer.eval_every=4", "trainer.log_every=1",
+                  "trainer.max_steps=8", "trainer.checkpoint_every=3", "trainer.eval_every=4", "trainer.log_every=4",
                   "trainer.eval_max_batches=3", "trainer.final_max_batches=3", "trainer.grad_clip=0.25"],
+    # log_every=4, checkpoint_every=3: the checkpoint of step 6 holds the training sums of steps 5-6
 }
 COMMON = ["deterministic=true", "logger=jsonl", "threads=1", "trainer.progress=false"]
 

@@ -100,6 +100,7 @@ def test_wandb_offline_run_contains_the_metrics(tmp_path, monkeypatch):
 
 
 @needs_mirror
+@pytest.mark.slow  # the same pipeline is covered for every Highway Networks target in test_hn_pipelines.py
 def test_reproduce_smoke_sweep_and_report(tmp_path):
     r = subprocess.run([sys.executable, "-m", "highway_repro.reproduce", "demo", "--scale", "smoke",
                         "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "results")],

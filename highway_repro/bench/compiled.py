@@ -20,6 +20,7 @@ def main(argv=None) -> int:
     ap.add_argument("cases")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     args = ap.parse_args(argv)
     import torch
 
@@ -27,6 +28,7 @@ def main(argv=None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    timing.set_clock(args.clock)
     names = args.cases.split(",")
     eager = {n: cases.build(n) for n in names}
     comp = {n: cases.build(n) for n in names}

@@ -6,10 +6,10 @@ release with Transformer-XL; its pins clash with this project's), e.g.
     .venv-bench-hf/bin/python highway_repro/bench/hf_txl_worker.py
 
 Protocol: one JSON object per line on stdin, one JSON reply per line on stdout.
-    {"cmd": "init", "threads": 2, "size": {...}}   -> {"params": N, "version": "4.36.2"}
+    {"cmd": "init", "threads": 2, "clock": "wall", "size": {...}} -> {"params": N, "version": "4.36.2"}
     {"cmd": "step"}                                 -> {"s": seconds of one training step}
     {"cmd": "flops"}                                -> {"flops": forward + backward FLOPs}
-    {"cmd": "rss"}                                  -> {"maxrss_kb": ..., "rss_kb": ...}
+    {"cmd": "rss"}                                  -> {"maxrss_kb": peak RSS (VmHWM), "rss_kb": ...}
     {"cmd": "quit"}
 A training step: forward with the memory of the previous step, mean loss of the
 model's own (shifted) labels, backward, Adam step (fused where available), as in our case.
@@ -25,11 +25,15 @@ import time
 import warnings
 
 
-def _rss_kb() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
+def _status_kb(field: str) -> int:
+    """VmRSS / VmHWM (peak) of this process from /proc (ru_maxrss keeps the parent's across fork + exec)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
     return 0
 
 
@@ -41,7 +45,7 @@ def main() -> None:
     import transformers
     from transformers import TransfoXLConfig, TransfoXLLMHeadModel
 
-    state: dict = {}
+    state: dict = {"clock": time.perf_counter}
 
     def reply(obj):
         out.write(json.dumps(obj) + "\n")
@@ -57,6 +61,7 @@ def main() -> None:
         cmd = msg["cmd"]
         if cmd == "init":
             torch.set_num_threads(int(msg["threads"]))
+            state["clock"] = time.process_time if msg.get("clock") == "cpu" else time.perf_counter
             s = msg["size"]
             torch.manual_seed(0)
             cfg = TransfoXLConfig(
@@ -78,11 +83,12 @@ def main() -> None:
             reply({"params": sum(p.numel() for p in model.parameters()), "version": transformers.__version__,
                    "torch": torch.__version__, "pid": os.getpid()})
         elif cmd == "step":
-            t0 = time.perf_counter()
+            clock = state["clock"]
+            t0 = clock()
             state["opt"].zero_grad(set_to_none=True)
             loss_fn().backward()
             state["opt"].step()
-            reply({"s": time.perf_counter() - t0})
+            reply({"s": clock() - t0})
         elif cmd == "flops":
             from torch.utils.flop_counter import FlopCounterMode
 
@@ -91,7 +97,8 @@ def main() -> None:
             state["opt"].zero_grad(set_to_none=True)
             reply({"flops": int(fc.get_total_flops())})
         elif cmd == "rss":
-            reply({"maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "rss_kb": _rss_kb()})
+            reply({"maxrss_kb": _status_kb("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                   "rss_kb": _status_kb("VmRSS")})
         elif cmd == "quit":
             reply({"bye": True})
             return

@@ -3,8 +3,10 @@
     python -m highway_repro.bench.memory CASE [--steps 2] [--threads N]
 
 Prints one JSON line: RSS after building model, batch and optimizer (`setup_kb`), the peak
-RSS over the training steps (`peak_kb`, getrusage maxrss) and their difference (`step_kb`:
-activations, gradients, optimizer state and allocator slack of a step). On CUDA the same
+RSS over the training steps (`peak_kb`) and their difference (`step_kb`: activations,
+gradients, optimizer state and allocator slack of a step). The peak is the kernel's high-water
+mark of this process's address space (VmHWM): getrusage's ru_maxrss would not do in a child,
+it keeps the parent's RSS across fork + exec. On CUDA the same
 figures come from torch.cuda.max_memory_allocated (`device: cuda`).
 """
 
@@ -25,7 +27,15 @@ def rss_kb() -> int:
 
 
 def maxrss_kb() -> int:
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # kB on Linux
+    """Peak RSS of this address space (VmHWM, kB); ru_maxrss where /proc is missing."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
 def main(argv=None) -> int:

@@ -146,7 +146,7 @@ class Trainer:
         extra = ckpt.get("extra", {})
         self.bad_steps, self.wall_time = extra.get("bad_steps", 0), extra.get("wall_time", 0.0)
         self.train_acc = {k: v.to(self.device) if torch.is_tensor(v) else v
-                          for k, v in extra.get("train_acc", {}).items()}
+                          for k, v in extra.get("train_acc", {}).items()} if self.is_main else {}  # DDP: global sums
         self.last_train, self.log_position = extra.get("last_train", {}), extra.get("log_position")
         ckpt_lib.set_rng_state(ckpt["rng"])
 
@@ -291,7 +291,7 @@ class Trainer:
                     self._validate(cfg.eval_max_batches)
                 if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
                     self.wall_time = time.perf_counter() - start_wall
-                    self.train_acc, self.log_position = acc, self._log_size()
+                    self.train_acc, self.log_position = self._acc_to_save(acc), self._log_size()
                     if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
                         msg = f"non-finite weights after step {self.step} (the loss was finite)"
                         log.error("%s: stopping; the last good checkpoint is kept in %s", msg, self.ckpt_dir)
@@ -308,7 +308,7 @@ class Trainer:
                 signal.signal(s, h)
         self.wall_time = time.perf_counter() - start_wall
         # the final save keeps this position: a run killed during the final evaluation redoes it, logging it once
-        self.train_acc, self.log_position = acc, self._log_size()
+        self.train_acc, self.log_position = self._acc_to_save(acc), self._log_size()
         if self.stop_requested and self.step < cfg.max_steps:
             self.save("last")
             self.status = "interrupted"
@@ -317,6 +317,11 @@ class Trainer:
         self.save("last")
         self.status = "done"
         return self._finish(final)
+
+    def _acc_to_save(self, acc: dict) -> dict:
+        """The training sums since the last log step, for the checkpoint: under DDP summed over the ranks
+        (a collective), so that the rank 0 that resumes them plus every rank's new sums give the global ones."""
+        return acc if self.dist is None else self.dist.all_reduce_sums(acc)
 
     def _stop_agreed(self) -> int:
         """The stop signal; under DDP the ranks agree on it (else one would wait for the others forever)."""

@@ -1,0 +1,35 @@
+"""Each Highway Networks make target end to end at scale=smoke: sweep (or run), then its report."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, needs_mirror
+
+# target -> (report file, lines the report must contain)
+TARGETS = {
+    "hn_fig1": ("highway_networks/fig1", ["| 4 | plain |", "| 4 | highway |", "| 4 | residual |"]),
+    "hn_table1": ("highway_networks/table1", ["| 4 | highway |"]),
+    "hn_cifar": ("highway_networks/cifar", ["| highway |", "| plain |"]),
+    "hn_analysis": ("highway_networks/analysis", ["## What the figures show", "lesionable"]),
+}
+
+
+@needs_mirror
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_target_pipeline_smoke(target, tmp_path):
+    out, expected = TARGETS[target]
+    r = subprocess.run([sys.executable, "-m", "highway_repro.reproduce", target, "--scale", "smoke",
+                        "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), "threads=1"],
+                       cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    md = (tmp_path / "results" / f"{out}.md").read_text()
+    for line in expected:
+        assert line in md, (line, md)
+    assert "scale: smoke" in md and "wall time" in md
+    if target == "hn_analysis":
+        for fig in ("heatmaps", "routing", "lesion"):
+            assert (tmp_path / "results" / f"{out}_{fig}.png").stat().st_size > 1000
