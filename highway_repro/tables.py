@@ -172,7 +172,7 @@ def hn_table1(runs: list[Run]) -> Table:
         rows.append([w, kind, params, row["n"], m, s, best, *(p[1:] if p else ("", "", "")), "; ".join(row["failed"])])
         if p and row["n"]:
             claims.append(f"- width {w}: ours {m * 100:.2f}% vs paper {p[2]}% mean: "
-                          f"**{_held(m * 100 >= p[2] - 2 * p[3])}** (within 2 paper std)")
+                          f"**{_held(m * 100 >= p[2] - 2 * p[3])}** (criterion: ours >= paper mean - 2 paper std)")
     body = "\n".join(md) + "\n\n**Claim (Table 1: 10-layer highway conv nets reach 99.4-99.55% test accuracy):**\n" + (
         "\n".join(claims) or "- no finished runs") + "\n"
     return Table("Highway Networks, Table 1: 10-layer conv net on MNIST", body, rows)
