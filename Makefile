@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-all demo bench tables reproduce-table reproduce-all \
+.PHONY: help setup test test-all demo bench bench-compile tables reproduce-table reproduce-all \
 	reproduce-hn-fig1 reproduce-hn-table1 reproduce-hn-cifar reproduce-hn-analysis \
 	reproduce-ht-char-ptb reproduce-ht-word-ptb reproduce-ht-char-ptb-rt reproduce-ht-word-ptb-l3 \
 	reproduce-ht-enwik8-l6 reproduce-ht-enwik8-l12 readme clean
@@ -81,6 +81,10 @@ $(HF_VENV)/.installed:
 bench: setup $(HF_VENV)/.installed ## speed benchmarks vs x-transformers and HF Transformer-XL (results/bench.md, < 15 min)
 	$(BIN)/python -c "import x_transformers" 2>/dev/null || $(BIN)/pip install -q -e ".[bench]"
 	$(BIN)/python -m highway_repro.bench --out results/bench --hf-python $(HF_VENV)/bin/python
+
+bench-compile: setup ## eager vs torch.compile for the benchmark models (results/bench_compile.md, about 10 min)
+	$(BIN)/python -c "import x_transformers" 2>/dev/null || $(BIN)/pip install -q -e ".[bench]"
+	$(BIN)/python -m highway_repro.bench --sections "" --compile --out results/bench_compile
 
 clean: ## remove run folders (not results/)
 	rm -rf runs multirun outputs

@@ -468,6 +468,20 @@ def test_nan_loss_stops_as_diverged_and_keeps_the_last_good_checkpoint(tmp_path,
 
 
 @needs_mirror
+def test_resume_auto_does_not_repeat_a_diverged_run(tmp_path, caplog):
+    """A sweep resumed with resume=auto skips a diverged job (a rerun would diverge again at the same step)."""
+    from highway_repro.train import _main
+
+    cfg = compose(NAN + ["+data.nan_steps=[5]", "resume=auto"])
+    assert run(cfg, tmp_path)["status"] == "diverged"
+    before = (tmp_path / "metrics.jsonl").read_text()
+    with caplog.at_level(logging.INFO):
+        _main(cfg, tmp_path, multirun=True)
+    assert (tmp_path / "metrics.jsonl").read_text() == before and _final(tmp_path)["status"] == "diverged"
+    assert f"diverged at step 5 (resume=auto): nothing to do; resume={tmp_path / 'ckpt' / 'last.pt'}" in caplog.text
+
+
+@needs_mirror
 def test_huge_learning_rate_diverges_cleanly(tmp_path):
     final = run(compose(NAN[:-1] + ["optim.optimizer.lr=1e3", "trainer.max_steps=30"]), tmp_path)
     assert final["status"] == "diverged" and "non-finite training loss" in final["error"]

@@ -7,6 +7,7 @@ median over rounds of the per-round ratio; a throughput is items / median step t
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from typing import Callable
@@ -73,3 +74,13 @@ def ratio(times: dict[str, list[float]], num: str, den: str) -> float:
 
 def spread(xs) -> tuple[float, float]:
     return float(min(xs)), float(max(xs))
+
+
+def median_ci(xs, z: float = 1.96) -> tuple[float, float]:
+    """Distribution-free ~95% confidence interval of the median: the order statistics of ranks
+    n/2 - z sqrt(n)/2 (down) and 1 + n/2 + z sqrt(n)/2 (up), 1-based (normal approximation of the binomial)."""
+    s = sorted(xs)
+    n = len(s)
+    lo = max(1, math.floor(n / 2 - z * math.sqrt(n) / 2))
+    hi = min(n, math.ceil(1 + n / 2 + z * math.sqrt(n) / 2))
+    return float(s[lo - 1]), float(s[hi - 1])
