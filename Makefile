@@ -82,9 +82,10 @@ bench: setup $(HF_VENV)/.installed ## speed benchmarks vs x-transformers and HF 
 	$(BIN)/python -c "import x_transformers" 2>/dev/null || $(BIN)/pip install -q -e ".[bench]"
 	$(BIN)/python -m highway_repro.bench --out results/bench --hf-python $(HF_VENV)/bin/python
 
-bench-compile: setup ## eager vs torch.compile for the benchmark models (results/bench_compile.md, about 10 min)
+bench-compile: setup ## eager vs torch.compile for the benchmark models (results/bench_compile.md, about 10 min, 1 thread)
 	$(BIN)/python -c "import x_transformers" 2>/dev/null || $(BIN)/pip install -q -e ".[bench]"
-	$(BIN)/python -m highway_repro.bench --sections "" --compile --out results/bench_compile
+	$(BIN)/python -m highway_repro.bench --sections "" --compile --compile-rounds 9 --threads 1 --clock cpu \
+		--out results/bench_compile
 
 clean: ## remove run folders (not results/)
 	rm -rf runs multirun outputs
