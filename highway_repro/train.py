@@ -204,7 +204,8 @@ def _main(cfg: DictConfig, out_dir: Path, multirun: bool, dist=None):
             return prev.get("val/loss")
         if prev.get("status") == "diverged":  # a rerun repeats it: same seed, same data order, same weights
             log.info("run in %s diverged at step %s (resume=auto): nothing to do; resume=%s continues it from "
-                     "the last good checkpoint (change trainer.nan_policy or the learning rate first)",
+                     "the last good checkpoint, if one was written (change trainer.nan_policy or the learning rate "
+                     "first)",
                      out_dir, prev.get("step"), out_dir / "ckpt" / "last.pt")
             return prev.get("val/loss")
     try:

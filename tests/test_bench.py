@@ -56,7 +56,9 @@ def test_interleaved_budget_sets_rounds_within_bounds():
     assert len(t["a"]) == 2  # never fewer than floor_rounds, even when nothing fits
 
 
-def test_median_ci_uses_the_order_statistics_of_the_binomial_ranks():
-    # n = 36: ranks 12 and 25 (1-based), the textbook distribution-free 95% interval of the median
+def test_median_ci_uses_the_exact_binomial_ranks():
+    # textbook distribution-free 95% intervals of the median: n = 36 -> ranks 12 and 25, n = 9 -> 2 and 8
     assert timing.median_ci(range(1, 37)) == (12.0, 25.0)
-    assert timing.median_ci([3.0, 1.0, 2.0]) == (1.0, 3.0)  # too few rounds: the whole range
+    assert timing.median_ci([9, 1, 8, 2, 7, 3, 6, 4, 5]) == (2.0, 8.0)
+    assert timing.median_ci(range(1, 7)) == (1.0, 6.0)  # n = 6: coverage 1 - 2/64 = 96.9%
+    assert timing.median_ci([3.0, 1.0, 2.0, 4.0, 5.0]) is None  # n = 5: even min-max covers only 93.8%

@@ -44,10 +44,11 @@ def main(argv=None) -> int:
     for n in names:
         steps[f"{n}|eager"] = eager[n].step
         steps[f"{n}|compiled"] = comp[n].step
-    times = timing.interleaved(steps, warmup=1, min_rounds=args.rounds, max_rounds=args.rounds)
+    times = timing.interleaved(steps, warmup=1, min_rounds=args.rounds, max_rounds=args.rounds,
+                               budget_s=1e9)  # exactly --rounds rounds
     for n in names:
         e, c = times[f"{n}|eager"], times[f"{n}|compiled"]
-        out["cases"][n].update(eager_s=timing.median(e), compiled_s=timing.median(c),
+        out["cases"][n].update(eager_s=timing.median(e), compiled_s=timing.median(c), rounds=len(e),
                                speedup=timing.ratio(times, f"{n}|eager", f"{n}|compiled"))
     if len(names) == 2:  # the pair's ratio, compiled, side by side
         a, b = names

@@ -2,7 +2,8 @@
 
     python -m highway_repro.bench.memory CASE [--steps 2] [--threads N]
 
-Prints one JSON line: RSS after building model, batch and optimizer (`setup_kb`), the peak
+Prints one JSON line: RSS after building model, batch and optimizer (`setup_kb`, freed memory
+trimmed), the peak
 RSS over the training steps (`peak_kb`) and their difference (`step_kb`: activations,
 gradients, optimizer state and allocator slack of a step). The peak is the kernel's high-water
 mark of this process's address space (VmHWM): getrusage's ru_maxrss would not do in a child,
@@ -38,6 +39,16 @@ def maxrss_kb() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
+def trim() -> None:
+    """Give freed heap memory back to the kernel (glibc malloc_trim), so that RSS counts live memory only."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("case")
@@ -54,6 +65,7 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     case = cases.build(args.case)
     gc.collect()
+    trim()  # building may run a forward pass (Transformer-XL fills its memory): its freed blocks are not setup
     setup, setup_max = rss_kb(), maxrss_kb()
     for _ in range(args.steps):
         case.step()

@@ -44,8 +44,8 @@ class Report:
     def section(self, title: str, lines: list[str]) -> None:
         self.sections.append((title, lines))
 
-    def target(self, what: str, measured: str, target: str, met: bool | None) -> None:
-        self.targets.append((what, measured, target, met))
+    def target(self, what: str, measured: str, target: str, met: bool | None, resolved: bool = True) -> None:
+        self.targets.append((what, measured, target, met, resolved))
 
 
 class Budget:
@@ -70,8 +70,14 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-def _met(ok: bool | None) -> str:
-    return {True: "met", False: "**NOT met**", None: "n/a"}[ok]
+def _met(ok: bool | None, resolved: bool = True) -> str:
+    """met / NOT met by the median; 'not resolved' when the 95% CI of the median reaches across the goal."""
+    verdict = {True: "met", False: "**NOT met**", None: "n/a"}[ok]
+    return verdict if resolved else verdict + " (not resolved: the CI spans the goal)"
+
+
+def _ci(ci, fmt) -> str:
+    return "n/a (under 6 rounds)" if ci is None else f"{fmt(ci[0])} to {fmt(ci[1])}"
 
 
 def _spread(xs) -> str:
@@ -234,19 +240,22 @@ def section_xt(rep: Report, budget: Budget, args) -> dict:
                      f"{timing.median(t['xt']):.3f} | {_spread(t['xt'])} | {_fmt(tok_xt)} | {_pct(mfu_xt)} |")
         same = "match" if xt.params == ours.params else f"differ by {xt.params - ours.params:+,}"
         per_round = [b / a for a, b in zip(t["ours"], t["xt"])]
-        lo, hi = timing.median_ci(per_round)
+        ci = timing.median_ci(per_round)
+        ci_s = _ci(ci, lambda x: f"{x:.3f}")
         lines += ["", f"Parameter counts {same}. **Throughput ratio ours / x-transformers: {r:.3f}x** "
-                      f"(median of {len(t['ours'])} per-round ratios, 95% confidence interval {lo:.3f}-{hi:.3f}; "
+                      f"(median of {len(t['ours'])} per-round ratios, 95% confidence interval of the median {ci_s}; "
                       f"per-round range {_spread(per_round)}). The two models run the same matmuls (same shapes "
-                      "but for our fused q, k, v projection) and the same attention kernel, which take about 95% "
-                      "of a step, so the ratio can only move by the small rest; an interval that contains 1.0 "
-                      "means the two are not told apart on this machine."]
+                      "but for our fused q, k, v projection) and the same attention kernel; in a torch.profiler "
+                      "trace of one step (2 threads) those take 94% of the time of either model, so only the rest "
+                      "(layer norms, activations, the optimizer, dispatch) can set them apart. An interval that "
+                      "contains 1.0 means the two are not told apart on this machine."]
         rep.row("xt", "xt", "params", xt.params)
         rep.row("xt", "xt", "tokens_per_s", tok_xt, "tokens/s")
         rep.row("xt", "ours/xt", "throughput_ratio", r, "x")
-        rep.row("xt", "ours/xt", "throughput_ratio_ci95", f"{lo:.4f}-{hi:.4f}", "x")
+        rep.row("xt", "ours/xt", "throughput_ratio_ci95", _ci(ci, lambda x: f"{x:.4f}"), "x")
         rep.target("ours / x-transformers throughput (target >= 1.0x, aim 1.1x)",
-                   f"{r:.3f}x (95% CI {lo:.3f}-{hi:.3f})", ">= 1.00x", r >= TARGETS["xt"])
+                   f"{r:.3f}x (95% CI {ci_s})", ">= 1.00x", r >= TARGETS["xt"],
+                   resolved=ci is None or not ci[0] < TARGETS["xt"] <= ci[1])
         out["xt_ratio"] = r
     lines += ["", f"Peak: fp32 matmul {peak.n}x{peak.n} @ {peak.n}x{peak.n}, measured in the same rounds: "
                   f"{timing.median(peak_fs) / 1e9:.1f} GFLOP/s (median; range "
@@ -364,7 +373,7 @@ def section_gates(rep: Report, budget: Budget, args) -> dict:
              "baseline. Excess = time ratio / FLOP ratio - 1 (target <= 5%). Dropout 0, Adam step included.", "",
              "| model | gate | FLOP ratio | time ratio | per-round range | excess | excess 95% CI | target |",
              "|---|---|---:|---:|---:|---:|---:|---|"]
-    worst = -1.0
+    worst, worst_ci = -1.0, None
     models = [m for m in GATE_MODELS if m[0] in args.gate_models]
     shares = {"tlm": 0.12, "rt": 0.16, "txl": 0.17}
     max_rounds = {"tlm": args.max_rounds, "rt": 2 * args.max_rounds, "txl": args.max_rounds}  # rt: the noisiest
@@ -380,29 +389,34 @@ def section_gates(rep: Report, budget: Budget, args) -> dict:
             fr = flops[n] / flops[base]
             tr = timing.ratio(t, n, base)
             ex = tr / fr - 1.0
-            worst = max(worst, ex)
             ok = ex <= TARGETS["gate_excess"]
             per_round = [a / b for a, b in zip(t[n], t[base])]
-            lo, hi = (x / fr - 1.0 for x in timing.median_ci(per_round))
+            ci = timing.median_ci(per_round)
+            ci = None if ci is None else (ci[0] / fr - 1.0, ci[1] / fr - 1.0)
+            if ex > worst:
+                worst, worst_ci = ex, ci
             lines.append(f"| {label} | {n.split('-', 1)[1]} | {fr:.3f} | {tr:.3f} | {_spread(per_round)} | "
-                         f"{100 * ex:+.1f}% | {100 * lo:+.1f}% to {100 * hi:+.1f}% | {_met(ok)} |")
+                         f"{100 * ex:+.1f}% | {_ci(ci, lambda x: f'{100 * x:+.1f}%')} | {_met(ok)} |")
             rep.row("gates", n, "flop_ratio", fr)
             rep.row("gates", n, "time_ratio", tr)
         lines.append(f"| {label} | (baseline step {timing.median(t[base]):.3f} s, {len(t[base])} rounds; "
                      f"{desc.format(**size)}) | | | | | | |")
         del built
-    rep.target("gate time ratio over FLOP ratio, worst kind and model (target <= +5%)", f"{100 * worst:+.1f}%",
-               "<= +5%", worst <= TARGETS["gate_excess"])
+    rep.target("gate time ratio over FLOP ratio, worst kind and model (target <= +5%)",
+               f"{100 * worst:+.1f}% (95% CI {_ci(worst_ci, lambda x: f'{100 * x:+.1f}%')})", "<= +5%",
+               worst <= TARGETS["gate_excess"],
+               resolved=worst_ci is None or not worst_ci[0] <= TARGETS["gate_excess"] < worst_ci[1])
     lines += ["", "Reading: a gate adds one d -> 2d matmul (counted) and elementwise work over (B, T, d) that the "
                   "FLOP ratio does not count: the gate function, the blend, and their backward (fused into one "
                   "autograd node, `gates._FusedGate`). Its matmul FLOPs grow with d^2, the elementwise work with d, "
                   "so at d = 512 the matmul dominates and the time ratio follows the FLOP ratio, while at d = 128 "
                   "(r_transformer, whose LSTM also dominates its FLOPs) the uncounted elementwise share is about 4x "
                   "larger. The per-round range shows the noise of this shared machine: differences between kinds "
-                  "smaller than it are not resolved. In r_transformer the LSTM of the local RNN takes about 95% of "
-                  "a step (profiled) and its time differs by a few percent between two model instances and from "
-                  "round to round, while the gate's own operations are about 5% of the step: there the confidence "
-                  "interval, not the median alone, says what the measurement resolves."]
+                  "smaller than it are not resolved. In r_transformer the LSTM of the local RNN takes about 77% of "
+                  "the baseline step (torch.profiler, 1 thread) and its time differs by a few percent between two "
+                  "model instances and from round to round, while the gate's own operations (matmuls and "
+                  "elementwise) are about 5% of the gated step: there the confidence interval, not the median "
+                  "alone, says what the measurement resolves."]
     rep.section(title, lines)
     return {"gate_worst_excess": worst}
 
@@ -630,8 +644,8 @@ def write(rep: Report, info: dict, out: Path, args, wall_s: float) -> None:
           f"- timing: {info['timing']}"]
     if rep.targets:
         md += ["", "## Targets", "", "| target | measured | goal | |", "|---|---:|---|---|"]
-    for what, measured, goal, ok in rep.targets:
-        md.append(f"| {what} | {measured} | {goal} | {_met(ok)} |")
+    for what, measured, goal, ok, resolved in rep.targets:
+        md.append(f"| {what} | {measured} | {goal} | {_met(ok, resolved)} |")
     for title, lines in rep.sections:
         md += ["", f"## {title}", ""] + lines
     out.with_suffix(".md").write_text("\n".join(md) + "\n")

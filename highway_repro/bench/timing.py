@@ -76,11 +76,16 @@ def spread(xs) -> tuple[float, float]:
     return float(min(xs)), float(max(xs))
 
 
-def median_ci(xs, z: float = 1.96) -> tuple[float, float]:
-    """Distribution-free ~95% confidence interval of the median: the order statistics of ranks
-    n/2 - z sqrt(n)/2 (down) and 1 + n/2 + z sqrt(n)/2 (up), 1-based (normal approximation of the binomial)."""
+def median_ci(xs, level: float = 0.95) -> tuple[float, float] | None:
+    """Distribution-free confidence interval of the median: the order statistics x_(k), x_(n+1-k)
+    (1-based) with the largest k whose binomial tail P(Bin(n, 1/2) <= k-1) is at most (1-level)/2,
+    so the coverage is at least `level`. None when n is too small for any k (n < 6 at 95%)."""
     s = sorted(xs)
     n = len(s)
-    lo = max(1, math.floor(n / 2 - z * math.sqrt(n) / 2))
-    hi = min(n, math.ceil(1 + n / 2 + z * math.sqrt(n) / 2))
-    return float(s[lo - 1]), float(s[hi - 1])
+    k, tail = 0, 0.0
+    while k < n // 2:
+        tail += math.comb(n, k) / 2 ** n  # P(X <= k)
+        if tail > (1.0 - level) / 2:
+            break
+        k += 1
+    return (float(s[k - 1]), float(s[n - k])) if k >= 1 else None
