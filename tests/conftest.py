@@ -42,3 +42,22 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture
+def tmp_mirror(tmp_path, monkeypatch):
+    """An empty mirror folder + an empty cache folder; returns (mirror, cache)."""
+    mirror, cache = tmp_path / "mirror", tmp_path / "cache"
+    mirror.mkdir()
+    cache.mkdir()
+    monkeypatch.setenv("HIGHWAY_DATA_MIRROR", str(mirror))
+    return mirror, cache
+
+
+def write_sums(mirror: Path) -> None:
+    """A SHA256SUMS file for every file of a test mirror (as the real mirror has)."""
+    import hashlib
+
+    lines = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  ./{p.relative_to(mirror).as_posix()}"
+             for p in sorted(mirror.rglob("*")) if p.is_file() and p.name != "SHA256SUMS"]
+    (mirror / "SHA256SUMS").write_text("\n".join(lines) + "\n")

@@ -26,6 +26,7 @@ import torch
 from highway_repro import data
 from highway_repro.data import sources, text, vision
 from highway_repro.data.tokenizers import EOS, ByteTokenizer, CharTokenizer, SentencePieceTokenizer, WordTokenizer
+from conftest import write_sums
 
 MIRROR = sources.mirror_dir()
 needs_mirror = pytest.mark.skipif(
@@ -40,25 +41,6 @@ def no_network(monkeypatch):
 
     monkeypatch.setattr(sources, "download", refuse)
     monkeypatch.delenv("HIGHWAY_DATA_OFFLINE", raising=False)
-
-
-@pytest.fixture
-def tmp_mirror(tmp_path, monkeypatch):
-    """An empty mirror folder + an empty cache folder; returns (mirror, cache)."""
-    mirror, cache = tmp_path / "mirror", tmp_path / "cache"
-    mirror.mkdir()
-    cache.mkdir()
-    monkeypatch.setenv("HIGHWAY_DATA_MIRROR", str(mirror))
-    return mirror, cache
-
-
-def write_sums(mirror: Path) -> None:
-    """A SHA256SUMS file for every file of a test mirror (as the real mirror has)."""
-    lines = []
-    for p in sorted(mirror.rglob("*")):
-        if p.is_file() and p.name != "SHA256SUMS":
-            lines.append(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  ./{p.relative_to(mirror).as_posix()}")
-    (mirror / "SHA256SUMS").write_text("\n".join(lines) + "\n")
 
 
 class FakeTok:

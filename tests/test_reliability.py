@@ -16,7 +16,6 @@ Fuzzing of the gate placement parser and the config validator: tests/test_fuzz.p
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import logging
 import math
@@ -32,7 +31,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO, compose, mirror, needs_mirror
+from conftest import REPO, compose, mirror, needs_mirror, write_sums
 from highway_repro import data, report
 from highway_repro.data import sources, vision
 from highway_repro.engine import checkpoint as ck
@@ -529,23 +528,13 @@ def test_nan_policy_skip_skips_up_to_max_bad_steps(tmp_path):
 # ============================================================================ 5. data faults
 
 @pytest.fixture
-def offline_mirror(tmp_path, monkeypatch):
+def offline_mirror(tmp_mirror, monkeypatch):
     """An empty mirror and cache, no network."""
     def refuse(url, dest, timeout=None):
         raise OSError("network disabled in tests")
 
     monkeypatch.setattr(sources, "download", refuse)
-    mirror, cache = tmp_path / "mirror", tmp_path / "cache"
-    mirror.mkdir()
-    cache.mkdir()
-    monkeypatch.setenv("HIGHWAY_DATA_MIRROR", str(mirror))
-    return mirror, cache
-
-
-def _sums(mirror: Path) -> None:
-    lines = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  ./{p.relative_to(mirror).as_posix()}"
-             for p in sorted(mirror.rglob("*")) if p.is_file() and p.name != "SHA256SUMS"]
-    (mirror / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+    return tmp_mirror
 
 
 def _idx(shape, dtype_code=0x08) -> bytes:
@@ -558,7 +547,7 @@ def _mnist(mirror: Path, n_train=50, n_test=20) -> None:
     for name, shape in (("train-images-idx3-ubyte", (n_train, 28, 28)), ("train-labels-idx1-ubyte", (n_train,)),
                         ("t10k-images-idx3-ubyte", (n_test, 28, 28)), ("t10k-labels-idx1-ubyte", (n_test,))):
         (mirror / "mnist" / f"{name}.gz").write_bytes(gzip.compress(_idx(shape)))
-    _sums(mirror)
+    write_sums(mirror)
 
 
 def _one_line_naming(e, name: str) -> None:
@@ -585,7 +574,7 @@ def test_truncated_or_empty_mnist_in_a_mirror_is_named(offline_mirror):
         data.build("mnist", cache_dir=cache / "2", batch_size=10)
     _one_line_naming(e, "mnist/train-images-idx3-ubyte.gz")
     f.write_bytes(gzip.compress(_idx((0, 28, 28))))  # an empty split, with a matching checksum
-    _sums(mirror)
+    write_sums(mirror)
     with pytest.raises(data.DataError) as e:
         data.build("mnist", cache_dir=cache / "3", batch_size=10)
     _one_line_naming(e, "train-images-idx3-ubyte.gz: holds no items")
@@ -598,7 +587,7 @@ def _ptb(mirror: Path, valid_text: str | None = None) -> None:
     for f, n in (("train", 200), ("valid", 30), ("test", 30)):
         text = "".join(" " + " ".join(rng.choice(words, 8)) + " \n" for _ in range(n))
         (mirror / "ptb" / f"ptb.{f}.txt").write_text(valid_text if f == "valid" and valid_text is not None else text)
-    _sums(mirror)
+    write_sums(mirror)
 
 
 def test_empty_text_split_is_named(offline_mirror):
