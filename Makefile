@@ -10,13 +10,12 @@ TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-all demo bench bench-compile tables reproduce-table reproduce-all \
-	reproduce-hn-fig1 reproduce-hn-table1 reproduce-hn-cifar reproduce-hn-analysis \
-	reproduce-ht-char-ptb reproduce-ht-word-ptb reproduce-ht-char-ptb-rt reproduce-ht-word-ptb-l3 \
-	reproduce-ht-enwik8-l6 reproduce-ht-enwik8-l12 readme clean
+.PHONY: help setup test test-all demo bench bench-compile tables reproduce-table reproduce-all readme clean
 
-help: ## list every target with one line each
-	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-26s %s\n", $$1, $$2}'
+help: ## list every target with one line each (the paper tables: reproduce-<table>, from highway_repro/targets.py)
+	@grep -E '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-26s %s\n", $$1, $$2}'
+	@python3 -c "import sys; sys.path.insert(0, '.'); from highway_repro.targets import TARGETS; \
+	[print(f'  reproduce-{n.replace(\"_\", \"-\"):<16} {t.help}') for n, t in TARGETS.items() if n != 'demo']"
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,37 +35,21 @@ demo: setup ## plain vs highway MLP at depths 10 and 50 on real MNIST: prints a 
 	$(BIN)/python -m highway_repro.reproduce demo --scale cpu --fresh --results runs/demo_results
 
 reproduce-table: setup ## run one table's sweep and report: make reproduce-table TABLE=hn_table1 SCALE=cpu
-	@test -n "$(TABLE)" || { echo "set TABLE=<name> (see: $(BIN)/python -m highway_repro.reproduce --help)"; exit 2; }
+	@test -n "$(TABLE)" || { echo "set TABLE=<name> (see: $(BIN)/python -m highway_repro.reproduce --list)"; exit 2; }
 	$(BIN)/python -m highway_repro.reproduce $(TABLE) --scale $(SCALE) --jobs $(JOBS)
 
-reproduce-hn-fig1: setup ## Highway Networks Fig. 1: FC depth sweep, plain/highway/residual, random search
-	$(BIN)/python -m highway_repro.reproduce hn_fig1 --scale $(SCALE) --jobs $(JOBS)
-reproduce-hn-table1: setup ## Highway Networks Table 1: 10-layer conv net on MNIST, widths 16/32
-	$(BIN)/python -m highway_repro.reproduce hn_table1 --scale $(SCALE) --jobs $(JOBS)
-reproduce-hn-cifar: setup ## Highway Networks Tables 2/3: 19-layer net on CIFAR-10
-	$(BIN)/python -m highway_repro.reproduce hn_cifar --scale $(SCALE) --jobs $(JOBS)
-reproduce-hn-analysis: setup ## Highway Networks Figs. 2-4: gate heat maps, routing, lesioning
-	$(BIN)/python -m highway_repro.reproduce hn_analysis --scale $(SCALE)
-reproduce-ht-char-ptb: setup ## Highway Transformer: Transformer-L3 on char-PTB, gate kinds
-	$(BIN)/python -m highway_repro.reproduce ht_char_ptb --scale $(SCALE) --jobs $(JOBS)
-reproduce-ht-word-ptb: setup ## Highway Transformer: R-Transformer-L3 on word-PTB, gate kinds
-	$(BIN)/python -m highway_repro.reproduce ht_word_ptb --scale $(SCALE) --jobs $(JOBS)
-reproduce-ht-char-ptb-rt: setup ## Highway Transformer: R-Transformer-L3 on char-PTB
-	$(BIN)/python -m highway_repro.reproduce ht_char_ptb_rt --scale $(SCALE) --jobs $(JOBS)
-reproduce-ht-word-ptb-l3: setup ## Highway Transformer: Transformer-L3 on word-PTB
-	$(BIN)/python -m highway_repro.reproduce ht_word_ptb_l3 --scale $(SCALE) --jobs $(JOBS)
-reproduce-ht-enwik8-l6: setup ## Highway Transformer: 6-layer Transformer-XL on enwik8, kinds and placement
-	$(BIN)/python -m highway_repro.reproduce ht_enwik8_l6 --scale $(SCALE) --jobs $(JOBS)
-reproduce-ht-enwik8-l12: setup ## Highway Transformer: 12-layer Transformer-XL on enwik8, placement
-	$(BIN)/python -m highway_repro.reproduce ht_enwik8_l12 --scale $(SCALE) --jobs $(JOBS)
+# One rule for every table of highway_repro/targets.py: make reproduce-ht-char-ptb -> table ht_char_ptb.
+reproduce-%: setup
+	$(BIN)/python -m highway_repro.reproduce $(subst -,_,$*) --scale $(SCALE) --jobs $(JOBS)
 
-reproduce-all: setup ## every table at SCALE (cpu: a few hours on 2 cores)
-	@for t in hn_fig1 hn_table1 hn_cifar hn_analysis ht_char_ptb ht_word_ptb ht_char_ptb_rt ht_word_ptb_l3 ht_enwik8_l6 ht_enwik8_l12; do \
-		$(BIN)/python -m highway_repro.reproduce $$t --scale $(SCALE) --jobs $(JOBS) || exit $$?; done
+estimate-%: setup ## print a table's plan and its estimated cost, train nothing: make estimate-ht-char-ptb
+	@$(BIN)/python -m highway_repro.reproduce $(subst -,_,$*) --scale $(SCALE) --estimate
 
-tables: setup ## rebuild every report from finished runs (no training)
-	@for t in hn_fig1 hn_table1 hn_cifar hn_analysis ht_char_ptb ht_word_ptb ht_char_ptb_rt ht_word_ptb_l3 ht_enwik8_l6 ht_enwik8_l12; do \
-		test -d runs/sweeps/$$t-$(SCALE) && $(BIN)/python -m highway_repro.reproduce $$t --scale $(SCALE) --report-only; done; true
+reproduce-all: setup ## every paper table at SCALE (JOBS=2 on this 2-core machine)
+	$(BIN)/python -m highway_repro.reproduce --all --scale $(SCALE) --jobs $(JOBS)
+
+tables: setup ## rebuild every report and results/summary.csv from the kept runs in results/ (no training)
+	$(BIN)/python -m highway_repro.reproduce --all --scale $(SCALE) --report-only
 
 readme: ## copy the tables of results/ into README.md
 	$(PYTHON) scripts/update_readme.py

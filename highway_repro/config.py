@@ -207,3 +207,18 @@ def validate_against_data(cfg: DictConfig, data) -> None:
     if data.steps_per_epoch < 1:
         raise ConfigError(f"data.batch_size={cfg.data.get('batch_size')} is larger than the training data "
                           f"({data.describe() if hasattr(data, 'describe') else cfg.data.name})")
+
+
+def check_scale_file(config_dir, experiment: str | None, scale: str | None) -> None:
+    """Every experiment has a file per scale (configs/experiment_scale/<experiment>/<scale>.yaml): a missing or
+    misspelt scale is an error, not a silent run at the paper's sizes (the defaults list marks it `optional`
+    only so that runs without an experiment compose)."""
+    from pathlib import Path
+
+    if not experiment or experiment == "null" or not scale:
+        return
+    folder = Path(config_dir) / "experiment_scale" / experiment
+    if not (folder / f"{scale}.yaml").exists():
+        valid = sorted(p.stem for p in folder.glob("*.yaml"))
+        raise ConfigError(f"scale={scale} is not allowed for experiment={experiment} (valid: {', '.join(valid)}; "
+                          f"a new scale needs configs/experiment_scale/{experiment}/{scale}.yaml)")

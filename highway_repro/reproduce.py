@@ -1,12 +1,18 @@
 """Run one paper table's sweep and build its report: what `make reproduce-<table>` calls.
 
-    python -m highway_repro.reproduce hn_table1 --scale cpu [--jobs 2] [--fresh]
+    python -m highway_repro.reproduce ht_char_ptb --scale cpu --jobs 2   # train what is missing, then the report
+    python -m highway_repro.reproduce ht_char_ptb --scale cpu --estimate # print the plan and its cost, train nothing
+    python -m highway_repro.reproduce --all --report-only               # make tables: every report from kept runs
+    python -m highway_repro.reproduce --list
 
-The sweep runs in `runs/sweeps/<table>-<scale>/` with `resume=auto`, so running
-the same command again continues unfinished jobs and skips finished ones
-(`--fresh` starts over). The report goes to `results/<paper>/<name>.md/.csv/.png`
-(for `--scale smoke` to `runs/smoke_results/` unless `--results` says otherwise),
-with the command, scale, seeds and wall time written into it.
+The grid is read from the config files (highway_repro/targets.py says which): the sweep file's rows, the
+scale file's seeds/trials and `extra_grids`. Runs go to `runs/sweeps/<table>-<scale>/<overrides>/` with
+`resume=auto`, so running the same command again continues unfinished jobs and skips finished ones.
+
+Finished runs are kept: their small files (metrics.json, metrics.jsonl, config_resolved.yaml, run_info.json,
+.hydra/overrides.yaml; no checkpoints) are copied to `results/<paper>/runs/<table>-<scale>/<overrides>/`, which
+is committed. Before a sweep starts, the kept runs are put back into the sweep folder, so a sweep on a fresh
+clone trains only what is missing, and `--report-only` rebuilds every table from the repository alone.
 """
 
 from __future__ import annotations
@@ -16,112 +22,309 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from highway_repro.targets import PAPER_TABLES, TARGETS, Target, runs_folder
+
 ROOT = Path(__file__).resolve().parents[1]
+CONFIG_DIR = ROOT / "configs"
+SCALES = ("paper", "cpu", "smoke")
+KEPT_FILES = ("metrics.json", "metrics.jsonl", "config_resolved.yaml", "run_info.json", ".hydra/overrides.yaml")
+FINISHED = ("done", "diverged")  # a diverged run is a result (a table cell), not a crash
 
 
-@dataclass
-class Target:
-    out: str  # results/<out>.md
-    experiment: str
-    sweep: str | None = None  # configs/sweep/<sweep>.yaml; None = a single run
-    overrides: dict = field(default_factory=dict)  # scale -> extra command-line overrides
-    after: str | None = None  # module run on the run folder afterwards (analysis)
+# ------------------------------------------------------------------ the grid
+def _split(overrides: list[str]) -> tuple[list[str], list[str]]:
+    """(plain overrides, sweep overrides such as seed=0,1 or trial=range(0,4))."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    plain = [o for o, p in zip(overrides, parsed) if not p.is_sweep_override()]
+    return plain, [o for o in overrides if o not in plain]
 
 
-TARGETS = {
-    "demo": Target("demo/demo", "demo", "demo"),
-    "hn_fig1": Target("highway_networks/fig1", "hn_fig1", "hn_fig1",
-                      {"paper": ["trial=range(0,100)"], "smoke": ["trial=0", "model.depth=4"]}),
-    "hn_table1": Target("highway_networks/table1", "hn_table1", "hn_table1",
-                        {"paper": ["seed=0,1,2,3,4"], "smoke": ["seed=0", "model.width=4"]}),
-    "hn_cifar": Target("highway_networks/cifar", "hn_cifar", "hn_cifar",
-                       {"paper": ["seed=0,1,2,3,4"], "smoke": ["seed=0"]}),
-    "hn_analysis": Target("highway_networks/analysis", "hn_analysis", None, after="highway_repro.analysis.run"),
-}
+def compose_table(t: Target, scale: str, plain: list[str]):
+    """The composed config of the table at `scale` (hydra node included), as its sweep jobs start from."""
+    from hydra import compose, initialize_config_dir
+
+    import highway_repro.train  # noqa: F401  (registers the `hp` resolver)
+
+    overrides = [f"experiment={t.experiment}", f"scale={scale}"] + ([f"sweep={t.experiment}"] if t.sweep else [])
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return compose("train", overrides=overrides + plain, return_hydra_config=True)
 
 
-def _register_ht_targets() -> None:
+def grids(cfg, extra: list[str]) -> list[list[str]]:
+    """The sweep's grids as override lists: the scale's `hydra.sweeper.params`, then each of `extra_grids`
+    on top of it; command-line overrides (`extra`) replace a grid's value of the same key."""
+    base = {str(k): str(v) for k, v in (cfg.hydra.sweeper.params or {}).items()}
+    out = []
+    for g in [{}] + [dict(x) for x in (cfg.get("extra_grids") or [])]:
+        out.append([f"{k}={v}" for k, v in {**base, **{str(k): str(v) for k, v in g.items()}}.items()] + extra)
+    return out
+
+
+def jobs_of(grid: list[str]) -> list[list[str]]:
+    """Every job (a list of key=value overrides) of one grid, expanded as Hydra's basic sweeper does."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(grid)
+    return [list(job) for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+
+
+def dirname(job: list[str], exclude: list[str]) -> str:
+    """The job's folder name: Hydra's `override_dirname` (sorted key=value, excluded keys left out)."""
+    return ",".join(sorted(o for o in job if o.split("=", 1)[0].lstrip("+~") not in exclude))
+
+
+def plan(t: Target, scale: str, extra: list[str]) -> tuple[object, list[list[str]], list[str]]:
+    """(composed config, grids, job folder names in order, without duplicates)."""
+    plain, _ = _split(extra)
+    cfg = compose_table(t, scale, plain)
+    exclude = list(cfg.hydra.job.config.override_dirname.exclude_keys)
+    gs = grids(cfg, extra) if t.sweep else [extra]
+    names = list(dict.fromkeys(dirname(j, exclude) for g in gs for j in (jobs_of(g) if t.sweep else [g])))
+    return cfg, gs, names
+
+
+# ------------------------------------------------------------------ kept runs
+def _status(run: Path) -> str | None:
     try:
-        from highway_repro.tables_ht import TARGETS as HT
-    except ModuleNotFoundError as e:
-        if e.name != "highway_repro.tables_ht":
-            raise
-        return
-    TARGETS.update(HT)
+        return json.loads((run / "metrics.json").read_text()).get("status")
+    except (OSError, ValueError):
+        return None
+
+
+def _runs_in(sweep_dir: Path, single: bool) -> list[Path]:
+    """The run folders of a sweep folder (one per job), or the folder itself for a single-run table."""
+    return [sweep_dir] if single else sorted(p.parent for p in sweep_dir.glob("*/metrics.json"))
+
+
+def keep(sweep_dir: Path, kept: Path, single: bool = False) -> int:
+    """Copy the small files of every finished run of the sweep folder into the kept-runs folder
+    (a single-run table keeps its run as <kept>/run). Returns the number of files written."""
+    n = 0
+    for run in _runs_in(sweep_dir, single):
+        if _status(run) not in FINISHED:
+            continue
+        dst = kept / ("run" if single else run.name)
+        for f in KEPT_FILES:
+            if (run / f).exists() and (not (dst / f).exists() or (dst / f).read_bytes() != (run / f).read_bytes()):
+                (dst / f).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(run / f, dst / f)
+                n += 1
+    return n
+
+
+def restore(kept: Path, sweep_dir: Path) -> int:
+    """Put kept runs back into the sweep folder (where it has no finished run of that name), so `resume=auto`
+    skips them instead of training them again. Not for single-run tables: their follow-up step (the gate
+    analyses) needs the trained weights, which are not kept, so such a run is trained again."""
+    n = 0
+    for run in sorted(p.parent for p in kept.glob("*/metrics.json")):
+        dst = sweep_dir / run.name
+        if _status(run) not in FINISHED or _status(dst) in FINISHED:
+            continue
+        for f in KEPT_FILES:
+            if (run / f).exists():
+                (dst / f).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(run / f, dst / f)
+        n += 1
+    return n
+
+
+# ------------------------------------------------------------------ estimates and progress
+def _run_seconds(runs: list[Path]) -> list[float]:
+    out = []
+    for r in runs:
+        try:
+            m = json.loads((r / "metrics.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if m.get("status") == "done" and m.get("time/wall_s"):
+            out.append(float(m["time/wall_s"]))
+    return out
+
+
+def estimate_s(cfg, kept: Path) -> tuple[float | None, str]:
+    """Seconds one run of this table takes on one thread: the mean of its kept runs, else the scale file's
+    `est_step_s` (measured seconds per step) x max_steps."""
+    done = _run_seconds([p.parent for p in kept.glob("*/metrics.json")])
+    if done:
+        return sum(done) / len(done), f"mean of {len(done)} kept runs"
+    step_s = cfg.get("est_step_s")
+    if step_s:
+        return float(step_s) * int(cfg.trainer.max_steps), f"est_step_s {step_s} x {cfg.trainer.max_steps} steps"
+    return None, "no estimate (no kept runs, no est_step_s in the scale file)"
+
+
+def _hours(s: float) -> str:
+    return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.0f} min"
+
+
+class Progress(threading.Thread):
+    """One line a minute: runs done / total and an ETA from the runs finished so far (else the estimate)."""
+
+    def __init__(self, name: str, sweep_dir: Path, names: list[str], jobs: int, est: float | None, every: float = 60):
+        super().__init__(daemon=True)
+        self.name_, self.sweep_dir, self.names, self.jobs, self.est, self.every = name, sweep_dir, names, jobs, est, every
+        self.stop = threading.Event()
+        self.start_done = {n for n in names if _status(sweep_dir / n) in FINISHED}
+
+    def line(self) -> str:
+        done = [n for n in self.names if _status(self.sweep_dir / n) in FINISHED]
+        failed = [n for n in self.names if _status(self.sweep_dir / n) == "failed"]
+        left = len(self.names) - len(done) - len(failed)
+        new = _run_seconds([self.sweep_dir / n for n in done if n not in self.start_done])
+        per = sum(new) / len(new) if new else self.est
+        eta = f"ETA {_hours(left * per / max(1, min(self.jobs, left)))}" if per and left else "ETA unknown"
+        return (f"[{self.name_}] {len(done)}/{len(self.names)} runs done" + (f", {len(failed)} failed" if failed else "")
+                + f", {left} to go; {eta if left else 'finished'} ({time.strftime('%H:%M')})")
+
+    def run(self) -> None:
+        while not self.stop.wait(self.every):
+            print(self.line(), flush=True)
+
+
+# ------------------------------------------------------------------ one table
+def _record(kept: Path, fresh: bool) -> dict:
+    f = kept / "reproduce.json"
+    return json.loads(f.read_text()) if f.exists() and not fresh else {"commands": [], "wall_s": 0.0}
+
+
+def train_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Path, results: Path,
+                fresh: bool = False, estimate_only: bool = False) -> int:
+    t = TARGETS[name]
+    sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
+    cfg, gs, names = plan(t, scale, extra)
+    if fresh and sweep_dir.exists():
+        shutil.rmtree(sweep_dir)
+    restored = 0 if fresh or not t.sweep else restore(kept, sweep_dir)
+    done = [n for n in names if _status(sweep_dir / n if t.sweep else sweep_dir) in FINISHED]
+    per, how = estimate_s(cfg, kept)
+    todo = len(names) - len(done)
+    threads = int(cfg.get("threads") or 1)
+    cost = (f"estimated {todo} x {_hours(per)} = {todo * per * threads / 3600:.1f} CPU-hours, "
+            f"{_hours(todo * per / max(1, min(jobs, todo)))} wall with {jobs} job(s) ({how})" if per and todo
+            else how if todo else "nothing to train")
+    print(f"[{name}] scale={scale}: {len(names)} runs, {len(done)} finished ({restored} restored from {kept}), "
+          f"{todo} to train; {cost}", flush=True)
+    if estimate_only or not todo:
+        return 0
+    shown = f"make reproduce-{name.replace('_', '-')} SCALE={scale}" if name != "demo" else "make demo"
+    if extra:  # overrides given by hand are part of the command
+        shown = shlex.join(["python", "-m", "highway_repro.reproduce", name, "--scale", scale, *extra])
+    base = [sys.executable, "-m", "highway_repro.train", f"experiment={t.experiment}", f"scale={scale}",
+            "resume=auto", "trainer.progress=false"]
+    if t.sweep:
+        base[3:3] = ["-m", f"sweep={t.experiment}"]
+        base += [f"hydra.sweep.dir={sweep_dir}"]
+        if jobs > 1:
+            base += ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={jobs}"]
+    else:
+        base += [f"hydra.run.dir={sweep_dir}"]
+    progress = Progress(name, sweep_dir, names, jobs, per)
+    progress.start()
+    start, status = time.time(), 0
+    try:
+        for g in gs:
+            cmd = base + g
+            print("+", shlex.join(cmd), flush=True)
+            proc = subprocess.Popen(cmd, cwd=ROOT)
+            try:
+                status = proc.wait()
+            except KeyboardInterrupt:
+                proc.send_signal(signal.SIGINT)
+                status = proc.wait()
+            if status:
+                break
+    finally:
+        progress.stop.set()
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        n = keep(sweep_dir, kept, single=not t.sweep)
+        record = _record(kept, fresh)
+        record["commands"] = list(dict.fromkeys(record["commands"] + [shown]))
+        record["wall_s"] = record.get("wall_s", 0.0) + time.time() - start
+        kept.mkdir(parents=True, exist_ok=True)
+        (kept / "reproduce.json").write_text(json.dumps(record, indent=1) + "\n")
+        print(progress.line(), f"- kept files updated: {n}", flush=True)
+    if status:
+        print(f"the sweep exited with status {status}; the report is built from the runs that finished",
+              file=sys.stderr)
+    return status
+
+
+def report_table(name: str, scale: str, runs_root: Path, results: Path) -> int:
+    """Build the table from the kept runs (plus failed or unfinished ones of the local sweep folder)."""
+    t = TARGETS[name]
+    sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
+    record = _record(kept, False)
+    meta = {"commands": record["commands"], "scale": scale, "wall_s": record["wall_s"] or None}
+    if t.after:  # the follow-up step needs the run folder with its checkpoint
+        if not (sweep_dir / "ckpt").is_dir():
+            print(f"[{name}] no run folder with a checkpoint at {sweep_dir}: kept report left as it is",
+                  file=sys.stderr)
+            return 0
+        cmd = [sys.executable, "-m", t.after, str(sweep_dir), "--out", str(results / t.results),
+               "--command", "; ".join(meta["commands"]) or f"make reproduce-{name.replace('_', '-')}",
+               "--scale", scale] + (["--wall-s", str(meta["wall_s"])] if meta["wall_s"] else [])
+        return subprocess.call(cmd, cwd=ROOT)
+    from highway_repro.report import build_table, load_runs
+
+    runs = {r.path.name: r for r in (load_runs(sweep_dir) if sweep_dir.is_dir() else [])}
+    runs.update({r.path.name: r for r in (load_runs(kept) if kept.is_dir() else [])})
+    if not runs:
+        print(f"[{name}] no runs under {kept} or {sweep_dir}", file=sys.stderr)
+        return 1
+    out = results / t.results
+    out.parent.mkdir(parents=True, exist_ok=True)
+    print(build_table(name, sorted(runs.values(), key=lambda r: r.path.name), out=out, meta=meta))
+    print(f"wrote {out}.md", file=sys.stderr)
+    return 0
 
 
 def main(argv=None) -> int:
-    _register_ht_targets()
     ap = argparse.ArgumentParser(prog="python -m highway_repro.reproduce", description=__doc__.split("\n")[0])
-    ap.add_argument("table", choices=sorted(TARGETS))
-    ap.add_argument("--scale", default="cpu", choices=("paper", "cpu", "smoke"))
-    ap.add_argument("--jobs", type=int, default=1, help="parallel jobs (joblib launcher); threads are split between them")
-    ap.add_argument("--fresh", action="store_true", help="delete the sweep folder first")
+    ap.add_argument("table", nargs="?", choices=sorted(TARGETS))
+    ap.add_argument("--all", action="store_true", help="every paper table, in order")
+    ap.add_argument("--list", action="store_true", help="list the tables")
+    ap.add_argument("--scale", default="cpu", choices=SCALES)
+    ap.add_argument("--jobs", type=int, default=1, help="parallel jobs (joblib launcher), each with the scale's threads")
+    ap.add_argument("--fresh", action="store_true", help="delete the sweep folder and ignore the kept runs")
     ap.add_argument("--results", default=None, help="results root (default: results/, or runs/smoke_results for smoke)")
     ap.add_argument("--runs", default="runs/sweeps", help="where sweep folders go")
-    ap.add_argument("--report-only", action="store_true", help="only rebuild the report from finished runs")
+    ap.add_argument("--report-only", action="store_true", help="only rebuild the report(s) from the kept runs")
+    ap.add_argument("--estimate", action="store_true", help="print the plan and its cost; train nothing")
     ap.add_argument("extra", nargs="*", help="more Hydra overrides")
     args = ap.parse_intermixed_args(argv)
-
-    t = TARGETS[args.table]
-    sweep_dir = Path(args.runs) / f"{args.table}-{args.scale}"
+    if args.list:
+        for n, t in TARGETS.items():
+            print(f"  reproduce-{n.replace('_', '-'):<24} {t.help}")
+        return 0
+    if not args.table and not args.all:
+        ap.error("name a table (see --list) or give --all")
+    names = PAPER_TABLES if args.all else [args.table]
     results = Path(args.results or ("runs/smoke_results" if args.scale == "smoke" else "results"))
-    shown = f"make reproduce-{args.table.replace('_', '-')} SCALE={args.scale}"
-    if args.extra:  # overrides given by hand are part of the command
-        shown = shlex.join([sys.executable.rsplit("/", 1)[-1], "-m", "highway_repro.reproduce", args.table,
-                            "--scale", args.scale, *args.extra])
-    status, wall = 0, None
-    if not args.report_only:
-        if args.fresh and sweep_dir.exists():
-            shutil.rmtree(sweep_dir)
-        cmd = [sys.executable, "-m", "highway_repro.train", f"experiment={t.experiment}", f"scale={args.scale}",
-               "resume=auto", "trainer.progress=false"]
-        if t.sweep:
-            cmd[3:3] = ["-m", f"sweep={t.sweep}"]
-            cmd += [f"hydra.sweep.dir={sweep_dir}"]
-            if args.jobs > 1:
-                threads = max(1, (os.cpu_count() or 1) // args.jobs)
-                cmd += ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={args.jobs}", f"threads={threads}"]
-        else:
-            cmd += [f"hydra.run.dir={sweep_dir}"]
-        cmd += t.overrides.get(args.scale, []) + args.extra
-        print("+", shlex.join(cmd), flush=True)
-        start = time.time()
-        status = subprocess.call(cmd, cwd=ROOT)
-        wall = time.time() - start
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        record = sweep_dir / "reproduce.json"  # wall time and commands add up over invocations (resumes)
-        prev = json.loads(record.read_text()) if record.exists() and not args.fresh else {}
-        commands = prev.get("commands", [prev["command"]] if "command" in prev else []) + [shown]
-        wall += prev.get("wall_s", 0.0)
-        record.write_text(json.dumps({"commands": commands, "wall_s": wall, "status": status}))
-        shown = "; ".join(dict.fromkeys(commands))
-        if status:
-            print(f"the sweep exited with status {status}; building the report from the jobs that finished",
-                  file=sys.stderr)
-    elif (sweep_dir / "reproduce.json").exists():
-        record = json.loads((sweep_dir / "reproduce.json").read_text())
-        wall = record.get("wall_s")
-        shown = "; ".join(dict.fromkeys(record.get("commands", [record.get("command", shown)])))
-    if t.after:
-        cmd = [sys.executable, "-m", t.after, str(sweep_dir), "--out", str(results / t.out), "--command", shown,
-               "--scale", args.scale] + (["--wall-s", str(wall)] if wall else [])
-        return subprocess.call(cmd, cwd=ROOT) or status
-    from highway_repro.report import load_runs
-    from highway_repro.tables import build_table
+    runs_root = Path(args.runs)
+    status = 0
+    for name in names:
+        if args.all and args.report_only and not (results / runs_folder(name, args.scale)).is_dir():
+            continue  # make tables: only the tables that have kept runs
+        if not args.report_only:
+            status = train_table(name, args.scale, args.jobs, args.extra, runs_root, results, args.fresh,
+                                 args.estimate) or status
+        if not args.estimate:
+            status = report_table(name, args.scale, runs_root, results) or status
+    if not args.estimate:
+        from highway_repro.report import write_summary
 
-    runs = load_runs(sweep_dir)
-    if not runs:
-        print(f"no runs under {sweep_dir}", file=sys.stderr)
-        return status or 1
-    print(build_table(args.table, runs, out=results / t.out, command=shown, wall_s=wall, scale=args.scale))
-    print(f"wrote {results / t.out}.md", file=sys.stderr)
+        print(f"wrote {write_summary(results)}", file=sys.stderr)
     return status
 
 

@@ -1,0 +1,60 @@
+"""The paper tables that `make reproduce-<table>` builds: one explicit mapping name -> Target.
+
+A table is made of config files and one report spec; this list only ties them together:
+
+- `configs/experiment/<experiment>.yaml`: the paper's recipe;
+- `configs/sweep/<experiment>.yaml`: the rows of the table and the paper scale's seeds (`hydra.sweeper.params`);
+- `configs/experiment_scale/<experiment>/<scale>.yaml` (one per scale, required): what the scale changes,
+  its seeds/trials (`hydra.sweeper.params`) and `extra_grids` (more grids into the same sweep folder, e.g.
+  a third seed for the paper's main rows only);
+- `highway_repro.report.TABLES[<name>]`: the table spec (rows, columns, claims) that reads the runs.
+
+Adding a table = one line here + those files (docs/DESIGN.md walks through it). Torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Target:
+    experiment: str           # configs/experiment/<experiment>.yaml
+    results: str              # results/<results>.md|.csv|.png; finished runs in results/<paper>/runs/<name>-<scale>/
+    help: str                 # one line for `make help` / `--list`
+    sweep: bool = True        # False: a single run (no configs/sweep file)
+    after: str | None = None  # a module run on the finished run folder (it writes the report itself)
+
+
+TARGETS: dict[str, Target] = {
+    "demo": Target("demo", "demo/demo", "plain vs highway MLPs at depths 10 and 50 on MNIST (make demo)"),
+    "hn_fig1": Target("hn_fig1", "highway_networks/fig1",
+                      "Highway Networks Fig. 1: FC depth sweep, plain/highway/residual, random search"),
+    "hn_table1": Target("hn_table1", "highway_networks/table1",
+                        "Highway Networks Table 1: 10-layer conv net on MNIST, widths 16/32"),
+    "hn_cifar": Target("hn_cifar", "highway_networks/cifar",
+                       "Highway Networks Tables 2/3: 19-layer net on CIFAR-10, highway vs plain"),
+    "hn_analysis": Target("hn_analysis", "highway_networks/analysis",
+                          "Highway Networks Figs. 2-4: gate heat maps, routing, lesioning of a 50-layer net",
+                          sweep=False, after="highway_repro.analysis.run"),
+    "ht_char_ptb": Target("ht_char_ptb", "highway_transformer/char_ptb_l3",
+                          "Highway Transformer: Transformer-L3 on char-PTB, gate kinds"),
+    "ht_word_ptb": Target("ht_word_ptb", "highway_transformer/word_ptb_rt",
+                          "Highway Transformer: R-Transformer-L3 on word-PTB, gate kinds"),
+    "ht_char_ptb_rt": Target("ht_char_ptb_rt", "highway_transformer/char_ptb_rt",
+                             "Highway Transformer: R-Transformer-L3 on char-PTB, gate kinds"),
+    "ht_word_ptb_l3": Target("ht_word_ptb_l3", "highway_transformer/word_ptb_l3",
+                             "Highway Transformer: Transformer-L3 on word-PTB, gate kinds"),
+    "ht_enwik8_l6": Target("ht_enwik8_l6", "highway_transformer/enwik8_l6",
+                           "Highway Transformer: 6-layer Transformer-XL on enwik8, gate kinds and placement"),
+    "ht_enwik8_l12": Target("ht_enwik8_l12", "highway_transformer/enwik8_l12",
+                            "Highway Transformer: 12-layer Transformer-XL on enwik8, placement"),
+}
+
+# `make reproduce-all` / `make tables` order: the paper tables (not the demo)
+PAPER_TABLES = [name for name in TARGETS if name != "demo"]
+
+
+def runs_folder(name: str, scale: str) -> str:
+    """Where the finished runs of a table are kept, relative to the results root: <paper>/runs/<name>-<scale>."""
+    return f"{TARGETS[name].results.split('/')[0]}/runs/{name}-{scale}"
