@@ -30,18 +30,6 @@ def _compose(overrides):
         return compose("train", overrides=overrides)
 
 
-def _with_variant(cfg, v):
-    """The composed config with another row: `variant` is the only key the sweep sets per row."""
-    import copy
-
-    from omegaconf import OmegaConf
-
-    c = copy.deepcopy(cfg)
-    OmegaConf.set_struct(c, False)
-    c.variant = v
-    return c
-
-
 @pytest.mark.parametrize("exp", EXPERIMENTS)
 def test_every_variant_composes_validates_and_instantiates(exp):
     """Every scale composes through hydra; every row validates and resolves its gate placement; models
@@ -57,10 +45,9 @@ def test_every_variant_composes_validates_and_instantiates(exp):
     assert variants[0] == "baseline"
     vocab = 10000 if "word" in exp else 204
     for scale in SCALES:
-        base = _compose([f"experiment={exp}", f"scale={scale}"])
-        assert base.name == exp and base.scale_name == scale
         for v in variants:
-            cfg = _with_variant(base, v)
+            cfg = _compose([f"experiment={exp}", f"scale={scale}", f"variant={v}"])  # as the sweep passes it
+            assert cfg.name == exp and cfg.scale_name == scale and cfg.variant == v
             validate(cfg)
             m = OmegaConf.to_container(cfg.model, resolve=True)
             placement = resolve_placement(m["n_layers"], m["gate_kind"], m["gate_layers"], m["gate_sublayers"])
@@ -74,9 +61,8 @@ def test_every_variant_composes_validates_and_instantiates(exp):
             model = instantiate(cfg.model, _convert_="all", vocab_size=vocab)
             logits, _ = model(torch.randint(0, vocab, (2, 8)))
             assert logits.shape == (2, 8, vocab)
-    # one row composed through hydra with the override the sweep passes on the command line
-    direct = _compose([f"experiment={exp}", "scale=smoke", f"variant={variants[-1]}"])
-    assert direct.model.gate_kind == direct.ht_variants[variants[-1]].gate_kind
+    default = _compose([f"experiment={exp}", "scale=smoke"])  # the experiment's default row is the baseline
+    assert default.variant == "baseline" and default.model.gate_kind == "none"
 
 
 def test_placement_rows():
@@ -84,10 +70,10 @@ def test_placement_rows():
 
     from highway_repro.models.gates import resolve_placement
 
-    base = _compose(["experiment=ht_enwik8_l6", "scale=cpu"])
     want = {"tanh_l1_3": [1, 2, 3], "tanh_l3_6": [3, 4, 5, 6], "tanh_attn_only": [1, 2, 3, 4, 5, 6]}
     for v, layers in want.items():
-        m = OmegaConf.to_container(_with_variant(base, v).model, resolve=True)
+        m = OmegaConf.to_container(_compose(["experiment=ht_enwik8_l6", "scale=cpu", f"variant={v}"]).model,
+                                   resolve=True)
         pl = resolve_placement(m["n_layers"], m["gate_kind"], m["gate_layers"], m["gate_sublayers"])
         assert [i + 1 for i, p in enumerate(pl) if p["attn"]] == layers
         assert any(p["ffn"] for p in pl) == (v != "tanh_attn_only")
@@ -168,13 +154,12 @@ def test_enwik8_l6_table_has_time_column_and_paper_reference(tmp_path):
     assert (tmp_path / "t.png").exists()
 
 
-def test_targets_registered():
-    from highway_repro import reproduce
+def test_targets_name_their_experiment_and_results():
+    from highway_repro.targets import TARGETS
 
-    reproduce._register_ht_targets()
     for exp in EXPERIMENTS:
-        t = reproduce.TARGETS[exp]
-        assert t.experiment == exp and t.sweep == exp and t.out.startswith("highway_transformer/")
+        t = TARGETS[exp]
+        assert t.experiment == exp and t.sweep and t.results.startswith("highway_transformer/")
 
 
 @pytest.mark.slow

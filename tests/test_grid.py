@@ -1,0 +1,133 @@
+"""A table's grid lives in config files: every experiment has every scale, every variant composes, the runner
+expands the files into the jobs Hydra runs, and finished runs are kept and restored (highway_repro/reproduce.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import CONFIG_DIR, EXPERIMENTS, REPO, SCALES, compose
+
+VARIANTS = sorted(p.stem for p in (CONFIG_DIR / "variant").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_has_every_scale(experiment):
+    have = sorted(p.stem for p in (CONFIG_DIR / "experiment_scale" / experiment).glob("*.yaml"))
+    assert have == sorted(SCALES), f"configs/experiment_scale/{experiment}/ has {have}, want {sorted(SCALES)}"
+
+
+def test_every_scale_of_the_root_config_is_a_scale():
+    assert sorted(p.stem for p in (CONFIG_DIR / "scale").glob("*.yaml")) == sorted(SCALES)
+
+
+def test_a_missing_scale_file_is_an_error(tmp_path):
+    from highway_repro.config import ConfigError, check_scale_file
+
+    check_scale_file(CONFIG_DIR, "hn_fig1", "cpu")
+    check_scale_file(CONFIG_DIR, None, "cpu")  # runs without an experiment compose as before
+    with pytest.raises(ConfigError, match=r"scale=cpux is not allowed for experiment=hn_fig1 \(valid: cpu, paper, smoke"):
+        check_scale_file(CONFIG_DIR, "hn_fig1", "cpux")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_variant_file_names_itself_and_sets_the_gate(variant):
+    cfg = compose(["experiment=ht_enwik8_l6", "scale=smoke", f"variant={variant}"])
+    assert cfg.variant == variant and cfg.variant_label
+    assert cfg.model.gate_kind == ("none" if variant == "baseline" else cfg.model.gate_kind) != ""
+
+
+def test_every_swept_variant_exists():
+    from highway_repro.reproduce import jobs_of, plan
+    from highway_repro.targets import TARGETS
+
+    for name, t in TARGETS.items():
+        if not t.sweep:
+            continue
+        for scale in SCALES:
+            _, grids, names = plan(t, scale, [])
+            assert names, (name, scale)
+            for g in grids:
+                for job in jobs_of(g):
+                    for o in job:
+                        if o.startswith("variant="):
+                            assert o.split("=", 1)[1] in VARIANTS, (name, scale, o)
+
+
+def test_grid_of_enwik8_l6_at_cpu_scale():
+    """Two seeds for every row, a third for the baseline and the paper's main rows (issue 12), from the files."""
+    from highway_repro.reproduce import plan
+    from highway_repro.targets import TARGETS
+
+    _, grids, names = plan(TARGETS["ht_enwik8_l6"], "cpu", [])
+    assert len(grids) == 2 and len(names) == 8 * 2 + 3 == len(set(names))
+    assert "seed=2,variant=sdu_tanh" in names and "seed=2,variant=highway" not in names
+    # a command-line override replaces the grid's value of the same key in every grid
+    _, _, names = plan(TARGETS["ht_enwik8_l6"], "cpu", ["variant=baseline"])
+    assert names == ["seed=0,variant=baseline", "seed=1,variant=baseline", "seed=2,variant=baseline"]
+    _, _, names = plan(TARGETS["hn_fig1"], "smoke", [])
+    assert names == ["model.depth=4,model.kind=plain,trial=0", "model.depth=4,model.kind=highway,trial=0",
+                     "model.depth=4,model.kind=residual,trial=0"]
+
+
+def _fake_run(folder, status="done", wall=10.0):
+    folder.mkdir(parents=True)
+    (folder / ".hydra").mkdir()
+    (folder / ".hydra" / "overrides.yaml").write_text("- seed=0\n")
+    (folder / "metrics.json").write_text(json.dumps({"status": status, "time/wall_s": wall}))
+    (folder / "metrics.jsonl").write_text('{"step": 0}\n')
+    (folder / "config_resolved.yaml").write_text("seed: 0\n")
+    (folder / "ckpt").mkdir()
+    (folder / "ckpt" / "last.pt").write_bytes(b"weights")
+
+
+def test_finished_runs_are_kept_without_checkpoints_and_restored(tmp_path):
+    from highway_repro.reproduce import keep, restore
+
+    sweep, kept = tmp_path / "sweep", tmp_path / "results" / "runs"
+    _fake_run(sweep / "seed=0", "done")
+    _fake_run(sweep / "seed=1", "diverged")
+    _fake_run(sweep / "seed=2", "failed")
+    _fake_run(sweep / "seed=3", "running")
+    assert keep(sweep, kept) == 2 * 4  # the fake runs have no run_info.json
+    assert sorted(p.name for p in kept.iterdir()) == ["seed=0", "seed=1"]
+    assert not list(kept.rglob("*.pt")) and (kept / "seed=0" / ".hydra" / "overrides.yaml").exists()
+    assert keep(sweep, kept) == 0  # unchanged files are not written again
+    fresh = tmp_path / "fresh_sweep"
+    assert restore(kept, fresh) == 2
+    assert json.loads((fresh / "seed=1" / "metrics.json").read_text())["status"] == "diverged"
+    assert restore(kept, fresh) == 0  # a finished run in the sweep folder is left alone
+
+
+def test_estimate_prefers_kept_runs(tmp_path):
+    from omegaconf import OmegaConf
+
+    from highway_repro.reproduce import estimate_s
+
+    cfg = OmegaConf.create({"est_step_s": 0.5, "trainer": {"max_steps": 100}})
+    assert estimate_s(cfg, tmp_path)[0] == 50.0
+    _fake_run(tmp_path / "a", wall=30.0)
+    _fake_run(tmp_path / "b", wall=10.0)
+    assert estimate_s(cfg, tmp_path)[0] == 20.0
+    assert estimate_s(OmegaConf.create({"trainer": {"max_steps": 1}}), tmp_path / "none")[0] is None
+
+
+def test_estimate_only_trains_nothing(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "highway_repro.reproduce", "ht_enwik8_l6", "--scale", "cpu",
+                        "--estimate", "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "results")],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "19 runs, 0 finished" in r.stdout and "CPU-hours" in r.stdout
+    assert not (tmp_path / "runs").exists()
+
+
+def test_make_help_lists_every_table():
+    from highway_repro.targets import TARGETS
+
+    out = subprocess.run(["make", "-s", "help"], cwd=REPO, capture_output=True, text=True, timeout=60).stdout
+    for name in TARGETS:
+        if name != "demo":
+            assert f"reproduce-{name.replace('_', '-')} " in out, name
