@@ -44,20 +44,19 @@ TARGETS = {
                        {"paper": ["seed=0,1,2,3,4"], "smoke": ["seed=0"]}),
     "hn_analysis": Target("highway_networks/analysis", "hn_analysis", None, after="highway_repro.analysis.run"),
 }
-
-
-def _register_ht_targets() -> None:
-    try:
-        from highway_repro.tables_ht import TARGETS as HT
-    except ModuleNotFoundError as e:
-        if e.name != "highway_repro.tables_ht":
-            raise
-        return
-    TARGETS.update(HT)
+_PTB = {"paper": ["seed=1111"], "smoke": ["seed=0"]}  # cpu: the sweep's seeds 0,1,2
+_ENWIK8 = {"paper": ["seed=1111"], "cpu": ["seed=0"], "smoke": ["seed=0"]}  # cpu: one seed
+TARGETS.update({
+    "ht_char_ptb": Target("highway_transformer/char_ptb_l3", "ht_char_ptb", "ht_char_ptb", _PTB),
+    "ht_word_ptb": Target("highway_transformer/word_ptb_rt", "ht_word_ptb", "ht_word_ptb", _PTB),
+    "ht_char_ptb_rt": Target("highway_transformer/char_ptb_rt", "ht_char_ptb_rt", "ht_char_ptb_rt", _PTB),
+    "ht_word_ptb_l3": Target("highway_transformer/word_ptb_l3", "ht_word_ptb_l3", "ht_word_ptb_l3", _PTB),
+    "ht_enwik8_l6": Target("highway_transformer/enwik8_l6", "ht_enwik8_l6", "ht_enwik8_l6", _ENWIK8),
+    "ht_enwik8_l12": Target("highway_transformer/enwik8_l12", "ht_enwik8_l12", "ht_enwik8_l12", _ENWIK8),
+})
 
 
 def main(argv=None) -> int:
-    _register_ht_targets()
     ap = argparse.ArgumentParser(prog="python -m highway_repro.reproduce", description=__doc__.split("\n")[0])
     ap.add_argument("table", choices=sorted(TARGETS))
     ap.add_argument("--scale", default="cpu", choices=("paper", "cpu", "smoke"))
@@ -72,7 +71,7 @@ def main(argv=None) -> int:
     t = TARGETS[args.table]
     sweep_dir = Path(args.runs) / f"{args.table}-{args.scale}"
     results = Path(args.results or ("runs/smoke_results" if args.scale == "smoke" else "results"))
-    shown = f"make reproduce-{args.table.replace('_', '-')} SCALE={args.scale}"
+    shown = "make demo" if args.table == "demo" else f"make reproduce-{args.table.replace('_', '-')} SCALE={args.scale}"
     if args.extra:  # overrides given by hand are part of the command
         shown = shlex.join([sys.executable.rsplit("/", 1)[-1], "-m", "highway_repro.reproduce", args.table,
                             "--scale", args.scale, *args.extra])
@@ -101,27 +100,30 @@ def main(argv=None) -> int:
         commands = prev.get("commands", [prev["command"]] if "command" in prev else []) + [shown]
         wall += prev.get("wall_s", 0.0)
         record.write_text(json.dumps({"commands": commands, "wall_s": wall, "status": status}))
-        shown = "; ".join(dict.fromkeys(commands))
+        shown = list(dict.fromkeys(commands))
         if status:
             print(f"the sweep exited with status {status}; building the report from the jobs that finished",
                   file=sys.stderr)
     elif (sweep_dir / "reproduce.json").exists():
         record = json.loads((sweep_dir / "reproduce.json").read_text())
         wall = record.get("wall_s")
-        shown = "; ".join(dict.fromkeys(record.get("commands", [record.get("command", shown)])))
-    if t.after:
-        cmd = [sys.executable, "-m", t.after, str(sweep_dir), "--out", str(results / t.out), "--command", shown,
-               "--scale", args.scale] + (["--wall-s", str(wall)] if wall else [])
-        return subprocess.call(cmd, cwd=ROOT) or status
-    from highway_repro.report import load_runs
-    from highway_repro.tables import build_table
+        shown = list(dict.fromkeys(record.get("commands", [record.get("command", shown)])))
+    commands = shown if isinstance(shown, list) else [shown]
+    from highway_repro.report import build_table, load_runs, write_summary
 
+    if t.after:
+        cmd = [sys.executable, "-m", t.after, str(sweep_dir), "--out", str(results / t.out), "--scale", args.scale]
+        cmd += [a for c in commands for a in ("--command", c)] + (["--wall-s", str(wall)] if wall else [])
+        status = subprocess.call(cmd, cwd=ROOT) or status
+        write_summary(results)
+        return status
     runs = load_runs(sweep_dir)
     if not runs:
         print(f"no runs under {sweep_dir}", file=sys.stderr)
         return status or 1
-    print(build_table(args.table, runs, out=results / t.out, command=shown, wall_s=wall, scale=args.scale))
-    print(f"wrote {results / t.out}.md", file=sys.stderr)
+    meta = {"commands": commands, "scale": args.scale, "wall_s": wall}
+    print(build_table(args.table, runs, results / t.out, meta))
+    print(f"wrote {results / t.out}.md and {write_summary(results)}", file=sys.stderr)
     return status
 
 
