@@ -72,7 +72,8 @@ def test_welch_interval_against_hand_computed_values():
     assert (lo, hi) == (pytest.approx(-6.897975, abs=1e-5), pytest.approx(0.897975, abs=1e-5))
     assert stats.welch_interval([1.0], [2, 3, 4]) is None and stats.welch_interval([1, 2], [3]) is None
     lo, hi = stats.mean_interval([1, 2, 3])
-    assert (lo, hi) == (pytest.approx(2 - T975[2] / math.sqrt(3), abs=1e-6), pytest.approx(2 + T975[2] / math.sqrt(3), abs=1e-6))
+    half = T975[2] / math.sqrt(3)
+    assert (lo, hi) == (pytest.approx(2 - half, abs=1e-6), pytest.approx(2 + half, abs=1e-6))
 
 
 def test_three_verdicts():
@@ -110,7 +111,8 @@ HT_TEST = {"baseline": [2.00, 2.02, 2.04],  # floor 1.80: not met
            "sdu_sigmoid": [1.80, 1.82, 1.84],  # clearly lower: HELD; reaches the baseline's final val at step 200
            "sdu_tanh": [1.90, 2.10, 2.05],  # inside the spread: NOT RESOLVED
            "highway": [2.30, 2.32, 2.34]}  # clearly higher: DID NOT HOLD; never reaches it
-LABELS = {"baseline": "baseline (no gate)", "sdu_sigmoid": "SDU sigmoid, all layers", "sdu_tanh": "SDU tanh, all layers"}
+LABELS = {"baseline": "baseline (no gate)", "sdu_sigmoid": "SDU sigmoid, all layers",
+          "sdu_tanh": "SDU tanh, all layers"}
 
 
 def make_ht_runs(root: Path) -> None:
@@ -143,8 +145,8 @@ def make_hn_runs(root: Path) -> None:
         for seed, a in enumerate(accs):
             fake_run(root / f"model.width={w},seed={seed}", [f"model.width={w}", f"seed={seed}"],
                      {"model": {"kind": "highway", "width": int(w)}, "seed": seed},
-                     {"status": "done", "test/acc": a, "test/loss": 1 - a, "model/params": 39000 if w == "16" else 151690,
-                      "time/wall_s": 100.0}, run_info=MACHINE)
+                     {"status": "done", "test/acc": a, "test/loss": 1 - a, "time/wall_s": 100.0,
+                      "model/params": 39000 if w == "16" else 151690}, run_info=MACHINE)
 
 
 def _claims(path: Path) -> dict:
@@ -172,7 +174,8 @@ def test_ht_table_end_to_end(tmp_path):
     assert (c["ci_low"], c["ci_high"]) == (pytest.approx(-0.2 - half, abs=1e-5), pytest.approx(-0.2 + half, abs=1e-5))
     assert c["verdict"] == "HELD" and c["paper"] == 1.371 and c["paper_claim"] is True and c["n_seeds"] == 3
     assert f"95 % CI [{-0.2 - half:.4g}, {-0.2 + half:.4g}]: **HELD**" in md
-    assert claims[("SDU tanh, all layers (sdu_tanh)", "claim", "ends lower than the baseline")]["verdict"] == "NOT RESOLVED"
+    tanh = claims[("SDU tanh, all layers (sdu_tanh)", "claim", "ends lower than the baseline")]
+    assert tanh["verdict"] == "NOT RESOLVED"
     hw = claims[("highway", "claim", "ends lower than the baseline")]
     assert hw["verdict"] == "DID NOT HOLD" and hw["paper_claim"] is False  # no paper number: our extra row
     # converges faster: same AUC offsets, so the AUC difference equals the final one; steps to reach 2.07

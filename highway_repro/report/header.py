@@ -93,7 +93,8 @@ def header(title: str, runs: list[Run], meta: dict | None = None) -> str:
         lines.append("- threads per run: " + ", ".join(f"{k} ({n} run{'s' if n > 1 else ''})"
                                                          for k, n in threads.most_common()))
         commits = Counter((i.get("git_commit") or "unknown")[:12] for i in infos)
-        lines.append("- code: commit " + ", ".join(f"{c} ({n} run{'s' if n > 1 else ''})" for c, n in commits.most_common()))
+        lines.append("- code: commit " + ", ".join(f"{c} ({n} run{'s' if n > 1 else ''})"
+                                                   for c, n in commits.most_common()))
     else:
         lines.append("- machine: not recorded in the run folders (no run_info.json)")
     if len(infos) < len(runs) and infos:

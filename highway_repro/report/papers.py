@@ -44,6 +44,11 @@ HN_TABLE1 = PaperTable("REFERENCE.md A2 (Table 1)", {
 }, verified=True)
 TABLE1_CLAIM_STDS = 2.0  # the claim holds when ours >= paper mean - 2 paper std
 
+
+def table1_threshold(p: dict) -> float:
+    return round(p["mean"] - TABLE1_CLAIM_STDS * p["std"], 6)
+
+
 # A3 Table 3, 19-layer highway net on CIFAR-10 with augmentation, test accuracy % (verified)
 HN_CIFAR = PaperTable("REFERENCE.md A3 (Table 3, augmented)", {
     ("highway",): {"best": 92.40, "mean": 92.31, "std": 0.12},

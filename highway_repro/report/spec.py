@@ -55,7 +55,7 @@ class Measure:
     """One number per run."""
     key: str  # a metrics.json key; for how="auc" / "rate" a metrics.jsonl key
     label: str  # as the table shows it: "test bpc"
-    how: str = "final"  # final | auc (mean over the history) | rate (mean over training logs, first one left out) | log10
+    how: str = "final"  # final | auc (mean over the history) | rate (mean over training logs but the first) | log10
     scale: float = 1.0  # 100: a fraction shown in %
     digits: int = 4
     lower_is_better: bool = True
@@ -75,6 +75,11 @@ class Measure:
         else:
             raise ValueError(f"Measure.how={self.how!r} is not known (valid: final, auc, rate, log10)")
         return v * self.scale
+
+    @property
+    def name(self) -> str:
+        """A unique column name: the key, or `auc(val/bpc)` for a measure derived from it."""
+        return self.key if self.how == "final" else f"{self.how}({self.key})"
 
     @property
     def split(self) -> str:
@@ -159,7 +164,7 @@ def stat(m: Measure | Callable, header: str | None = None, name: str | None = No
     def out(row, t):
         mm = pick(row, t)
         mean, std = stats.mean_std(row.values(mm))
-        return {f"{name or mm.key}_mean": mean, f"{name or mm.key}_std": std}
+        return {f"{name or mm.name}_mean": mean, f"{name or mm.name}_std": std}
 
     return Column(header or m.label, cell, out)
 
@@ -169,7 +174,7 @@ def best(m: Measure, header: str = "best", sci: bool = False) -> Column:
         r = row.ranked(m)
         return r[0][0] if r else math.nan
 
-    return Column(header, lambda row, t: num(value(row), m.digits, sci), lambda row, t: {f"{m.key}_best": value(row)})
+    return Column(header, lambda row, t: num(value(row), m.digits, sci), lambda row, t: {f"{m.name}_best": value(row)})
 
 
 def top_mean(m: Measure, k: int, header: str, sci: bool = False) -> list[Column]:
@@ -178,7 +183,7 @@ def top_mean(m: Measure, k: int, header: str, sci: bool = False) -> list[Column]
         return [v for v, _ in row.ranked(m)[:k]]
 
     return [Column(header, lambda row, t: num(statistics.fmean(vals(row)) if vals(row) else math.nan, m.digits, sci),
-                   lambda row, t: {f"{m.key}_top_mean": statistics.fmean(vals(row)) if vals(row) else math.nan}),
+                   lambda row, t: {f"{m.name}_top_mean": statistics.fmean(vals(row)) if vals(row) else math.nan}),
             Column("k", lambda row, t: str(len(vals(row))), lambda row, t: {"k": len(vals(row))})]
 
 
@@ -191,7 +196,7 @@ def best_key(m: Measure, key: str, header: str) -> Column:
     return Column(header, lambda row, t: value(row), lambda row, t: {f"best_{key}": value(row)})
 
 
-def delta(m: Measure | Callable, header: str) -> Column:
+def delta(m: Measure | Callable, header: str, name: str) -> Column:
     """Relative change of the row's mean against the baseline row (negative = lower)."""
     pick = m if not isinstance(m, Measure) else (lambda row, t: m)
 
@@ -202,7 +207,7 @@ def delta(m: Measure | Callable, header: str) -> Column:
         mm = pick(row, t)
         return pct(row.mean(mm), base.mean(mm)) + (f" ({mm.split})" if mm.split != pick(base, t).split else "")
 
-    return Column(header, value, lambda row, t: {f"rel_{header}": value(row, t)})
+    return Column(header, value, lambda row, t: {name: value(row, t)})
 
 
 def ratio_to_baseline(m: Measure, header: str) -> Column:
@@ -215,7 +220,7 @@ def ratio_to_baseline(m: Measure, header: str) -> Column:
         return b / a if math.isfinite(a) and math.isfinite(b) and a > 0 else math.nan
 
     return Column(header, lambda row, t: f"{value(row, t):.2f}x" if math.isfinite(value(row, t)) else NA,
-                  lambda row, t: {"time_per_step_vs_baseline": value(row, t)})
+                  lambda row, t: {m.name: row.mean(m), f"{m.name}_baseline_over_row": value(row, t)})
 
 
 def paper(header: str, value: Callable, name: str) -> Column:
@@ -320,8 +325,8 @@ def test_claim(c: Claim, rows: dict) -> dict:
         else:
             res["ci"] = stats.welch_interval(xs, ys)
             res["verdict"] = stats.verdict(res["ci"], c.side, c.margin)
-            tested = f"difference {res['diff']:+.4g}" + (f" (must be {'<' if c.side == 'lower' else '>'} "
-                                                         f"{c.margin:g})" if c.margin else "") + f", {interval(res['ci'])}"
+            must = f" (must be {'<' if c.side == 'lower' else '>'} {c.margin:g})" if c.margin else ""
+            tested = f"difference {res['diff']:+.4g}{must}, {interval(res['ci'])}"
         top = f"mean of the best {len(xs)} / {len(ys)}: " if c.pick == "top" else ""
         line = (f"{res['label']} {c.text} ({what}): {top}{num(res['mean'], d)} (n {len(xs)}) vs "
                 f"{other.label} {num(res['other_mean'], d)} (n {len(ys)}); {tested}")
@@ -332,8 +337,8 @@ def test_claim(c: Claim, rows: dict) -> dict:
     else:
         if c.pick == "best":
             res["verdict"] = stats.point_verdict(res["mean"], c.side, float(c.against))
-            line = (f"{res['label']} {c.text}: best of {res['n']} runs {num(res['mean'], d, sci=abs(res['mean']) < 1e-2)} "
-                    "(a single value, no interval)")
+            value = num(res["mean"], d, sci=abs(res["mean"]) < 1e-2)
+            line = f"{res['label']} {c.text}: best of {res['n']} runs {value} (a single value, no interval)"
         else:
             res["ci"] = stats.mean_interval(xs)
             res["verdict"] = stats.verdict(res["ci"], c.side, float(c.against))
@@ -415,7 +420,7 @@ def render(spec: TableSpec, runs: list[Run]) -> tuple[Rendered, str, str]:
     for row in rows:
         keys = [row.label] if spec.label else list(row.id)
         md.append("| " + " | ".join(keys + [c.cell(row, t) for c in spec.columns]) + " |")
-        out = {**dict(zip(spec.keys, row.id)), "label": row.label}
+        out = {**dict(zip(spec.keys, row.id)), "label": row.name}
         for c in spec.columns:
             out.update(c.csv(row, t) if c.csv else {})
         out["failed"] = "; ".join(f"{r.path.name}: {r.error}" for r in row.failed)
