@@ -271,9 +271,10 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path) -> int:
             print(f"[{name}] no run folder with a checkpoint at {sweep_dir}: kept report left as it is",
                   file=sys.stderr)
             return 0
-        cmd = [sys.executable, "-m", t.after, str(sweep_dir), "--out", str(results / t.results),
-               "--command", "; ".join(meta["commands"]) or f"make reproduce-{name.replace('_', '-')}",
-               "--scale", scale] + (["--wall-s", str(meta["wall_s"])] if meta["wall_s"] else [])
+        commands = meta["commands"] or [f"make reproduce-{name.replace('_', '-')} SCALE={scale}"]
+        cmd = [sys.executable, "-m", t.after, str(sweep_dir), "--out", str(results / t.results), "--scale", scale]
+        cmd += [a for c in commands for a in ("--command", c)]
+        cmd += ["--wall-s", str(meta["wall_s"])] if meta["wall_s"] else []
         return subprocess.call(cmd, cwd=ROOT)
     from highway_repro.report import build_table, load_runs
 

@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 # first, so a bad value fails in about a second, not after the ~3-5 s torch import
 # (tests/test_reliability.py::test_bad_config_fails_fast_before_torch). Import them inside functions.
 from highway_repro.config import ConfigError, check_scale_file, validate, validate_against_data
-from highway_repro.engine.loggers import build_logger, write_json_atomic
+from highway_repro.engine.loggers import build_logger, now, write_json_atomic, write_run_info
 
 log = logging.getLogger("highway_repro")
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
@@ -132,7 +132,12 @@ def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
             raise ckpt_lib.CheckpointError(f"resume={cfg.resume}: {e}") from None
     if is_main and trainer.step == 0:
         trainer._log({"model/params": n_params})
-    return trainer.fit()
+    if is_main:
+        write_run_info(out_dir, start_time=now())  # machine, versions, threads, commit: read by the reports
+    final = trainer.fit()
+    if is_main:
+        write_run_info(out_dir, end_time=now())
+    return final
 
 
 def _summary(final: dict) -> str:

@@ -1,32 +1,70 @@
-"""Copy every results/**/*.md table into README.md between the results markers (make readme)."""
+"""README.md's "Reproduction at a glance" from results/summary.csv (`make readme`; standard library only).
+
+One line per paper claim (paper value, ours, scale, verdict with its 95 % interval, link to the table), then one
+line per floor of the cpu scale. results/summary.csv is written by `make tables` (highway_repro.report's
+write_summary), which also writes the index page results/README.md.
+"""
 
 from __future__ import annotations
 
-import re
+import csv
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ORDER = ["demo", "highway_networks", "highway_transformer"]
+BEGIN, END = "<!-- glance:begin -->", "<!-- glance:end -->"
 
 
-def main() -> None:
-    readme = ROOT / "README.md"
+def _num(x: str) -> str:
+    try:
+        v = float(x)
+    except ValueError:
+        return x or "—"
+    return f"{v:.4g}"
+
+
+def _verdict(r: dict) -> str:
+    ci = f" [{_num(r['ci_low'])}, {_num(r['ci_high'])}]" if r["ci_low"] else " (no interval)"
+    return f"**{r['verdict']}**{ci}"
+
+
+def glance(rows: list[dict]) -> str:
+    claims = [r for r in rows if r["kind"] == "claim" and r["paper_claim"] == "yes"]
+    floors = [r for r in rows if r["kind"] == "floor"]
+    lines = ["| table | claim | paper | ours | vs | scale | verdict, 95 % CI of what is tested | results |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in claims:
+        lines.append(f"| {r['table']} | {r['row']} {r['claim']} | {_num(r['paper'])} | {_num(r['mean'])} "
+                     f"({r['metric']}, {r['split']}, n {r['n_seeds']}) | {r['compared_with']} "
+                     f"{_num(r['compared_mean']) if r['compared_mean'] else ''} | {r['scale']} | {_verdict(r)} | "
+                     f"[{r['file']}](results/{r['file']}) |")
+    lines += ["", "| table | row | floor | ours | met | scale | results |", "|---|---|---|---|---|---|---|"]
+    for r in floors:
+        lines.append(f"| {r['table']} | {r['row']} | {r['claim'].replace('reaches the floor ', '')} | "
+                     f"{_num(r['mean'])} (n {r['n_seeds']}) | {r['floor_met']} | {r['scale']} | "
+                     f"[{r['file']}](results/{r['file']}) |")
+    return "\n".join(lines)
+
+
+def main(root: Path = ROOT) -> int:
+    readme, summary = root / "README.md", root / "results" / "summary.csv"
+    rows = []
+    if summary.exists():
+        with open(summary, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    body = glance(rows) if rows else ("_results/summary.csv has no claims yet: `make tables` builds it from the run "
+                                      "folders of the tables._")
     text = readme.read_text()
-    parts = []
-    files = sorted((ROOT / "results").rglob("*.md"),
-                   key=lambda p: (ORDER.index(p.parent.name) if p.parent.name in ORDER else 99, p.name))
-    for md in files:
-        rel = md.parent.relative_to(ROOT).as_posix()
-        body = md.read_text().strip()
-        body = re.sub(r"^# ", "### ", body, count=1, flags=re.M)
-        body = re.sub(r"!\[([^\]]*)\]\(([^)/]+)\)", lambda m: f"![{m.group(1)}]({rel}/{m.group(2)})", body)
-        parts.append(f"{body}\n\n(source: `{md.relative_to(ROOT).as_posix()}`)\n")
-    begin, end = "<!-- results:begin -->", "<!-- results:end -->"
-    head, _, rest = text.partition(begin)
-    _, _, tail = rest.partition(end)
-    readme.write_text(head + begin + "\n\n" + "\n".join(parts) + "\n" + end + tail)
-    print(f"README.md: {len(parts)} result tables")
+    if BEGIN not in text or END not in text:
+        print(f"README.md has no {BEGIN} ... {END} markers", file=sys.stderr)
+        return 1
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    readme.write_text(head + BEGIN + "\n" + body + "\n" + END + tail)
+    print(f"README.md: {sum(r['kind'] == 'claim' and r['paper_claim'] == 'yes' for r in rows)} claims, "
+          f"{sum(r['kind'] == 'floor' for r in rows)} floors")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

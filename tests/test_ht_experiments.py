@@ -123,8 +123,7 @@ def _fake_run(root: Path, variant: str, seed: int, status="done", val=2.0, error
 
 @pytest.mark.parametrize("exp", EXPERIMENTS)
 def test_tables_mark_failed_jobs(tmp_path, exp):
-    from highway_repro.report import load_runs
-    from highway_repro.tables import build_table
+    from highway_repro.report import build_table, load_runs
 
     variants = _variants(exp)
     for seed in (0, 1):
@@ -133,33 +132,35 @@ def test_tables_mark_failed_jobs(tmp_path, exp):
     _fake_run(tmp_path / "runs", "bogus_failed", 0, status="failed", error="RuntimeError: out of memory")
     _fake_run(tmp_path / "runs", variants[1], 2, status="failed", error="ValueError: gate exploded")
     _fake_run(tmp_path / "runs", variants[-1], 3, status="missing")
-    text = build_table(exp, load_runs(tmp_path / "runs"), out=tmp_path / "res" / "t", command="x", scale="smoke")
+    text = build_table(exp, load_runs(tmp_path / "runs"), tmp_path / "res" / "t", {"commands": ["x"], "scale": "smoke"})
     for v in variants:
-        assert f"(`{v}`)" in text
+        assert f"`{v}`" in text
     assert "RuntimeError: out of memory" in text and "ValueError: gate exploded" in text
     assert "no metrics.json" in text
-    assert "HELD" in text
-    assert (tmp_path / "res" / "t.png").exists() and (tmp_path / "res" / "t.csv").exists()
+    assert "**HELD**" in text  # each gated row is lower by 0.01 x its index, with no spread over seeds
+    for suffix in (".png", ".csv", ".md", ".claims.json"):
+        assert (tmp_path / "res" / f"t{suffix}").exists()
 
 
 def test_enwik8_l6_table_has_time_column_and_paper_reference(tmp_path):
-    from highway_repro.report import load_runs
-    from highway_repro.tables import build_table
+    from highway_repro.report import build_table, load_runs
 
     for v in _variants("ht_enwik8_l6"):
         _fake_run(tmp_path / "runs", v, 0)
-    text = build_table("ht_enwik8_l6", load_runs(tmp_path / "runs"), out=tmp_path / "t")
+    text = build_table("ht_enwik8_l6", load_runs(tmp_path / "runs"), tmp_path / "t", {})
     assert "time/step vs baseline" in text and "1.000x (21.16 h)" in text
     assert "1.24339" in text and "PAPER SCALE" not in text  # the label lives in the figure
     assert (tmp_path / "t.png").exists()
 
 
 def test_targets_name_their_experiment_and_results():
+    from highway_repro.report import TABLES
     from highway_repro.targets import TARGETS
 
     for exp in EXPERIMENTS:
         t = TARGETS[exp]
         assert t.experiment == exp and t.sweep and t.results.startswith("highway_transformer/")
+    assert set(TARGETS) == set(TABLES)  # every target has a table spec and every spec a target
 
 
 @pytest.mark.slow
@@ -173,5 +174,7 @@ def test_smoke_pipeline_end_to_end(tmp_path):
     assert md.exists() and (tmp_path / "results" / "highway_transformer" / "char_ptb_l3.png").exists()
     text = md.read_text()
     for v in _variants("ht_char_ptb"):
-        assert f"(`{v}`)" in text
-    assert "runs: 5 done, 0 failed" in text
+        assert f"`{v}`" in text
+    assert "runs: 5 done, 0 failed, 0 missing" in text
+    assert (tmp_path / "results" / "highway_transformer" / "char_ptb_l3.claims.json").exists()
+    assert (tmp_path / "results" / "summary.csv").exists()

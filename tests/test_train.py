@@ -11,6 +11,7 @@ import pytest
 
 from conftest import REPO, compose, needs_mirror
 from highway_repro import report
+from highway_repro.report.cli import aggregate
 from highway_repro.train import run
 
 VOLATILE = ("perf/", "time/")
@@ -109,7 +110,7 @@ def test_reproduce_smoke_sweep_and_report(tmp_path):
     md = (tmp_path / "results" / "demo" / "demo.md").read_text()
     for depth, kind in ((10, "plain"), (10, "highway"), (50, "plain"), (50, "highway")):
         assert f"| {depth} | {kind} |" in md
-    assert "make reproduce-demo SCALE=smoke" in md and "wall time" in md
+    assert "- command: `make demo`" in md and "wall time" in md
     assert (tmp_path / "results" / "demo" / "demo.png").stat().st_size > 1000
     csv = (tmp_path / "results" / "demo" / "demo.csv").read_text().splitlines()
     assert len(csv) == 5
@@ -131,7 +132,7 @@ def test_report_mean_std_and_failed_cells(tmp_path):
     _fake_job(tmp_path, "j3", ["model.kind=c", "seed=0"], {"status": "failed", "error": "ValueError: boom"})
     _fake_job(tmp_path, "j4", ["model.kind=d", "seed=0"], None)
     runs = report.load_runs(tmp_path)
-    rows = {r["key"]["model.kind"]: r for r in report.aggregate(runs, ["model.kind"], ["val/loss"])}
+    rows = {r["key"]["model.kind"]: r for r in aggregate(runs, ["model.kind"], ["val/loss"])}
     assert rows["a"]["n"] == 2 and rows["a"]["val/loss"][:2] == (2.0, pytest.approx(2 ** 0.5))
     assert "ValueError: boom" in rows["c"]["failed"][0] and rows["c"]["n"] == 0
     assert "no metrics.json" in rows["d"]["failed"][0]

@@ -2,18 +2,15 @@
 
     python -m highway_repro.analysis.run runs/sweeps/hn_analysis-cpu --out results/highway_networks/analysis
 
-Rebuilds data and model from the run's resolved config, loads `ckpt/last.pt`,
-and writes <out>.md (summary, command, wall time) plus <out>_heatmaps.png
-(Fig. 2), <out>_routing.png (Fig. 3, digits 0 and 7) and <out>_lesion.png (Fig. 4).
-Analyses use the full training set, as the paper does.
+Rebuilds data and model from the run's resolved config, loads `ckpt/last.pt`, and writes <out>.md (the
+report's header and the trained net's table with its floor, from `highway_repro.report`, then what the
+figures show) plus <out>_heatmaps.png (Fig. 2), <out>_routing.png (Fig. 3, digits 0 and 7) and
+<out>_lesion.png (Fig. 4). Analyses use the full training set, as the paper does.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import time
 from pathlib import Path
 
@@ -23,6 +20,7 @@ from hydra.utils import instantiate
 
 from highway_repro.analysis import gates as ga
 from highway_repro.engine import checkpoint as ckpt_lib
+from highway_repro.report import build_table, load_runs
 
 
 def load_run(run_dir: Path):
@@ -38,7 +36,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m highway_repro.analysis.run", description=__doc__.split("\n")[0])
     ap.add_argument("run_dir")
     ap.add_argument("--out", required=True, help="output prefix")
-    ap.add_argument("--command", default=None)
+    ap.add_argument("--command", action="append", default=None, help="the command(s) that made the run (repeatable)")
     ap.add_argument("--scale", default=None)
     ap.add_argument("--wall-s", type=float, default=None)
     ap.add_argument("--max-examples", type=int, default=None, help="use only the first N training examples")
@@ -57,28 +55,23 @@ def main(argv=None) -> int:
     figs = {"heatmaps": ga.plot_heatmaps(heat, out.with_name(out.name + "_heatmaps.png")),
             "routing": ga.plot_routing(routing, out.with_name(out.name + "_routing.png")),
             "lesion": ga.plot_lesion(lesion, out.with_name(out.name + "_lesion.png"))}
-    final = json.loads((run_dir / "metrics.json").read_text())
+    meta = {"commands": args.command or [f"python -m highway_repro.analysis.run {run_dir}"],
+            "scale": args.scale or cfg.get("scale_name"), "wall_s": args.wall_s}
+    table = build_table("hn_analysis", load_runs(run_dir), out, meta)  # header, trained-net table, floor
     m = cfg["model"]
     lines = [
-        "# Highway Networks, Figs. 2-4: gate analyses of a trained FC highway net on MNIST", "",
-        f"- command: `{args.command or 'python -m highway_repro.analysis.run ' + str(run_dir)}`",
-        f"- scale: {args.scale or cfg.get('scale_name')}; seed: {cfg.get('seed')}; net: {m['depth']} layers, "
-        f"{m['activation']}, width {m['width']}, gate bias init {m['gate_bias']}; "
-        f"{cfg['trainer']['max_steps']} steps of batch {cfg['data']['batch_size']}",
-        f"- trained net: final training loss {final.get('train/loss', float('nan')):.4f}, "
-        f"test accuracy {100 * final.get('test/acc', float('nan')):.2f}%",
-        f"- wall time: training {final.get('time/wall_s', 0) / 60:.1f} min"
-        + (f", whole command {args.wall_s / 60:.1f} min" if args.wall_s else "")
-        + f"; analysis {time.time() - t0:.0f} s on {x.shape[0]:,} training examples",
-        f"- machine: {platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}", "",
+        f"- net: {m['depth']} layers, {m['activation']}, width {m['width']}, gate bias init {m['gate_bias']}; "
+        f"{cfg['trainer']['max_steps']} steps of batch {cfg['data']['batch_size']}; analysis {time.time() - t0:.0f} s "
+        f"on {x.shape[0]:,} training examples", "",
         "## What the figures show", "", ga.summarize(heat, lesion), "",
         "Paper (50-layer tanh highway net, MNIST): most biases become more negative during training; "
         "single-example gate activity is sparse; outputs stay constant over stretches of layers and most change "
         "happens in the first ~15 layers; lesioning layers 15-45 barely changes training performance.", "",
     ]
     lines += [f"![{k}]({p.name})" for k, p in figs.items()]
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    text = table + "\n" + "\n".join(lines) + "\n"
+    out.with_name(out.name + ".md").write_text(text)
+    print(text)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Run logging: metrics.jsonl (one line per log step), metrics.json (final), W&B.
+"""Run logging: metrics.jsonl (one line per log step), metrics.json (final), run_info.json, W&B.
 
 Every metric is keyed `split/name` (`train/loss`, `val/bpc`, `test/acc`,
 `model/params`, `gates/<layer>/mean`). Tables and plots are built from the
@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import platform
+import subprocess
+from datetime import datetime, timezone
 from pathlib import Path
 
 
@@ -24,6 +27,57 @@ def write_json_atomic(path: Path, obj) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
     os.replace(tmp, path)
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def _git_commit() -> str | None:
+    """The commit of the code that runs (None outside a git checkout or without git)."""
+    try:
+        r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True,
+                           text=True, timeout=10)
+        return (r.stdout.strip() or None) if r.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def write_run_info(out_dir: Path, **extra) -> dict:
+    """Write (or update) `<run>/run_info.json`: the machine and software a run trained on, for the reports.
+
+    Fields: machine, cpu_model (/proc/cpuinfo, else null), cpu_count, torch, python, cuda_device (null without
+    CUDA), threads (torch.get_num_threads()), git_commit (null when unknown), plus `extra` (train.py passes
+    start_time at the start and end_time at the end). An existing file is updated: a resumed run keeps its first
+    start_time and records the machine of its latest segment.
+    """
+    import torch
+
+    path = Path(out_dir) / "run_info.json"
+    try:
+        info = json.loads(path.read_text()) if path.exists() else {}
+    except json.JSONDecodeError:
+        info = {}
+    if "start_time" in info:
+        extra.pop("start_time", None)
+    info.update({
+        "machine": platform.machine(), "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(),
+        "torch": torch.__version__, "python": platform.python_version(),
+        "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "threads": torch.get_num_threads(), "git_commit": _git_commit(), **extra})
+    write_json_atomic(path, info)
+    return info
+
+
+def now() -> str:
+    """The current UTC time, ISO 8601 to the second (run_info.json's start_time / end_time)."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 class JsonlLogger:

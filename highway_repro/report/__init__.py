@@ -1,0 +1,28 @@
+"""Reports from run folders: tables (Markdown + CSV), claims with 95 % intervals, figures, results/summary.csv.
+
+    from highway_repro.report import load_runs, build_table, write_summary
+    md = build_table("hn_table1", load_runs("runs/sweeps/hn_table1-cpu"), Path("results/highway_networks/table1"),
+                     {"commands": ["make reproduce-hn-table1 SCALE=cpu"], "scale": "cpu", "wall_s": 3600.0})
+    write_summary(Path("results"))
+
+| module | what |
+|---|---|
+| `runs.py` | run folders -> `Run` (overrides, config, final metrics, history, status, run_info) |
+| `stats.py` | mean ± std, t- and Welch intervals (own t quantile), the three verdicts |
+| `papers.py` | every paper number, claim threshold and floor |
+| `spec.py` | the one table style: `TableSpec` (rows, columns, claims, floors) and `render` |
+| `tables.py` | `TABLES` (name -> spec) and `build_table` |
+| `header.py` | the one header writer (command, scale, seeds, runs, times, machine from run_info.json) |
+| `plots.py` | the one plotting helper |
+| `summary.py` | `<table>.claims.json`, `results/summary.csv`, `results/README.md` |
+| `cli.py` | `python -m highway_repro.report` (generic tables of any sweep) |
+
+This package reads files only: it imports neither torch nor the models, the trainer or the runner.
+"""
+
+from highway_repro.report.cli import main
+from highway_repro.report.runs import Run, load_runs
+from highway_repro.report.summary import write_summary
+from highway_repro.report.tables import TABLES, build_table
+
+__all__ = ["Run", "load_runs", "build_table", "write_summary", "TABLES", "main"]

@@ -1,0 +1,3 @@
+from highway_repro.report.cli import main
+
+raise SystemExit(main())

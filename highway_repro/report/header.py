@@ -1,0 +1,102 @@
+"""The one header of every report: command(s), scale, seeds, runs, wall time, CPU-hours, machine(s), code.
+
+Everything but the command line and its wall time (passed in by the runner as `meta`) is read from the
+run folders: `time/wall_s` and `time/cpu_s` from metrics.json, machine, versions, threads and commit from
+run_info.json. Nothing here describes the machine that builds the report.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+from highway_repro.report.runs import Run
+
+
+def duration(seconds: float) -> str:
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.2f} h"
+
+
+def seeds(runs: list[Run]) -> list[str]:
+    vals = {str(r.get("seed")) for r in runs if r.get("seed") is not None}
+    return sorted(vals, key=lambda s: (not s.lstrip("-").isdigit(), int(s) if s.lstrip("-").isdigit() else 0, s))
+
+
+def _threads(r: Run) -> tuple[int, bool]:
+    """Threads the run used and whether that is known (run_info, else the config's `threads`)."""
+    for v in (r.run_info.get("threads"), r.get("threads")):
+        if isinstance(v, int) and v > 0 or (isinstance(v, str) and v.isdigit() and int(v) > 0):
+            return int(v), True
+    return 1, False
+
+
+def compute_time(runs: list[Run]) -> dict:
+    """Training wall time and CPU time summed over the runs that recorded one."""
+    wall = cpu = 0.0
+    estimated = unknown_threads = 0
+    for r in runs:
+        w = r.metric("time/wall_s")
+        if not math.isfinite(w):
+            continue
+        wall += w
+        c = r.metric("time/cpu_s")
+        if math.isfinite(c):
+            cpu += c
+        else:
+            n, known = _threads(r)
+            cpu += w * n
+            estimated += 1
+            unknown_threads += not known
+    return {"wall_s": wall, "cpu_s": cpu, "estimated": estimated, "unknown_threads": unknown_threads}
+
+
+def machine(info: dict) -> str:
+    parts = [info.get("machine") or "?"]
+    if info.get("cpu_model"):
+        parts.append(info["cpu_model"])
+    if info.get("cpu_count"):
+        parts.append(f"{info['cpu_count']} CPUs")
+    parts.append(f"torch {info.get('torch', '?')}, Python {info.get('python', '?')}")
+    parts.append(f"GPU {info['cuda_device']}" if info.get("cuda_device") else "no GPU")
+    return ", ".join(parts)
+
+
+def header(title: str, runs: list[Run], meta: dict | None = None) -> str:
+    """Markdown: the title and one bullet per fact (ends with a blank line)."""
+    meta = meta or {}
+    lines = [f"# {title}", ""]
+    commands = list(dict.fromkeys(meta.get("commands") or []))
+    if commands:
+        lines.append(f"- command{'s' if len(commands) > 1 else ''}: " + "; ".join(f"`{c}`" for c in commands))
+    n_done = sum(r.done for r in runs)
+    n_missing = sum(r.status == "missing" for r in runs)
+    s = seeds(runs)
+    lines.append(f"- scale: {meta.get('scale') or 'unknown'}; seeds: {', '.join(s) or 'unknown'}; runs: {n_done} done, "
+                 f"{len(runs) - n_done - n_missing} failed, {n_missing} missing")
+    t = compute_time(runs)
+    cpu_h = f"{t['cpu_s'] / 3600:.2f} CPU-hours"
+    if t["estimated"]:
+        cpu_h += (f" (estimated as wall time x threads for {t['estimated']} of the runs, which recorded no "
+                  "time/cpu_s" + (f"; {t['unknown_threads']} of them with no thread count: 1 assumed" if
+                                  t["unknown_threads"] else "") + ")")
+    wall = f"- wall time: {duration(meta['wall_s'])} for the command{'s' if len(commands) > 1 else ''}; " \
+        if meta.get("wall_s") is not None else "- wall time: "
+    lines.append(wall + f"training {duration(t['wall_s'])} summed over runs, {cpu_h}")
+    infos = [r.run_info for r in runs if r.run_info]
+    machines = Counter(machine(i) for i in infos)
+    if machines:
+        for m, n in machines.most_common():
+            lines.append(f"- machine: {m} ({n} run{'s' if n > 1 else ''})")
+        threads = Counter(str(i.get("threads", "?")) for i in infos)
+        lines.append("- threads per run: " + ", ".join(f"{k} ({n} run{'s' if n > 1 else ''})"
+                                                         for k, n in threads.most_common()))
+        commits = Counter((i.get("git_commit") or "unknown")[:12] for i in infos)
+        lines.append("- code: commit " + ", ".join(f"{c} ({n} run{'s' if n > 1 else ''})"
+                                                   for c, n in commits.most_common()))
+    else:
+        lines.append("- machine: not recorded in the run folders (no run_info.json)")
+    if len(infos) < len(runs) and infos:
+        lines.append(f"- {len(runs) - len(infos)} run folders have no run_info.json")
+    return "\n".join(lines) + "\n\n"

@@ -1,0 +1,48 @@
+"""The one plotting helper: curves against step, in one or more panels, to a PNG."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Panel:
+    title: str
+    series: dict  # label -> (steps, values)
+    ylabel: str = ""
+    logy: bool = False
+    dashed: bool = False  # reference curves (another source): dashed, with markers
+    colors: dict = field(default_factory=dict)  # label -> colour, to match series across panels
+
+
+def plot(path, panels: list[Panel], ncols: int | None = None, panel_size=(7.0, 4.5)) -> Path:
+    """Draw `panels` on a grid of `ncols` columns (default: all in one row) and save to `path`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ncols = ncols or len(panels)
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows), squeeze=False)
+    for ax, p in zip(axes.flat, panels):
+        for label, (xs, ys) in p.series.items():
+            style = {"ls": "--", "marker": "o", "ms": 3, "alpha": 0.7} if p.dashed else {"lw": 1.5}
+            ax.plot(xs, ys, label=label, color=p.colors.get(label), **style)
+        ax.set_xlabel("step")
+        ax.set_ylabel(p.ylabel)
+        if p.logy:
+            ax.set_yscale("log")
+        ax.set_title(p.title, fontsize=9)
+        ax.grid(alpha=0.3)
+        if p.series:
+            ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

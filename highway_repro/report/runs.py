@@ -1,0 +1,128 @@
+"""Run folders -> `Run` objects. The report reads only these files, never a web API:
+
+| file | what |
+|---|---|
+| `.hydra/overrides.yaml` | the command-line overrides of the job (`variant=sdu_tanh`, `seed=1`) |
+| `config_resolved.yaml` (else `.hydra/config.yaml`) | the full config the run used |
+| `metrics.json` | final metrics and `status` (`done`, `failed`, `diverged`, `interrupted`) |
+| `metrics.jsonl` | the history: one JSON object per log step |
+| `run_info.json` | machine, versions, threads, code commit, start and end time (`engine/loggers.write_run_info`) |
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text()) if path.exists() else {}
+    except json.JSONDecodeError:  # a file cut by a kill reads as absent
+        return {}
+
+
+def _read_yaml(path: Path):
+    return yaml.safe_load(path.read_text()) if path.exists() else None
+
+
+def parse_overrides(lines) -> dict[str, str]:
+    """`["+a.b=1", "seed=2"]` -> `{"a.b": "1", "seed": "2"}` (values stay strings, as typed)."""
+    out = {}
+    for item in lines or []:
+        k, _, v = str(item).partition("=")
+        out[k.lstrip("+~")] = v
+    return out
+
+
+def _lookup(cfg, dotted: str):
+    for part in dotted.split("."):
+        if not isinstance(cfg, dict) or part not in cfg:
+            return None
+        cfg = cfg[part]
+    return cfg
+
+
+@dataclass
+class Run:
+    path: Path
+    overrides: dict
+    config: dict  # resolved config (config_resolved.yaml), else the composed one (.hydra/config.yaml)
+    final: dict  # metrics.json
+    status: str  # done | failed | diverged | interrupted | missing (no metrics.json: died or still running)
+    error: str | None = None
+    run_info: dict = field(default_factory=dict)
+    _history: list | None = field(default=None, repr=False)
+
+    @property
+    def history(self) -> list[dict]:
+        """metrics.jsonl, one dict per line (lines cut by a kill are skipped)."""
+        if self._history is None:
+            self._history = []
+            p = self.path / "metrics.jsonl"
+            for line in (p.read_text().splitlines() if p.exists() else []):
+                try:
+                    self._history.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+        return self._history
+
+    @property
+    def done(self) -> bool:
+        return self.status == "done"
+
+    def get(self, key: str, default=None):
+        """A config value by dotted key: the job's override if it has one, else the run's config."""
+        if key in self.overrides:
+            return self.overrides[key]
+        value = _lookup(self.config, key)
+        return default if value is None else value
+
+    def metric(self, key: str) -> float:
+        """A final metric from metrics.json as a float (nan when absent or not a number)."""
+        v = self.final.get(key)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
+
+    def history_values(self, key: str, only_training: bool = False) -> list[tuple[int, float]]:
+        """(step, value) of `key` over the history; `only_training`: training-log lines only (not evaluations)."""
+        out = []
+        for rec in self.history:
+            v = rec.get(key)
+            if isinstance(v, (int, float)) and math.isfinite(v):
+                if only_training and not any(k.startswith("perf/") for k in rec):
+                    continue
+                out.append((int(rec.get("step", 0)), float(v)))
+        return out
+
+    def history_mean(self, key: str) -> float:
+        """Mean of `key` over the history (area under the curve / number of evaluations)."""
+        vals = [v for _, v in self.history_values(key)]
+        return statistics.fmean(vals) if vals else math.nan
+
+
+def load_run(path: Path) -> Run:
+    path = Path(path)
+    overrides = parse_overrides(_read_yaml(path / ".hydra" / "overrides.yaml"))
+    config = _read_yaml(path / "config_resolved.yaml") or _read_yaml(path / ".hydra" / "config.yaml") or {}
+    final = _read_json(path / "metrics.json")
+    status = str(final.get("status", "unknown")) if final else "missing"
+    error = final.get("error")
+    if error is None and status == "missing":
+        error = "no metrics.json (job died or still running)"
+    elif error is None and status != "done":
+        error = f"status {status} at step {final.get('step')}"
+    return Run(path, overrides, config, final, status, error, _read_json(path / "run_info.json"))
+
+
+def load_runs(folder) -> list[Run]:
+    """Every run folder at or below `folder` (one that has metrics.json or .hydra/), sorted by path."""
+    folder = Path(folder)
+    found = {p.parent for p in folder.rglob("metrics.json")} | {p.parent for p in folder.rglob(".hydra") if p.is_dir()}
+    if (folder / "metrics.json").exists() or (folder / ".hydra").is_dir():
+        found.add(folder)
+    return [load_run(p) for p in sorted(found)]

@@ -1,0 +1,454 @@
+"""One table style for both papers: a table is a `TableSpec` (rows, columns, claims and their tests, floors),
+rendered by `render` into Markdown, CSV rows, claim rows (for results/summary.csv) and a figure.
+
+- rows: runs are grouped by the spec's config `keys` (`("variant",)`, `("model.width", "model.kind")`),
+  read from each run's overrides, else its config (`Run.get`);
+- columns: small named constructors (`stat`, `best`, `paper`, `delta`, ...) over `Measure`s, one number per run;
+- claims: `Claim`s, each tested by a 95 % interval (`stats.py`): two rows (difference of means, Welch) or a
+  row against a number (one-sample t-interval); a random search's best run is a single value (no interval);
+- floors (`papers.FLOORS`): the level a reference row must reach at the cpu scale, tested like a claim.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Callable
+
+from highway_repro.report import stats
+from highway_repro.report.papers import Floor, PaperTable
+from highway_repro.report.runs import Run
+
+NA = "—"
+
+
+# ------------------------------------------------------------------ numbers and their format
+def num(x, digits: int = 4, sci: bool = False) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return NA
+    return f"{x:.{digits - 1}e}" if sci else f"{x:.{digits}f}"
+
+
+def mean_pm(values: list[float], digits: int = 4, sci: bool = False) -> str:
+    if not values:
+        return NA
+    m, s = stats.mean_std(values)
+    return f"{num(m, digits, sci)} ± {num(s, digits, sci)}" if len(values) > 1 else num(m, digits, sci)
+
+
+def pct(a: float, b: float) -> str:
+    if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)) or b == 0:
+        return NA
+    return f"{100 * (a - b) / b:+.1f}%"
+
+
+def interval(ci) -> str:
+    return "no interval (n < 2 on a side)" if ci is None else f"95 % CI [{ci[0]:.4g}, {ci[1]:.4g}]"
+
+
+# ------------------------------------------------------------------ measures and rows
+@dataclass(frozen=True)
+class Measure:
+    """One number per run."""
+    key: str  # a metrics.json key; for how="auc" / "rate" a metrics.jsonl key
+    label: str  # as the table shows it: "test bpc"
+    how: str = "final"  # final | auc (mean over the history) | rate (mean over training logs but the first) | log10
+    scale: float = 1.0  # 100: a fraction shown in %
+    digits: int = 4
+    lower_is_better: bool = True
+
+    def __call__(self, run: Run) -> float:
+        if self.how == "final":
+            v = run.metric(self.key)
+        elif self.how == "log10":
+            v = run.metric(self.key)
+            v = math.log10(v) if v > 0 else math.nan
+        elif self.how == "auc":
+            v = run.history_mean(self.key)
+        elif self.how == "rate":  # the first interval includes start-up costs
+            vals = [x for _, x in run.history_values(self.key)]
+            vals = vals[1:] or vals
+            v = statistics.fmean(vals) if vals else math.nan
+        else:
+            raise ValueError(f"Measure.how={self.how!r} is not known (valid: final, auc, rate, log10)")
+        return v * self.scale
+
+    @property
+    def name(self) -> str:
+        """A unique column name: the key, or `auc(val/bpc)` for a measure derived from it."""
+        return self.key if self.how == "final" else f"{self.how}({self.key})"
+
+    @property
+    def split(self) -> str:
+        return self.key.split("/")[0] if "/" in self.key else ""
+
+    @property
+    def metric(self) -> str:
+        name = self.key.split("/", 1)[-1]
+        return {"auc": f"mean {name} over evaluations", "log10": f"log10 {name}"}.get(self.how, name)
+
+
+@dataclass
+class Row:
+    id: tuple
+    label: str
+    runs: list[Run]
+
+    @property
+    def done(self) -> list[Run]:
+        return [r for r in self.runs if r.done]
+
+    @property
+    def failed(self) -> list[Run]:
+        return [r for r in self.runs if not r.done]
+
+    def values(self, m: Measure) -> list[float]:
+        return [v for v in (m(r) for r in self.done) if math.isfinite(v)]
+
+    def ranked(self, m: Measure) -> list[tuple[float, Run]]:
+        """(value, run) of the finished runs, best first."""
+        pairs = [(m(r), r) for r in self.done]
+        return sorted(((v, r) for v, r in pairs if math.isfinite(v)), key=lambda p: p[0],
+                      reverse=not m.lower_is_better)
+
+    def mean(self, m: Measure) -> float:
+        return stats.mean_std(self.values(m))[0]
+
+    @property
+    def name(self) -> str:
+        """The label without Markdown (results/summary.csv)."""
+        return self.label.replace("`", "")
+
+
+# ------------------------------------------------------------------ columns
+@dataclass(frozen=True)
+class Column:
+    header: str
+    cell: Callable  # (row, table) -> markdown cell
+    csv: Callable = None  # (row, table) -> {csv column: value}
+
+
+def params() -> Column:
+    m = Measure("model/params", "params")
+
+    def value(row, t):
+        vals = row.values(m)
+        return int(vals[0]) if vals else None
+
+    return Column("params", lambda row, t: f"{value(row, t):,}" if value(row, t) is not None else NA,
+                  lambda row, t: {"params": value(row, t)})
+
+
+def count(trials: bool = False) -> Column:
+    """n finished runs (trials: "done/failed")."""
+    if trials:
+        return Column("trials (done/failed)", lambda row, t: f"{len(row.done)}/{len(row.failed)}",
+                      lambda row, t: {"n": len(row.done), "n_failed": len(row.failed)})
+    return Column("n", lambda row, t: str(len(row.done)) + (f" ({len(row.failed)} failed)" if row.failed else ""),
+                  lambda row, t: {"n": len(row.done), "n_failed": len(row.failed)})
+
+
+def stat(m: Measure | Callable, header: str | None = None, name: str | None = None) -> Column:
+    """mean ± std over the row's finished runs (the mean alone for one run). `m` may pick a measure per row."""
+    pick = m if not isinstance(m, Measure) else (lambda row, t: m)
+
+    def cell(row, t):
+        mm = pick(row, t)
+        if not row.done and row.failed:
+            return "failed: " + "; ".join(f"{r.path.name}: {r.error}" for r in row.failed).replace("|", "/")
+        return mean_pm(row.values(mm), mm.digits)
+
+    def out(row, t):
+        mm = pick(row, t)
+        mean, std = stats.mean_std(row.values(mm))
+        return {f"{name or mm.name}_mean": mean, f"{name or mm.name}_std": std}
+
+    return Column(header or m.label, cell, out)
+
+
+def best(m: Measure, header: str = "best", sci: bool = False) -> Column:
+    def value(row):
+        r = row.ranked(m)
+        return r[0][0] if r else math.nan
+
+    return Column(header, lambda row, t: num(value(row), m.digits, sci), lambda row, t: {f"{m.name}_best": value(row)})
+
+
+def top_mean(m: Measure, k: int, header: str, sci: bool = False) -> list[Column]:
+    """Mean of the k best runs, and the k used."""
+    def vals(row):
+        return [v for v, _ in row.ranked(m)[:k]]
+
+    return [Column(header, lambda row, t: num(statistics.fmean(vals(row)) if vals(row) else math.nan, m.digits, sci),
+                   lambda row, t: {f"{m.name}_top_mean": statistics.fmean(vals(row)) if vals(row) else math.nan}),
+            Column("k", lambda row, t: str(len(vals(row))), lambda row, t: {"k": len(vals(row))})]
+
+
+def best_key(m: Measure, key: str, header: str) -> Column:
+    """The config value `key` of the row's best run (a random search: which trial won)."""
+    def value(row):
+        r = row.ranked(m)
+        return str(r[0][1].get(key, "")) if r else ""
+
+    return Column(header, lambda row, t: value(row), lambda row, t: {f"best_{key}": value(row)})
+
+
+def delta(m: Measure | Callable, header: str, name: str) -> Column:
+    """Relative change of the row's mean against the baseline row (negative = lower)."""
+    pick = m if not isinstance(m, Measure) else (lambda row, t: m)
+
+    def value(row, t):
+        base = t.baseline_row
+        if base is None or row is base:
+            return NA
+        mm = pick(row, t)
+        return pct(row.mean(mm), base.mean(mm)) + (f" ({mm.split})" if mm.split != pick(base, t).split else "")
+
+    return Column(header, value, lambda row, t: {name: value(row, t)})
+
+
+def ratio_to_baseline(m: Measure, header: str) -> Column:
+    """baseline mean / row mean (of a rate: the row's time per step relative to the baseline's)."""
+    def value(row, t):
+        base = t.baseline_row
+        if base is None:
+            return math.nan
+        a, b = row.mean(m), base.mean(m)
+        return b / a if math.isfinite(a) and math.isfinite(b) and a > 0 else math.nan
+
+    return Column(header, lambda row, t: f"{value(row, t):.2f}x" if math.isfinite(value(row, t)) else NA,
+                  lambda row, t: {m.name: row.mean(m), f"{m.name}_baseline_over_row": value(row, t)})
+
+
+def paper(header: str, value: Callable, name: str) -> Column:
+    """A paper number for the row: `value(row_id) -> str or number or None` (from papers.py)."""
+    def cell(row, t):
+        v = value(row.id)
+        return NA if v is None else str(v)
+
+    return Column(header, cell, lambda row, t: {name: value(row.id)})
+
+
+def steps_to_reach(curve: Measure, target: Measure, header: str) -> Column:
+    def cell(row, t):
+        if t.baseline_row is None or row is t.baseline_row:
+            return NA
+        return reach_steps(row, t.baseline_row, curve, target)[0]
+
+    return Column(header, cell, lambda row, t: {"steps_to_baseline_final": cell(row, t)})
+
+
+def mean_curve(runs: list[Run], key: str, only_training: bool = False) -> tuple[list, list]:
+    """(steps, mean of `key` over the runs at each step)."""
+    by_step: dict[int, list[float]] = {}
+    for r in runs:
+        for step, v in r.history_values(key, only_training):
+            by_step.setdefault(step, []).append(v)
+    steps = sorted(by_step)
+    return steps, [statistics.fmean(by_step[s]) for s in steps]
+
+
+def reach_steps(row: Row, base: Row, curve: Measure, target: Measure) -> tuple[str, float]:
+    """First step at which the row's mean `curve` (over seeds) reaches the baseline's final `target` mean:
+    ("1200", target) or ("not reached", target)."""
+    goal = base.mean(target)
+    steps, ys = mean_curve(row.done, curve.key)
+    if not math.isfinite(goal) or not steps:
+        return NA, goal
+    for s, y in zip(steps, ys):
+        if (y <= goal) if curve.lower_is_better else (y >= goal):
+            return str(s), goal
+    return "not reached", goal
+
+
+# ------------------------------------------------------------------ claims
+@dataclass(frozen=True)
+class Claim:
+    """`row`'s `measure` lies on `side` of `against`: another row (difference of means, Welch; the difference is
+    compared with `margin`) or a number (one-sample). pick: all runs | "best" run (a single value, no interval) |
+    "top" (the `top_k` best runs of each row)."""
+    text: str
+    row: tuple
+    measure: Measure
+    side: str  # lower | higher
+    against: tuple | float
+    margin: float = 0.0
+    pick: str = "all"
+    top_k: int = 10
+    paper: bool = True  # a claim the paper makes (README "at a glance"); False: ours
+    kind: str = "claim"  # claim | floor
+    paper_value: float | None = None
+    paper_note: str = ""
+    reach: tuple | None = None  # (curve, target): steps the row needs to reach the other row's final target
+
+
+def floor_claim(f: Floor, measure: Measure) -> Claim:
+    sign = "<=" if f.side == "lower" else ">="
+    return Claim(f"reaches the floor {measure.label} {sign} {f.value:g}", f.row, measure,
+                 f.side, f.value, pick="best" if f.best else "all", paper=False, kind="floor")
+
+
+def _values(row: Row, c: Claim) -> list[float]:
+    ranked = [v for v, _ in row.ranked(c.measure)]
+    return ranked[:1] if c.pick == "best" else ranked[:c.top_k] if c.pick == "top" else ranked
+
+
+def test_claim(c: Claim, rows: dict) -> dict:
+    """The claim's result: ours, the other side, the interval, the verdict and one Markdown line."""
+    row = rows.get(c.row)
+    m = c.measure
+    res = {"claim": c, "row": row, "label": row.label if row else "/".join(c.row), "mean": math.nan,
+           "std": math.nan, "n": 0, "ci": None, "other_mean": math.nan, "other_n": 0, "diff": math.nan,
+           "verdict": stats.NOT_RESOLVED, "detail": ""}
+    if row is None or not row.values(m):
+        res["line"] = f"{res['label']} {c.text}: not testable (no finished runs for this row)"
+        return res
+    xs = _values(row, c)
+    res["mean"], res["std"] = stats.mean_std(xs)
+    res["n"] = len(row.done) if c.pick == "best" else len(xs)
+    what = f"{m.label}{c.paper_note}"
+    d = m.digits
+    if isinstance(c.against, tuple):
+        other = rows.get(c.against)
+        if other is None or not other.values(m):
+            res["line"] = f"{res['label']} {c.text}: not testable (no finished runs for the row it is compared with)"
+            return res
+        ys = _values(other, c)
+        res["other_mean"], res["other_n"] = statistics.fmean(ys), len(ys)
+        res["diff"] = res["mean"] - res["other_mean"]
+        if c.pick == "best":
+            res["verdict"] = stats.point_verdict(res["diff"], c.side, c.margin)
+            tested = "best runs: single values, no interval"
+        else:
+            res["ci"] = stats.welch_interval(xs, ys)
+            res["verdict"] = stats.verdict(res["ci"], c.side, c.margin)
+            must = f" (must be {'<' if c.side == 'lower' else '>'} {c.margin:g})" if c.margin else ""
+            tested = f"difference {res['diff']:+.4g}{must}, {interval(res['ci'])}"
+        top = f"mean of the best {len(xs)} / {len(ys)}: " if c.pick == "top" else ""
+        line = (f"{res['label']} {c.text} ({what}): {top}{num(res['mean'], d)} (n {len(xs)}) vs "
+                f"{other.label} {num(res['other_mean'], d)} (n {len(ys)}); {tested}")
+        if c.reach:
+            steps, goal = reach_steps(row, other, *c.reach)
+            res["detail"] = f"steps to reach {other.label}'s final {c.reach[1].label} ({goal:.4g}): {steps}"
+            line += f"; {res['detail']}"
+    else:
+        if c.pick == "best":
+            res["verdict"] = stats.point_verdict(res["mean"], c.side, float(c.against))
+            value = num(res["mean"], d, sci=abs(res["mean"]) < 1e-2)
+            line = f"{res['label']} {c.text}: best of {res['n']} runs {value} (a single value, no interval)"
+        else:
+            res["ci"] = stats.mean_interval(xs)
+            res["verdict"] = stats.verdict(res["ci"], c.side, float(c.against))
+            note = f" ({c.paper_note.lstrip('; ')})" if c.paper_note else ""
+            line = (f"{res['label']} {c.text}{note}: ours {mean_pm(xs, d)} (n {len(xs)}), "
+                    f"{interval(res['ci']).replace('CI', 'CI of the mean')}")
+    res["line"] = f"{line}: **{res['verdict']}**"
+    return res
+
+
+# ------------------------------------------------------------------ the table spec
+@dataclass(frozen=True)
+class TableSpec:
+    title: str
+    keys: tuple  # config keys that place a run in a row
+    columns: tuple  # Column, ... (after the row's key cells)
+    primary: Measure  # the row's number in results/summary.csv
+    claims: tuple | Callable = ()  # Claim, ... or fn(rows: dict id -> Row) -> [Claim]
+    floors: tuple = ()  # papers.Floor, ...
+    measures: dict = field(default_factory=dict)  # metric key -> Measure, for floors
+    order: dict = field(default_factory=dict)  # key -> values in display order (others after, sorted)
+    baseline: tuple | None = None  # the row deltas and ratios compare with
+    label: Callable | None = None  # fn(row) -> str; None: the key values, one column each
+    label_header: str = ""
+    primary_pick: str = "all"  # "best": the summary gives the row's best run (a random search)
+    paper: PaperTable | None = None
+    paper_of: Callable | None = None  # fn(row id, split) -> the paper's number for the row (summary.csv)
+    notes: str | Callable = ""  # text, or fn(runs, rows: dict) -> text
+    figure: Callable | None = None  # fn(table: Rendered, path)
+
+
+@dataclass
+class Rendered:
+    spec: TableSpec
+    rows: list[Row]
+    by_id: dict
+    baseline_row: Row | None
+    results: list[dict]  # claim results (claims, then floors)
+
+
+def _sort_key(spec: TableSpec, row_id: tuple):
+    out = []
+    for k, v in zip(spec.keys, row_id):
+        known = list(spec.order.get(k, ()))
+        numeric = v.lstrip("-").replace(".", "", 1).isdigit()
+        out.append((known.index(v) if v in known else len(known), 0 if numeric else 1,
+                    float(v) if numeric else 0.0, v))
+    return tuple(out)
+
+
+def group(spec: TableSpec, runs: list[Run]) -> list[Row]:
+    groups: dict[tuple, list[Run]] = {}
+    for r in runs:
+        groups.setdefault(tuple(str(r.get(k, "")) for k in spec.keys), []).append(r)
+    rows = [Row(i, "", rs) for i, rs in sorted(groups.items(), key=lambda kv: _sort_key(spec, kv[0]))]
+    for row in rows:
+        row.label = spec.label(row) if spec.label else ", ".join(
+            f"{k.split('.')[-1]}={v}" for k, v in zip(spec.keys, row.id))
+    return rows
+
+
+def claims_of(spec: TableSpec, by_id: dict) -> list[Claim]:
+    """The spec's claims and floors on the rows the runs have (a smoke sweep may have other rows)."""
+    claims = list(spec.claims(by_id) if callable(spec.claims) else spec.claims)
+    claims += [floor_claim(f, spec.measures[f.key]) for f in spec.floors]
+    return [c for c in claims if c.row in by_id]
+
+
+def render(spec: TableSpec, runs: list[Run]) -> tuple[Rendered, str, str]:
+    """-> (rendered table, Markdown body (no header), CSV text)."""
+    rows = group(spec, runs)
+    by_id = {r.id: r for r in rows}
+    t = Rendered(spec, rows, by_id, by_id.get(spec.baseline) if spec.baseline else None, [])
+    t.results = [test_claim(c, by_id) for c in claims_of(spec, by_id)]
+    key_heads = [spec.label_header] if spec.label else [k.split(".")[-1] for k in spec.keys]
+    head = key_heads + [c.header for c in spec.columns]
+    md = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    csv_rows = []
+    for row in rows:
+        keys = [row.label] if spec.label else list(row.id)
+        md.append("| " + " | ".join(keys + [c.cell(row, t) for c in spec.columns]) + " |")
+        out = {**dict(zip(spec.keys, row.id)), "label": row.name}
+        for c in spec.columns:
+            out.update(c.csv(row, t) if c.csv else {})
+        out["failed"] = "; ".join(f"{r.path.name}: {r.error}" for r in row.failed)
+        csv_rows.append(out)
+    failed = [f"- {row.label}, `{r.path.name}`: {r.error}".replace("|", "/") for row in rows for r in row.failed]
+    if failed:
+        md += ["", "Runs that did not finish (their rows count only the finished runs):", *failed]
+    claims = [r for r in t.results if r["claim"].kind == "claim"]
+    floors = [r for r in t.results if r["claim"].kind == "floor"]
+    if claims:
+        md += ["", "**Claims** (95 % intervals; HELD = wholly on the claim's side, DID NOT HOLD = wholly on the other "
+               "side, NOT RESOLVED = neither, or fewer than 2 runs on a side):"]
+        md += [f"- {r['line']}" for r in claims]
+    if floors:
+        md += ["", "**Floors** of the cpu scale (issue 12; met = the mean, or the best run, on the floor's side):"]
+        md += [f"- {r['line']}; met: **{'yes' if floor_met(r) else 'no'}**" for r in floors]
+    notes = spec.notes(runs, by_id) if callable(spec.notes) else spec.notes
+    paper_note = spec.paper.note if spec.paper else ""
+    body = "\n".join(md) + "\n" + "".join(f"\n{n.strip()}\n" for n in (notes, paper_note) if n and n.strip())
+    buf = io.StringIO()
+    fields = list(dict.fromkeys(k for r in csv_rows for k in r))
+    w = csv.DictWriter(buf, fieldnames=fields)
+    w.writeheader()
+    w.writerows(csv_rows)
+    return t, body, buf.getvalue()
+
+
+def floor_met(res: dict) -> bool:
+    c = res["claim"]
+    v = res["mean"]
+    return math.isfinite(v) and (v <= c.against if c.side == "lower" else v >= c.against)
