@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as tdist
 
+from highway_repro.errors import HighwayError
+
 ENV_VARS = ("WORLD_SIZE", "RANK", "LOCAL_RANK")
 
 
@@ -66,7 +68,7 @@ def _pick_device(device: str, local_rank: int) -> torch.device:
     dev = torch.device(device)
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"trainer.device={device!r} but CUDA is not available (valid here: auto, cpu)")
+            raise HighwayError(f"trainer.device={device!r} but CUDA is not available (valid here: auto, cpu)")
         dev = torch.device("cuda", local_rank if dev.index is None else dev.index)
         torch.cuda.set_device(dev)
     return dev

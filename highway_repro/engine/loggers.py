@@ -12,6 +12,8 @@ import math
 import os
 from pathlib import Path
 
+from highway_repro.errors import HighwayError
+
 
 def _clean(v):
     if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
@@ -96,5 +98,5 @@ LOGGERS = {"jsonl": JsonlLogger, "wandb": WandbLogger}
 
 def build_logger(kind: str, out_dir: Path, **kwargs):
     if kind not in LOGGERS:
-        raise ValueError(f"logger.kind={kind!r} is not known (valid: {', '.join(LOGGERS)})")
+        raise HighwayError(f"logger.kind={kind!r} is not known (valid: {', '.join(LOGGERS)})")
     return LOGGERS[kind](out_dir, **kwargs)
