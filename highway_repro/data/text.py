@@ -61,7 +61,6 @@ LM_OPTIONS = ("batch_size", "seq_len", "score_len", "eval_batch_size", "eval_seq
               "tokenizer", "seed", "train_limit_tokens", "cache_dir")
 ENWIK8_BYTES = 100_000_000
 ENWIK8_EVAL_BYTES = 5_000_000
-ENWIK8_PREFIX_BYTES = 4_154_399
 
 
 def _columns(stream: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarray]:

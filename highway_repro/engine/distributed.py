@@ -86,10 +86,6 @@ class DistInfo:
     seed: int = 0
     _flag_group: object = field(default=None, repr=False)
 
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
     # ------------------------------------------------------------------ model
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """The model on this rank's device inside DistributedDataParallel (params broadcast from rank 0)."""
@@ -174,9 +170,6 @@ class DistInfo:
         box = [obj]
         tdist.broadcast_object_list(box, src=src, group=self._flag_group)
         return box[0]
-
-    def barrier(self) -> None:
-        tdist.barrier(group=self._flag_group)
 
     def cleanup(self) -> None:
         if tdist.is_initialized():
