@@ -63,11 +63,11 @@ $(HF_VENV)/.installed:
 
 bench: setup $(HF_VENV)/.installed ## speed benchmarks vs x-transformers and HF Transformer-XL (results/bench.md, < 15 min)
 	$(BIN)/python -c "import x_transformers" 2>/dev/null || $(BIN)/pip install -q -e ".[bench]"
-	$(BIN)/python -m highway_repro.bench --out results/bench --hf-python $(HF_VENV)/bin/python
+	$(BIN)/python -m bench --out results/bench --hf-python $(HF_VENV)/bin/python
 
 bench-compile: setup ## eager vs torch.compile for the benchmark models (results/bench_compile.md, about 10 min, 1 thread)
 	$(BIN)/python -c "import x_transformers" 2>/dev/null || $(BIN)/pip install -q -e ".[bench]"
-	$(BIN)/python -m highway_repro.bench --sections "" --compile --compile-rounds 9 --threads 1 --clock cpu \
+	$(BIN)/python -m bench --sections "" --compile --compile-rounds 9 --threads 1 --clock cpu \
 		--out results/bench_compile
 
 clean: ## remove run folders (not results/)

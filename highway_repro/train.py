@@ -20,6 +20,7 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
 from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -29,6 +30,11 @@ from omegaconf import DictConfig, OmegaConf
 # (tests/test_reliability.py::test_bad_config_fails_fast_before_torch). Import them inside functions.
 from highway_repro.config import ConfigError, check_scale_file, validate, validate_against_data
 from highway_repro.engine.loggers import build_logger, now, write_json_atomic, write_run_info
+from highway_repro.errors import HighwayError
+
+# What is reported in one line with exit code 2, without a traceback: the project's own error classes, raised for
+# the user's input (a config value, a data file, a checkpoint). Anything else is a bug and keeps its traceback.
+USER_ERRORS = (ConfigError, HighwayError)
 
 log = logging.getLogger("highway_repro")
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
@@ -67,6 +73,28 @@ def seed_everything(seed: int, deterministic: bool) -> None:
         torch.backends.cudnn.benchmark = False
 
 
+def _instantiate(node: DictConfig, **kwargs):
+    """`instantiate(node)`, letting the project's own errors through as raised: Hydra wraps whatever a constructor
+    raises (a data set's bad option, a checksum mismatch) into an InstantiationException with a traceback."""
+    try:
+        return instantiate(node, _convert_="all", **kwargs)
+    except InstantiationException as e:
+        if isinstance(e.__cause__, USER_ERRORS):
+            raise e.__cause__ from None
+        raise
+
+
+def _call_with_config(what: str, fn, *args, **kwargs):
+    """fn(*args, **kwargs) where every other argument comes from the config node `what`: an argument the callee
+    refuses (torch's `Invalid learning rate`, an unknown keyword) is a ConfigError naming the node."""
+    try:
+        return fn(*args, **kwargs)
+    except (TypeError, ValueError) as e:
+        if isinstance(e, USER_ERRORS):
+            raise
+        raise ConfigError(f"{what}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+
+
 def build_optimizer(cfg: DictConfig, model: "torch.nn.Module"):
     groups = cfg.optim.get("param_groups", "default")
     opt_partial = instantiate(cfg.optim.optimizer)
@@ -79,8 +107,9 @@ def build_optimizer(cfg: DictConfig, model: "torch.nn.Module"):
         params = [p for p in model.parameters() if p.requires_grad]
     else:
         raise ConfigError(f"optim.param_groups={groups!r} is not known (valid: default, caffe)")
-    optimizer = opt_partial(params)
-    schedule = instantiate(cfg.optim.scheduler)(optimizer, max_steps=cfg.trainer.max_steps)
+    optimizer = _call_with_config("optim.optimizer", opt_partial, params)
+    schedule = _call_with_config("optim.scheduler", instantiate(cfg.optim.scheduler), optimizer,
+                                 max_steps=cfg.trainer.max_steps)
     return optimizer, schedule
 
 
@@ -91,18 +120,19 @@ def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
 
     from highway_repro.engine.tasks import build_task
     from highway_repro.engine.trainer import Trainer, TrainerConfig
+    from highway_repro.models.probe import GateRecorder
 
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
     seed_everything(cfg.seed, cfg.deterministic)
-    data = instantiate(cfg.data, _convert_="all")
+    data = _instantiate(cfg.data)
     validate_against_data(cfg, data)
     if dist is not None:  # data.batch_size is the global batch; each rank trains on its slice
         dist.seed = int(cfg.seed)
         if getattr(data, "batch_size", 0) % dist.world_size:
             raise ConfigError(f"data.batch_size={data.batch_size} (the global batch) does not divide over "
                               f"{dist.world_size} processes (valid: a multiple of the world size)")
-    model = instantiate(cfg.model, _convert_="all", **data.meta)
+    model = _instantiate(cfg.model, **data.meta)
     task = build_task(data.kind)
     optimizer, schedule = build_optimizer(cfg, model)
     trainer_cfg = TrainerConfig(**OmegaConf.to_container(cfg.trainer, resolve=True))
@@ -120,7 +150,7 @@ def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
     if dist is not None:
         model = dist.wrap(model)
     trainer = Trainer(model, data, task, optimizer, schedule, out_dir, logger, trainer_cfg,
-                      run_config=resolved, dist=dist)
+                      run_config=resolved, dist=dist, gate_recorder=GateRecorder)
     if cfg.resume == "auto":
         trainer.try_resume()
     elif cfg.resume:
@@ -147,22 +177,13 @@ def _summary(final: dict) -> str:
     return line + (f" ({final['error']})" if final.get("error") else "")
 
 
-def _user_errors() -> tuple:
-    """Errors reported in one line with exit code 2 (no traceback): config, value and type errors, and a corrupt or
-    mismatched checkpoint or a data fault (checksum, truncated or malformed file), whose classes are looked up only
-    when their modules are loaded, so that a config error does not import torch to find out."""
-    types = [ConfigError, ValueError, TypeError]
-    for module, name in (("highway_repro.engine.checkpoint", "CheckpointError"),
-                         ("highway_repro.data.sources", "DataError")):
-        if module in sys.modules:
-            types.append(getattr(sys.modules[module], name))
-    return tuple(types)
-
-
-def _config_failure(e: ConfigError, done: Path, multirun: bool):
+def _user_failure(e: Exception, done: Path, multirun: bool, is_main: bool = True):
+    """One of USER_ERRORS: one line on stderr and exit code 2 (HYDRA_FULL_ERROR=1 adds the traceback); in a multirun
+    metrics.json records the error (the report marks this cell with it) and Hydra goes on with the other jobs."""
     msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-    if multirun:  # the report marks this cell with the error; the other jobs go on
-        write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {msg}"})
+    if multirun:
+        if is_main:
+            write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {msg}"})
         raise e
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         traceback.print_exception(e)
@@ -179,7 +200,7 @@ def main(cfg: DictConfig):
         check_scale_file(CONFIG_DIR, choices.get("experiment"), choices.get("scale"))
         validate(cfg)
     except ConfigError as e:
-        return _config_failure(e, out_dir / "metrics.json", multirun)
+        return _user_failure(e, out_dir / "metrics.json", multirun)
     from highway_repro.engine.distributed import init_from_env, world_size_from_env
 
     dist = None
@@ -217,17 +238,9 @@ def _main(cfg: DictConfig, out_dir: Path, multirun: bool, dist=None):
             return prev.get("val/loss")
     try:
         final = run(cfg, out_dir, dist=dist)
-    except _user_errors() as e:
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        if multirun:  # the report marks this cell with the error; the other jobs go on
-            if is_main:
-                write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {msg}"})
-            raise
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            traceback.print_exc()
-        print(f"error: {msg}", file=sys.stderr)
-        sys.exit(2)
-    except Exception as e:
+    except USER_ERRORS as e:
+        _user_failure(e, done, multirun, is_main)
+    except Exception as e:  # a bug: its traceback is shown; the report still marks the cell as failed
         if is_main:
             write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {e}"})
         raise

@@ -1,12 +1,23 @@
-"""Shared test helpers: compose the real configs (shrunk by scale=smoke) and run them in-process."""
+"""Shared test helpers and fixtures (the only conftest): compose the real configs (shrunk by scale=smoke) and run
+them in-process, the data mirror, parameter counts, fault injection through the config.
+
+Markers (pyproject.toml, `--strict-markers`): `slow` (subprocess pipelines, multi-process and long runs; the default
+`make test` deselects them) and `cuda` (needs a CUDA GPU; skipped without one).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
+
+# property tests assert behaviour, never speed: no per-example deadline, no "too slow" health check on a busy machine
+settings.register_profile("repo", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("repo")
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_DIR = REPO / "configs"
@@ -26,18 +37,33 @@ def compose(overrides: list[str]):
 
 
 def mirror() -> Path | None:
+    """The offline data mirror named by $HIGHWAY_DATA_MIRROR, if it is one (it has a SHA256SUMS file)."""
     m = os.environ.get("HIGHWAY_DATA_MIRROR")
-    if m and Path(m).is_dir():
+    if m and (Path(m) / "SHA256SUMS").is_file():
         return Path(m)
     return None
 
 
-needs_mirror = pytest.mark.skipif(mirror() is None, reason="HIGHWAY_DATA_MIRROR is not set to the offline data mirror")
+needs_mirror = pytest.mark.skipif(
+    mirror() is None, reason="HIGHWAY_DATA_MIRROR is not set to the offline data mirror (e.g. ../shared/data)")
 
 
-@pytest.fixture(autouse=True)
+def n_params(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if item.get_closest_marker("cuda"):
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True, scope="session")
 def _one_thread():
-    """Tiny models run faster on one thread, and tests do not fight over the two cores."""
+    """Tiny models run faster on one thread, and tests do not fight over the cores (module fixtures included)."""
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -56,8 +82,23 @@ def tmp_mirror(tmp_path, monkeypatch):
 
 def write_sums(mirror: Path) -> None:
     """A SHA256SUMS file for every file of a test mirror (as the real mirror has)."""
-    import hashlib
-
     lines = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  ./{p.relative_to(mirror).as_posix()}"
              for p in sorted(mirror.rglob("*")) if p.is_file() and p.name != "SHA256SUMS"]
     (mirror / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+
+
+def nan_data(nan_steps=(), **kwargs):
+    """Fault injection through the config, not through hooks in production code (`data._target_=conftest.nan_data`):
+    `highway_repro.data.build(**kwargs)`, with x = NaN in the training batches of the steps in `nan_steps`."""
+    from highway_repro import data as data_lib
+
+    d = data_lib.build(**kwargs)
+    clean = d.train_batch
+    bad = {int(s) for s in nan_steps}
+
+    def train_batch(step):
+        x, y = clean(step)
+        return (torch.full_like(x, float("nan")), y) if int(step) in bad else (x, y)
+
+    d.train_batch = train_batch
+    return d

@@ -1,4 +1,4 @@
-"""The benchmark harness (`make bench`): what it counts and how it compares, on tiny sizes.
+"""The benchmark harness (`make bench`, top-level `bench/`): what it counts and how it compares, on tiny sizes.
 
 The benchmarks themselves are not timed here (speed is measured by `make bench`, never by
 tests); these tests check the counting and the bookkeeping the reported figures rest on.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from highway_repro.bench import cases, timing
+from bench import cases, timing
 
 TINY_TXL = {"n_layers": 1, "d_model": 16, "n_heads": 2, "d_head": 8, "d_inner": 32, "tgt_len": 8, "mem_len": 8}
 

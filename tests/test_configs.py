@@ -6,10 +6,9 @@ import subprocess
 import sys
 
 import pytest
-import torch
 from hydra.utils import instantiate
 
-from conftest import EXPERIMENTS, REPO, SCALES, compose
+from conftest import EXPERIMENTS, REPO, SCALES, compose, n_params
 from highway_repro.config import validate
 
 # data meta without loading data: what each data set hands the model at call time
@@ -36,7 +35,7 @@ def test_experiment_composes(experiment, scale):
     if scale == "smoke":
         meta = META.get(cfg.data.name, {"vocab_size": 50})
         model = instantiate(cfg.model, _convert_="all", **meta)
-        assert sum(p.numel() for p in model.parameters()) > 0
+        assert n_params(model) > 0
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
@@ -44,6 +43,38 @@ def test_smoke_is_smaller_than_paper(experiment):
     paper = compose([f"experiment={experiment}", "scale=paper"])
     smoke = compose([f"experiment={experiment}", "scale=smoke"])
     assert smoke.trainer.max_steps < paper.trainer.max_steps
+
+
+SWEEPS = sorted(p.stem for p in (REPO / "configs" / "sweep").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("sweep", SWEEPS)
+def test_every_value_of_every_sweep_composes_and_validates(sweep):
+    """A sweep file (`hydra.sweeper.params`) belongs to the experiment of its name; every value it sweeps is set on
+    a key that exists (a config group is composed) and validates and resolves, one key at a time."""
+    import copy
+
+    import yaml
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    assert sweep in EXPERIMENTS, f"configs/sweep/{sweep}.yaml has no experiment configs/experiment/{sweep}.yaml"
+    params = yaml.safe_load((REPO / "configs" / "sweep" / f"{sweep}.yaml").read_text())["hydra"]["sweeper"]["params"]
+    parser = OverridesParser.create()
+    overrides = {k: parser.parse_override(f"{k}={v}") for k, v in params.items()}
+    grid = {k: list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()] for k, o in overrides.items()}
+    assert grid and all(grid.values()), params
+    base = [f"experiment={sweep}", f"sweep={sweep}", "scale=smoke"]
+    cfg = compose(base)
+    for key, values in grid.items():
+        for v in values:
+            if (REPO / "configs" / key).is_dir():  # a config group: Hydra composes the chosen file
+                row = compose(base + [f"{key}={v}"])
+            else:  # a value: set on the composed config; struct mode refuses a key that does not exist
+                row = copy.deepcopy(cfg)
+                OmegaConf.update(row, key, v, merge=False)
+            validate(row)
+            OmegaConf.to_container(row, resolve=True, throw_on_missing=True)
 
 
 def test_hp_resolver_is_seeded_per_trial():
@@ -84,5 +115,28 @@ def test_bad_value_fails_fast_with_one_line(tmp_path):
     assert "Traceback" not in r.stderr
 
 
-def test_torch_is_cpu_build_or_cuda_available():
-    assert torch.__version__.startswith("2.")
+def test_installed_versions_are_the_ones_pyproject_allows():
+    """The environment the tests run in is one the project declares (pyproject.toml `dependencies` and the `test`
+    extra), and the torch that `make setup` pins (Makefile TORCH_SPEC) is inside the declared range."""
+    import re
+    import tomllib
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    bad = []
+    for spec in project["dependencies"] + project["optional-dependencies"]["test"]:
+        req = Requirement(spec)
+        try:
+            installed = Version(version(req.name))
+        except PackageNotFoundError:
+            bad.append(f"{req.name} is not installed ({spec})")
+            continue
+        if not req.specifier.contains(installed, prereleases=True):
+            bad.append(f"{req.name} {installed} is not in {spec}")
+    assert not bad, "; ".join(bad)
+    pinned = re.search(r"^TORCH_SPEC \?= torch==(\S+)$", (REPO / "Makefile").read_text(), re.M)
+    torch_req = next(Requirement(s) for s in project["dependencies"] if Requirement(s).name == "torch")
+    assert pinned and torch_req.specifier.contains(pinned.group(1)), (pinned, str(torch_req))

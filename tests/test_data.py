@@ -1,6 +1,6 @@
 """Tests of the data layer (highway_repro.data).
 
-Tests marked ``mirror`` read the offline data mirror named by
+Tests decorated with ``needs_mirror`` (conftest) read the offline data mirror named by
 ``$HIGHWAY_DATA_MIRROR`` (CI: ../shared/data relative to the repo) and are
 skipped without it; they use the normal cache dir, so later runs are fast.
 All other tests build small files in the canonical formats in tmp folders.
@@ -26,12 +26,9 @@ import torch
 from highway_repro import data
 from highway_repro.data import sources, text, vision
 from highway_repro.data.tokenizers import EOS, ByteTokenizer, CharTokenizer, SentencePieceTokenizer, WordTokenizer
-from conftest import write_sums
+from conftest import mirror, needs_mirror, write_sums
 
-MIRROR = sources.mirror_dir()
-needs_mirror = pytest.mark.skipif(
-    MIRROR is None or not (MIRROR / "SHA256SUMS").is_file(),
-    reason="HIGHWAY_DATA_MIRROR is unset or not a data mirror (set it to the offline mirror, e.g. ../shared/data)")
+MIRROR = mirror()
 
 
 @pytest.fixture(autouse=True)
@@ -156,12 +153,19 @@ def test_enwik8_prefix_mirror():
 
 
 @needs_mirror
-def test_second_build_is_fast():
+def test_second_build_reads_the_prepared_cache(monkeypatch):
+    """A second build loads the prepared arrays: no raw file is fetched, read or tokenised again."""
+    def refuse(relpath, cache=None):
+        raise AssertionError(f"{relpath} was fetched again: the prepared cache was not used")
+
     for name in ("mnist", "ptb_word", "ptb_char"):
-        data.build(name)
-        t = time.perf_counter()
-        data.build(name)
-        assert time.perf_counter() - t < 2.0, name
+        first = data.build(name)
+        with monkeypatch.context() as m:
+            m.setattr(sources, "fetch", refuse)
+            m.setattr(sources, "fetch_archive", refuse)
+            again = data.build(name)
+        assert again.meta == first.meta and again.steps_per_epoch == first.steps_per_epoch, name
+        assert all(torch.equal(a, b) for a, b in zip(again.train_batch(3), first.train_batch(3))), name
 
 
 @needs_mirror

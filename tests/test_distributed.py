@@ -1,7 +1,9 @@
 """Data-parallel training on CPU (gloo): two torchrun processes equal one process on the global batch.
 
 Every run here is tiny (a few steps, 1 thread per process); each torchrun start costs a
-few seconds of imports. Dropout is 0 where runs are compared across world sizes (the
+few seconds of imports, so only the image case runs in the default suite (the fast cover of
+DDP training: sharding, all-reduced sums, rank 0 writing); the memory model and resume under
+DDP are slow tests. Dropout is 0 where runs are compared across world sizes (the
 dropout masks of a rank differ from those of the same rows in one process).
 """
 
@@ -79,12 +81,7 @@ def lm_runs(tmp_path_factory):
     """The Transformer-XL case on 1 process (in this process) and on 2 (torchrun), uninterrupted."""
     root = tmp_path_factory.mktemp("ddp_lm")
     overrides = CASES["lm_memory"] + COMMON
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        single = _single(overrides, root / "single")
-    finally:
-        torch.set_num_threads(n)
+    single = _single(overrides, root / "single")
     r = _torchrun(overrides, root / "ddp")
     assert r.returncode == 0, r.stderr[-3000:]
     return overrides, root, single
@@ -103,6 +100,7 @@ def test_two_processes_equal_one_process_image(tmp_path):
 
 
 @needs_mirror
+@pytest.mark.slow
 def test_two_processes_equal_one_process_memory_lm(lm_runs):
     _, root, single = lm_runs
     assert single["status"] == "done" and "val/loss" in single and "test/loss" in single
@@ -113,6 +111,7 @@ def test_two_processes_equal_one_process_memory_lm(lm_runs):
 
 
 @needs_mirror
+@pytest.mark.slow
 def test_resume_under_ddp_after_crash(lm_runs):
     overrides, root, single = lm_runs
     out = root / "crashed"

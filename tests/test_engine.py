@@ -114,3 +114,92 @@ def test_jsonl_truncate_after(tmp_path):
     lg.truncate_after(2)
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [1, 2]
+
+
+# ----------------------------------------------------------------------------- the loop: throughput, FLOPs, gates
+
+class _Images:
+    """Four fixed batches of B random d-dim inputs and K classes (the data interface of docs/DESIGN.md)."""
+
+    kind, splits, steps_per_epoch = "classification", ("test",), 4
+
+    def __init__(self, B=8, d=5, K=3):
+        g = torch.Generator().manual_seed(0)
+        self.x, self.y = torch.randn(4, B, d, generator=g), torch.randint(0, K, (4, B), generator=g)
+
+    def train_batch(self, step):
+        return self.x[step % 4], self.y[step % 4]
+
+    def eval_batches(self, split):
+        yield self.x[0], self.y[0]
+
+
+def _fit(tmp_path, model, max_steps=4, gate_recorder=None, **cfg):
+    from highway_repro.engine.trainer import Trainer, TrainerConfig
+
+    tmp_path.mkdir(exist_ok=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    trainer_cfg = TrainerConfig(max_steps=max_steps, log_every=2, eval_every=0, checkpoint_every=0, progress=False,
+                                device="cpu", **cfg)
+    trainer = Trainer(model, _Images(), Classification(), opt, build(opt, max_steps=max_steps), tmp_path,
+                      JsonlLogger(tmp_path), trainer_cfg, gate_recorder=gate_recorder)
+    final = trainer.fit()
+    return final, [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_step_flops_of_a_linear_layer():
+    """forward x W^T: 2*B*d*K; backward: the weight gradient 2*B*d*K (the input needs none); bias adds are free."""
+    from highway_repro.engine.flops import StepFlops
+
+    B, d, K = 8, 5, 3
+    model, x = torch.nn.Linear(d, K), torch.randn(B, d)
+    counter = StepFlops()
+    with counter.count(x) as step:
+        model(x).sum().backward()
+    assert step.mode is not None and step.flops == 4 * B * d * K
+    with counter.count(torch.randn(B, d)) as again:  # the same shape: not counted again, same figure
+        model(x).sum().backward()
+    assert again.mode is None and again.flops == 4 * B * d * K
+    with counter.count(torch.randn(2 * B, d)) as skipped:  # a new shape whose step is skipped: no count kept
+        model(torch.randn(2 * B, d))
+        skipped.cancel()
+    assert skipped.flops == 0 and len(counter.by_shape) == 1
+
+
+def test_training_logs_throughput_flops_mfu_and_cpu_time(tmp_path):
+    d, K = 5, 3
+    final, lines = _fit(tmp_path, torch.nn.Linear(d, K), peak_flops=1e9)
+    logged = [x for x in lines if "train/loss" in x]
+    assert [x["step"] for x in logged] == [2, 4]
+    for x in logged:  # FLOPs per sample of a linear classifier: 4 * d * K (see above)
+        assert x["perf/flops_per_s"] / x["perf/samples_per_s"] == pytest.approx(4 * d * K)
+        assert x["perf/mfu"] == pytest.approx(x["perf/flops_per_s"] / 1e9)
+    assert final["time/cpu_s"] >= 0 and final["time/wall_s"] >= 0
+    _, lines = _fit(tmp_path / "no_peak", torch.nn.Linear(d, K))  # CPU: no datasheet peak, no MFU
+    assert not any("perf/mfu" in x for x in lines) and any("perf/flops_per_s" in x for x in lines)
+
+
+def test_gate_recorder_is_injected_and_records_only_the_chosen_steps(tmp_path):
+    """The engine gets the recorder from its caller (train.py passes models.probe.GateRecorder): a context manager
+    around the forward pass of every gate_stats_every-th step, whose stats() are logged under gates/."""
+    entered = []
+
+    class Recorder:
+        def __init__(self, model):
+            self.model = model
+
+        def __enter__(self):
+            entered.append(self.model.training)
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def stats(self):
+            return {"layer": {"mean": 0.25}}
+
+    model = torch.nn.Linear(5, 3)
+    _, lines = _fit(tmp_path, model, max_steps=6, gate_recorder=Recorder, gate_stats_every=3)
+    assert entered == [True, True]  # steps 3 and 6, in training mode
+    assert [x["step"] for x in lines if "gates/layer/mean" in x] == [3, 6]
+    assert all(x["gates/layer/mean"] == 0.25 for x in lines if "gates/layer/mean" in x)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import needs_mirror
 from highway_repro.data.tokenizers import ByteTokenizer, _byte_counts
 from highway_repro.models import gates
 from highway_repro.models.transformer_lm import TransformerLM
@@ -109,7 +110,7 @@ def test_byte_tokenizer_translate_path_equals_table_lookup():
         drop.encode(np.array([250, 10, 3], np.uint8))
 
 
-@pytest.mark.skipif(__import__("conftest").mirror() is None, reason="HIGHWAY_DATA_MIRROR is not set")
+@needs_mirror
 def test_deferred_nan_check_stops_like_the_per_step_check(tmp_path, monkeypatch):
     """The no-sync check of CUDA (forced on here) ends a diverging run exactly as the per-step check."""
     import json

@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from conftest import n_params
 from highway_repro.models import gates
 from highway_repro.models.transformer_lm import TransformerLM
 
@@ -119,10 +120,6 @@ def test_error_messages():
         _tiny(gate_kind=["sdu_tanh", "none"])
 
 
-def _n_params(m):
-    return sum(p.numel() for p in m.parameters())
-
-
 @pytest.mark.parametrize("kind,layers,sublayers,n_gated", [
     ("sdu_tanh", "all", "both", 12),
     ("sdu_sigmoid", "3-6", "both", 8),
@@ -131,6 +128,6 @@ def _n_params(m):
 ])
 def test_gate_parameter_cost(kind, layers, sublayers, n_gated):
     d = 8
-    base = _n_params(_tiny())
-    gated = _n_params(_tiny(gate_kind=kind, gate_layers=layers, gate_sublayers=sublayers))
+    base = n_params(_tiny())
+    gated = n_params(_tiny(gate_kind=kind, gate_layers=layers, gate_sublayers=sublayers))
     assert gated - base == n_gated * (2 * d * d + 2 * d)

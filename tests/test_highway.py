@@ -6,15 +6,12 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import n_params
 from highway_repro.engine.param_groups import caffe_param_groups
 from highway_repro.models.convnets import CifarHighwayNet, MnistHighwayNet
 from highway_repro.models.highway import HighwayConv2d, HighwayLinear, highway_layers
 from highway_repro.models.mlp import MLP, mlp_param_count
 from highway_repro.models.probe import GateRecorder
-
-
-def n_params(m: nn.Module) -> int:
-    return sum(p.numel() for p in m.parameters())
 
 
 # ---- parameter counts against hand arithmetic --------------------------------------------

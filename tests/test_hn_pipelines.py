@@ -1,4 +1,7 @@
-"""Each Highway Networks make target end to end at scale=smoke: sweep (or run), then its report."""
+"""Each Highway Networks make target end to end at scale=smoke: sweep (or run), then its report.
+
+Subprocess pipelines: hn_cifar (a sweep and its table through the runner) runs in the default suite,
+the others are slow tests."""
 
 from __future__ import annotations
 
@@ -18,8 +21,11 @@ TARGETS = {
 }
 
 
+FAST = {"hn_cifar"}
+
+
 @needs_mirror
-@pytest.mark.parametrize("target", sorted(TARGETS))
+@pytest.mark.parametrize("target", [t if t in FAST else pytest.param(t, marks=pytest.mark.slow) for t in sorted(TARGETS)])
 def test_target_pipeline_smoke(target, tmp_path):
     out, expected = TARGETS[target]
     r = subprocess.run([sys.executable, "-m", "highway_repro.reproduce", target, "--scale", "smoke",

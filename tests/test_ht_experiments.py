@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import mirror, needs_mirror
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 EXPERIMENTS = ["ht_char_ptb", "ht_word_ptb", "ht_char_ptb_rt", "ht_word_ptb_l3", "ht_enwik8_l6", "ht_enwik8_l12"]
@@ -163,9 +165,10 @@ def test_targets_name_their_experiment_and_results():
     assert set(TARGETS) == set(TABLES)  # every target has a table spec and every spec a target
 
 
+@needs_mirror
 @pytest.mark.slow
 def test_smoke_pipeline_end_to_end(tmp_path):
-    env = {**os.environ, "HIGHWAY_DATA_MIRROR": os.environ.get("HIGHWAY_DATA_MIRROR", "/work/shared/data")}
+    env = {**os.environ, "HIGHWAY_DATA_MIRROR": str(mirror())}
     cmd = [sys.executable, "-m", "highway_repro.reproduce", "ht_char_ptb", "--scale", "smoke",
            "--results", str(tmp_path / "results"), "--runs", str(tmp_path / "runs")]
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO, needs_mirror
 
 
@@ -17,6 +19,7 @@ def _train(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
 
 
 @needs_mirror
+@pytest.mark.slow  # two joblib worker processes
 def test_joblib_multirun_of_two_smoke_jobs(tmp_path):
     r = _train("-m", "experiment=demo", "scale=smoke", "model.depth=2,3", "hydra/launcher=joblib",
                "hydra.launcher.n_jobs=2", "threads=1", f"hydra.sweep.dir={tmp_path}")

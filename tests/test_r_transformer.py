@@ -4,19 +4,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import n_params
 from highway_repro.models.probe import GateRecorder
 from highway_repro.models.r_transformer import LocalRNN, RTransformer
 
 V, L, D, H, FF, K = 13, 2, 16, 4, 32, 3
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread (and do not fight other processes for the cores)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def tiny(**kw):
@@ -24,10 +16,6 @@ def tiny(**kw):
                 emb_dropout=0.0)
     args.update(kw)
     return RTransformer(**args)
-
-
-def n_params(m):
-    return sum(p.numel() for p in m.parameters())
 
 
 def expected_params(v, layers, d, f, rnn="gru", rnn_layers=1, final_norm=True, gated_sublayers=0):

@@ -2,13 +2,16 @@
 
 1. kill and resume (SIGKILL during a step and during a checkpoint write, SIGTERM / SIGINT), through real
    `python -m highway_repro.train` subprocesses, killed at points found by polling the run folder
-   (metrics.jsonl, ckpt/.last.pt.tmp<pid>): no test hook in the production code;
+   (metrics.jsonl, ckpt/.last.pt.tmp<pid>): no test hook in the production code (one fast case, the full
+   sequences are slow); the same interruptions in-process (fast);
 2. checkpoints: format version + resolved config, a corrupt last.pt falls back to prev.pt, a checkpoint of
    another architecture is a one-line error;
-3. config validation: one line, exit 2, in under 2 s (before torch is imported);
-4. NaN / Inf losses (nan_policy stop and skip), injected through `data._target_` (tests/reliability_fixtures.py);
+3. the error path: the project's own errors (config values, data, checkpoints) are one line with exit code 2,
+   before torch is imported for a config error (its speed, under 2 s, is a slow test); anything else is a bug
+   and keeps its traceback; in a multirun both mark the job failed;
+4. NaN / Inf losses (nan_policy stop and skip), injected through `data._target_` (conftest.nan_data);
 5. data faults not covered by tests/test_data.py: truncated files, empty splits, corrupt and interrupted caches;
-6. a sweep with a failing job: the other jobs finish, the report marks the cell with the error.
+6. a sweep with a failing job: the other jobs finish, the report marks the cell with the error (slow).
 
 Fuzzing of the gate placement parser and the config validator: tests/test_fuzz.py.
 """
@@ -33,10 +36,12 @@ import yaml
 
 from conftest import REPO, compose, mirror, needs_mirror, write_sums
 from highway_repro import data, report
+from highway_repro.config import ConfigError, validate
 from highway_repro.data import sources, vision
 from highway_repro.engine import checkpoint as ck
 from highway_repro.engine.trainer import Trainer
-from highway_repro.train import _summary, run
+from highway_repro.errors import HighwayError
+from highway_repro.train import USER_ERRORS, _main, _summary, run
 
 VOLATILE = ("perf/", "time/")
 
@@ -153,11 +158,12 @@ class Driver:
         assert not (self.out / "metrics.json").exists() or _final(self.out)["status"] != "done"
 
     def kill_during_checkpoint_write(self, tries: int = 4) -> None:
-        """SIGKILL while ckpt/.last.pt.tmp<pid> exists; retried until the leftover temp file proves it hit."""
+        """SIGKILL while ckpt/.last.pt.tmp<pid> exists and an earlier checkpoint was kept as prev.pt; retried
+        until the leftover temp file proves it hit."""
         ckpt = self.out / "ckpt"
         for _ in range(tries):
-            rc, sent = self.signal_when(lambda pid: (ckpt / f".last.pt.tmp{pid}").exists(), signal.SIGKILL,
-                                        poll=0.0005)
+            rc, sent = self.signal_when(lambda pid: (ckpt / f".last.pt.tmp{pid}").exists()
+                                        and (ckpt / "prev.pt").exists(), signal.SIGKILL, poll=0.0005)
             assert sent and rc == -signal.SIGKILL, (rc, self.output()[-3000:])
             if (ckpt / f".last.pt.tmp{self.pid}").exists() and not (ckpt / "last.pt").exists():
                 # killed mid-write: last.pt was rotated to prev.pt, the new one is a partial temp file
@@ -180,6 +186,21 @@ def _reference(overrides: list[str], out: Path) -> dict:
 
 
 @needs_mirror
+def test_killed_during_a_checkpoint_write_resumes_to_identical_metrics(tmp_path):
+    """SIGKILL while a later checkpoint is written (last.pt rotated to prev.pt, the new one half written), then
+    resume=auto: it resumes from prev.pt and ends with the uninterrupted run's metrics and metrics.jsonl. The one
+    kill of a real process in the fast suite (the in-process tests below cover the other interruptions)."""
+    ref = _reference(IMAGE, tmp_path / "ref")
+    d = Driver(IMAGE, tmp_path / "run")
+    d.kill_during_checkpoint_write()
+    final = d.finish()
+    assert _stable(final) == _stable(ref)
+    assert _history(tmp_path / "run") == _history(tmp_path / "ref")
+    assert "falling back" not in d.output()  # a write killed midway leaves no corrupt last.pt, just none
+
+
+@needs_mirror
+@pytest.mark.slow
 def test_image_killed_anywhere_resumes_to_identical_metrics(tmp_path):
     """SIGTERM, SIGKILL inside a checkpoint write, SIGKILL inside a step, then resume=auto to the end: the
     final metrics and the whole metrics.jsonl equal those of an uninterrupted run (CPU, deterministic)."""
@@ -342,21 +363,8 @@ def test_no_usable_checkpoint_starts_over_with_a_warning(tmp_path, caplog):
     assert f"no usable checkpoint in {tmp_path}: starting from step 0" in caplog.text
 
 
-def test_checkpoint_and_data_errors_are_one_line_exit_2_without_importing_torch_first():
-    """train.main reports these classes in one line with exit code 2 (see _main); finding them must not import
-    torch when only the config was read (a config error), so they are looked up among the loaded modules."""
-    code = "import sys, highway_repro.train as t; print(len(t._user_errors()), 'torch' in sys.modules)"
-    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert r.stdout.split() == ["3", "False"], r.stdout + r.stderr
-    from highway_repro.train import _user_errors  # here, with the data and the engine loaded
-    errors = _user_errors()
-    assert [c.__name__ for c in errors] == ["ConfigError", "ValueError", "TypeError", "CheckpointError", "DataError"]
-    assert all(issubclass(c, errors) for c in (ck.CheckpointError, data.ChecksumError, data.DataNotFoundError,
-                                                vision.UnsafePickleError))
-
-
 @needs_mirror
-def test_corrupt_last_checkpoint_falls_back_to_prev_through_the_cli(crashed_run, tmp_path):
+def test_corrupt_last_checkpoint_falls_back_to_prev(crashed_run, tmp_path, caplog):
     """Truncate last.pt of a real run folder; `resume=auto` warns naming the file, resumes from prev.pt (step 3),
     finishes with the uninterrupted run's metrics and keeps the corrupt file aside as last.pt.corrupt."""
     import shutil
@@ -365,33 +373,87 @@ def test_corrupt_last_checkpoint_falls_back_to_prev_through_the_cli(crashed_run,
     shutil.copytree(crashed_run / "run", out)
     last = out / "ckpt" / "last.pt"
     last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
-    r = subprocess.run(_cli(SMALL + ["resume=auto", "threads=1", f"hydra.run.dir={out}"]), cwd=REPO, env=_env(),
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    console = r.stdout + r.stderr  # Hydra's job logging: the console and <run>/train.log
-    for text in (console, (out / "train.log").read_text()):
-        warning = [x for x in text.splitlines() if "WARNING" in x and "last.pt" in x]
-        assert warning and f"checkpoint {last} is corrupt or truncated" in warning[0], console[-3000:]
-        assert "falling back to the previous checkpoint" in warning[0]
-        assert f"resuming from {out / 'ckpt' / 'prev.pt'} (step 3)" in text
-    assert _stable(_final(out)) == _stable(_final(crashed_run / "ref"))
+    with caplog.at_level(logging.INFO):
+        final = run(compose(SMALL + ["resume=auto", "threads=1"]), out)
+    warning = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "last.pt" in r.getMessage()]
+    assert warning and f"checkpoint {last} is corrupt or truncated" in warning[0], caplog.text
+    assert "falling back to the previous checkpoint" in warning[0]
+    assert f"resuming from {out / 'ckpt' / 'prev.pt'} (step 3)" in caplog.text
+    assert _stable(final) == _stable(_final(crashed_run / "ref"))
     assert _history(out) == _history(crashed_run / "ref")
     assert (out / "ckpt" / "last.pt.corrupt").exists() and ck.load(last)["step"] == 8
 
 
 @needs_mirror
-def test_checkpoint_of_another_architecture_is_a_one_line_error(crashed_run, tmp_path):
+def test_checkpoint_of_another_architecture_is_a_one_line_error(crashed_run, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     ckpt = crashed_run / "run" / "ckpt" / "last.pt"
-    r = subprocess.run(_cli(SMALL + ["model.depth=4", f"resume={ckpt}", f"hydra.run.dir={tmp_path}"]), cwd=REPO,
-                       env=_env(), capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2, r.stderr[-3000:]
-    assert "Traceback" not in r.stderr
-    last = r.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"error: resume={ckpt}: checkpoint does not fit this architecture; missing in checkpoint: ")
-    assert "layers.2." in last  # the third hidden layer exists only in the depth-4 model
+    with pytest.raises(SystemExit) as e:
+        _main(compose(SMALL + ["model.depth=4", f"resume={ckpt}", "threads=1"]), tmp_path, multirun=False)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    assert err[0].startswith(f"error: resume={ckpt}: checkpoint does not fit this architecture; missing in checkpoint: ")
+    assert "layers.2." in err[0]  # the third hidden layer exists only in the depth-4 model
 
 
-# ============================================================================ 3. config validation
+# ============================================================================ 3. the error path
+
+def test_the_project_errors_are_the_one_line_errors():
+    """train.py reports the project's own error classes in one line with exit code 2: config values, data faults,
+    checkpoints; they are known without importing torch (a config error is reported before torch is loaded)."""
+    code = "import sys, highway_repro.train as t; print([c.__name__ for c in t.USER_ERRORS], 'torch' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.stdout.split() == ["['ConfigError',", "'HighwayError']", "False"], r.stdout + r.stderr
+    for cls in (ck.CheckpointError, data.DataError, data.ChecksumError, data.DataNotFoundError,
+                vision.UnsafePickleError):
+        assert issubclass(cls, HighwayError) and issubclass(cls, USER_ERRORS), cls
+    for cls in (ValueError, TypeError, RuntimeError, KeyError):  # a plain one is a bug, not the user's mistake
+        assert not issubclass(cls, USER_ERRORS), cls
+
+
+@pytest.mark.parametrize("multirun", [False, True])
+@pytest.mark.parametrize("error", [HighwayError("data.x=1 is bad (valid: 2)"), ValueError("a bug"), KeyError("bug")])
+def test_user_errors_are_one_line_and_bugs_keep_their_traceback(error, multirun, tmp_path, capsys, monkeypatch):
+    """A project error: one line on stderr and exit 2 (in a multirun: metrics.json says failed with the error, and
+    it is raised on for Hydra, which goes on with the other jobs). Anything else propagates with its traceback;
+    metrics.json says failed (the report marks the cell)."""
+    def failing(cfg, out_dir, dist=None):
+        raise error
+
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.setattr("highway_repro.train.run", failing)
+    cfg = compose(["experiment=demo", "scale=smoke"])
+    user = isinstance(error, USER_ERRORS)
+    if user and not multirun:
+        with pytest.raises(SystemExit) as e:
+            _main(cfg, tmp_path, multirun=multirun)
+        assert e.value.code == 2
+        assert capsys.readouterr().err == "error: data.x=1 is bad (valid: 2)\n"
+    else:
+        with pytest.raises(type(error)) as e:
+            _main(cfg, tmp_path, multirun=multirun)
+        assert e.value is error and e.value.__traceback__ is not None
+        assert "error:" not in capsys.readouterr().err
+    if user and not multirun:  # nothing to record: the user reads the line
+        assert not (tmp_path / "metrics.json").exists()
+    else:
+        assert _final(tmp_path) == {"status": "failed", "error": f"{type(error).__name__}: {str(error).splitlines()[0]}"}
+
+
+@needs_mirror
+def test_an_option_a_constructor_refuses_is_a_one_line_error(tmp_path, capsys, monkeypatch):
+    """Hydra's instantiate wraps what a constructor raises into its own exception; the project's errors come through
+    as raised (here a data set's option), and torch's checks of optimizer values name the config node."""
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    for overrides, line in [(["data.normalize=gcn"], "error: mnist: normalize='gcn' is not valid; choose one of"),
+                            (["optim.optimizer.lr=-1"], "error: optim.optimizer: Invalid learning rate: -1")]:
+        with pytest.raises(SystemExit) as e:
+            _main(compose(["experiment=demo", "scale=smoke", "threads=1"] + overrides), tmp_path, multirun=False)
+        assert e.value.code == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0].startswith(line), err
+
 
 BAD_CONFIGS = {  # overrides -> (field=value named in the message, the valid range named in it)
     "gate_kind": (["model=transformer_lm", "data=ptb_char", "model.gate_kind=sdu_relu"],
@@ -409,8 +471,37 @@ BAD_CONFIGS = {  # overrides -> (field=value named in the message, the valid ran
 }
 
 
+def _bad_config_cli(case: str, out: Path) -> tuple[subprocess.CompletedProcess, list[str], list[str]]:
+    """`python -X importtime -m highway_repro.train <bad config>`: the process, its stderr lines without the import
+    times, and the modules it imported."""
+    r = subprocess.run(_cli(BAD_CONFIGS[case][0] + ["scale=smoke", f"hydra.run.dir={out}"], flags=("-X", "importtime")),
+                       cwd=REPO, env=_env(), capture_output=True, text=True, timeout=120)
+    imports = [x.rsplit("|", 1)[-1].strip() for x in r.stderr.splitlines() if x.startswith("import time:")]
+    return r, [x for x in r.stderr.splitlines() if not x.startswith("import time:")], imports
+
+
 @pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
-def test_bad_config_fails_fast_before_torch(case, tmp_path):
+def test_bad_config_is_one_line_naming_field_value_and_valid_range(case):
+    overrides, field, valid = BAD_CONFIGS[case]
+    with pytest.raises(ConfigError) as e:
+        validate(compose(overrides + ["scale=smoke"]))
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(f"{field} ") and valid in msg, msg
+
+
+def test_bad_config_exits_2_in_one_line_before_torch_is_imported(tmp_path):
+    """What the user sees: exit code 2, one line `error: <field>=<value> ...`, no traceback; main() validates before
+    it imports torch or numpy (so it fails in about a second: test_bad_config_fails_in_under_2_s, slow)."""
+    _, field, valid = BAD_CONFIGS["gate_kind"]
+    r, lines, imports = _bad_config_cli("gate_kind", tmp_path)
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith(f"error: {field} ") and valid in lines[0], lines
+    assert "torch" not in imports and "numpy" not in imports
+
+
+@pytest.mark.slow  # a wall-clock bound
+@pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
+def test_bad_config_fails_in_under_2_s(case, tmp_path):
     """Exit 2 with one line naming the field, the value and the valid range; no traceback; torch never imported.
 
     Time: the whole subprocess (interpreter + Hydra, which composes the config twice; torch is not imported,
@@ -421,20 +512,16 @@ def test_bad_config_fails_fast_before_torch(case, tmp_path):
     """
     import resource
 
-    overrides, field, valid = BAD_CONFIGS[case]
+    _, field, valid = BAD_CONFIGS[case]
     walls, cpus = [], []
     contention = max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
     for attempt in range(3):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        r = subprocess.run(_cli(overrides + ["scale=smoke", f"hydra.run.dir={tmp_path / str(attempt)}"],
-                                flags=("-X", "importtime")), cwd=REPO, env=_env(), capture_output=True, text=True,
-                           timeout=120)
+        r, lines, imports = _bad_config_cli(case, tmp_path / str(attempt))
         walls.append(time.perf_counter() - t0)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-        imports = [x.rsplit("|", 1)[-1].strip() for x in r.stderr.splitlines() if x.startswith("import time:")]
-        lines = [x for x in r.stderr.splitlines() if not x.startswith("import time:")]
         assert r.returncode == 2, r.stderr[-3000:]
         assert "torch" not in imports and "numpy" not in imports
         assert lines == [lines[-1]] and lines[-1].startswith(f"error: {field} "), lines
@@ -450,7 +537,7 @@ def test_bad_config_fails_fast_before_torch(case, tmp_path):
 
 NAN = ["experiment=demo", "scale=smoke", "model.depth=3", "trainer.max_steps=8", "trainer.checkpoint_every=2",
        "trainer.log_every=1", "trainer.eval_every=0", "logger=jsonl", "threads=1",
-       "data._target_=reliability_fixtures.nan_data"]
+       "data._target_=conftest.nan_data"]
 
 
 @needs_mirror
@@ -651,6 +738,7 @@ def test_interrupted_cache_write_leaves_no_partial_file(offline_mirror, monkeypa
 # ============================================================================ 6. sweeps with a failing job
 
 @needs_mirror
+@pytest.mark.slow  # a Hydra multirun in a subprocess; the job's bookkeeping: test_user_errors_are_one_line_and_...
 def test_sweep_with_a_failing_job_finishes_the_others_and_reports_the_error(tmp_path):
     sweep = tmp_path / "sweep"
     r = subprocess.run(_cli(["-m", "experiment=demo", "scale=smoke", "model.depth=0,2", "trainer.max_steps=2",

@@ -75,6 +75,41 @@ def test_resume_after_crash_equals_uninterrupted(case, tmp_path, monkeypatch):
 
 
 @needs_mirror
+def test_wall_and_cpu_time_are_carried_across_a_resume(tmp_path, monkeypatch):
+    """time/wall_s and time/cpu_s count the training of every process of a run: a resumed run adds its own time to
+    what the checkpoint holds (set to 1000 s each here)."""
+    import torch
+
+    overrides = RESUME_CASES["image"] + ["logger=jsonl"]
+    _run_with_crash(compose(overrides), tmp_path, crash_at=7, monkeypatch=monkeypatch)
+    last = tmp_path / "ckpt" / "last.pt"
+    ckpt = torch.load(last, weights_only=False)
+    assert ckpt["step"] == 6 and ckpt["extra"]["wall_time"] > 0 and ckpt["extra"]["cpu_time"] >= 0
+    ckpt["extra"].update(wall_time=1000.0, cpu_time=1000.0)
+    torch.save(ckpt, last)
+    final = run(compose(overrides + ["resume=auto"]), tmp_path)
+    assert 1000 <= final["time/wall_s"] < 1600 and 1000 <= final["time/cpu_s"] < 1600, final
+
+
+@needs_mirror
+@pytest.mark.cuda
+def test_cuda_run_logs_mfu_against_the_gpu_datasheet_peak(tmp_path):
+    import torch
+
+    from highway_repro.engine.flops import peak_flops
+
+    peak = peak_flops(torch.device("cuda"), "fp32")
+    if peak is None:
+        pytest.skip(f"no datasheet peak for {torch.cuda.get_device_name()} (engine/flops.py PEAK_FLOPS)")
+    out = run(compose(["experiment=demo", "scale=smoke", "trainer.device=cuda", "logger=jsonl"]), tmp_path)
+    assert out["status"] == "done"
+    logged = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines() if '"train/loss"' in x]
+    assert logged
+    for x in logged:
+        assert 0 < x["perf/mfu"] < 1 and x["perf/mfu"] == pytest.approx(x["perf/flops_per_s"] / peak)
+
+
+@needs_mirror
 def test_smoke_run_writes_metrics_and_config(tmp_path):
     out = run(compose(["experiment=demo", "scale=smoke"]), tmp_path)
     assert out["status"] == "done" and 0 <= out["test/acc"] <= 1

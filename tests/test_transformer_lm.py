@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import n_params
 from highway_repro.models.layers import CausalSelfAttention, causal_mask
 from highway_repro.models.probe import GateRecorder
 from highway_repro.models.transformer_lm import TransformerLM
@@ -11,23 +12,10 @@ from highway_repro.models.transformer_lm import TransformerLM
 V, L, D, H, FF = 13, 2, 16, 4, 32
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread (and do not fight other processes for the cores)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def tiny(**kw):
     args = dict(vocab_size=V, n_layers=L, d_model=D, n_heads=H, d_ff=FF, dropout=0.0)
     args.update(kw)
     return TransformerLM(**args)
-
-
-def n_params(m):
-    return sum(p.numel() for p in m.parameters())
 
 
 def expected_params(v, layers, d, f, norm="post", gated_sublayers=0):

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import n_params
 from highway_repro.models.probe import GateRecorder
 from highway_repro.models.transformer_xl import TransformerXL, _rel_shift, sinusoid
 
@@ -199,7 +200,6 @@ def test_attention_only_gating_runs():
 def test_parameter_count_matches_formula():
     Vv, L, d, H, dh, di = 11, 2, 16, 2, 6, 40  # H * dh = 12 != d, allowed as in Transformer-XL
     kw = dict(n_layers=L, d_model=d, n_heads=H, d_head=dh, d_inner=di, tgt_len=4, mem_len=4)
-    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     per_layer = (3 * H * dh * d  # q, k, v projections (no bias)   = 576
                  + H * dh * d  # r_net (no bias)                   = 192
                  + H * dh * d  # o_net (no bias)                   = 192
@@ -209,20 +209,20 @@ def test_parameter_count_matches_formula():
     total = Vv * d + Vv + 2 * H * dh + L * per_layer  # tied embedding, softmax bias, u, v
     assert total == 176 + 11 + 24 + 4720 == 4931
     base = TransformerXL(Vv, **kw)
-    assert count(base) == total
-    assert count(TransformerXL(Vv, norm="pre", **kw)) == total + 2 * d  # final LayerNorm
+    assert n_params(base) == total
+    assert n_params(TransformerXL(Vv, norm="pre", **kw)) == total + 2 * d  # final LayerNorm
     assert base.gated_sublayers() == []
     assert not any("gate" in n for n, _ in base.named_parameters())
     gate = 2 * d * d + 2 * d
     for kind, layers, subs, n in (("sdu_tanh", "all", "both", 4), ("sdu_sigmoid", [2], "both", 2),
                                   ("highway", "all", "attn", 2), ("gated_attn", "1", "ffn", 1)):
         g = TransformerXL(Vv, gate_kind=kind, gate_layers=layers, gate_sublayers=subs, **kw)
-        assert count(g) - total == n * gate
+        assert n_params(g) - total == n * gate
     # the paper's enwik8 6-layer model, vocabulary 204
     paper = 204 * 512 + 204 + 2 * 512 + 6 * (5 * 512 * 512 + 2 * 512 * 2048 + 2048 + 512 + 4 * 512)
     assert paper == 20_580_556
-    assert count(TransformerXL(204)) == paper
-    assert count(TransformerXL(204, gate_kind="sdu_tanh")) == paper + 12 * (2 * 512 * 512 + 2 * 512)
+    assert n_params(TransformerXL(204)) == paper
+    assert n_params(TransformerXL(204, gate_kind="sdu_tanh")) == paper + 12 * (2 * 512 * 512 + 2 * 512)
 
 
 # ---- training ---------------------------------------------------------------------------

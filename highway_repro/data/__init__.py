@@ -41,7 +41,7 @@ def names() -> list[str]:
 def build(name: str, **kwargs) -> ImageData | LMData:
     """The data set ``name`` with the given options (unknown names/options raise with the valid ones)."""
     if name not in REGISTRY:
-        raise ValueError(f"unknown data set {name!r}; valid names: {', '.join(REGISTRY)}")
+        raise DataError(f"unknown data set {name!r}; valid names: {', '.join(REGISTRY)}")
     builder, options = REGISTRY[name]
     unknown = sorted(set(kwargs) - set(options))
     if unknown:

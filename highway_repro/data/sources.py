@@ -56,12 +56,14 @@ from pathlib import Path
 
 import numpy as np
 
+from highway_repro.errors import HighwayError
+
 log = logging.getLogger(__name__)
 
 DOWNLOAD_TIMEOUT_S = 15  # per socket operation; fails fast when offline
 
 
-class DataError(RuntimeError):
+class DataError(HighwayError):
     """Base class of the data layer's errors (one-line messages)."""
 
 

@@ -61,7 +61,6 @@ LM_OPTIONS = ("batch_size", "seq_len", "score_len", "eval_batch_size", "eval_seq
               "tokenizer", "seed", "train_limit_tokens", "cache_dir")
 ENWIK8_BYTES = 100_000_000
 ENWIK8_EVAL_BYTES = 5_000_000
-ENWIK8_PREFIX_BYTES = 4_154_399
 
 
 def _columns(stream: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -106,16 +105,16 @@ class LMData:
         self.eval_score_len = int(eval_score_len)
         for what, s, t in (("", self.score_len, self.seq_len), ("eval_", self.eval_score_len, self.eval_seq_len)):
             if not 1 <= s <= t:
-                raise ValueError(f"{name}: need 1 <= {what}score_len <= {what}seq_len, got {s} and {t}")
+                raise sources.DataError(f"{name}: need 1 <= {what}score_len <= {what}seq_len, got {s} and {t}")
         if self.batch_size < 1 or self.eval_batch_size < 1:
-            raise ValueError(f"{name}: batch sizes must be >= 1")
+            raise sources.DataError(f"{name}: batch sizes must be >= 1")
         for split, stream in self.streams.items():
             if (len(stream) - 1) // (self.batch_size if split == "train" else self.eval_batch_size) < 1:
-                raise ValueError(f"{name}: the {split} split has {len(stream)} tokens, too few for its batch size")
+                raise sources.DataError(f"{name}: the {split} split has {len(stream)} tokens, too few for its batch size")
         self._train = _columns(self.streams["train"], self.batch_size)
         L = self._train[0].shape[1]
         if L < self.seq_len:
-            raise ValueError(f"{name}: train split too small: {len(self.streams['train']):,} tokens give columns of "
+            raise sources.DataError(f"{name}: train split too small: {len(self.streams['train']):,} tokens give columns of "
                              f"{L} < seq_len={self.seq_len} with batch_size={self.batch_size}")
         self.steps_per_epoch = (L - self.seq_len) // self.score_len + 1
 
@@ -176,7 +175,7 @@ def _read_lines_datasets(path, cache) -> str:
 
 def _check_choice(name: str, option: str, value, valid) -> None:
     if value not in valid:
-        raise ValueError(f"{name}: {option}={value!r} is not valid; choose one of {', '.join(map(str, valid))}")
+        raise sources.DataError(f"{name}: {option}={value!r} is not valid; choose one of {', '.join(map(str, valid))}")
 
 
 def _text_stream_data(name: str, folder: str, pattern: str, *, tokenizer: str, valid_tokenizers, reader="plain",
@@ -184,9 +183,9 @@ def _text_stream_data(name: str, folder: str, pattern: str, *, tokenizer: str, v
     _check_choice(name, "tokenizer", tokenizer, valid_tokenizers)
     _check_choice(name, "reader", reader, ("plain", "datasets"))
     if tokenizer == "sentencepiece" and not vocab_size:
-        raise ValueError(f"{name}: tokenizer=sentencepiece needs vocab_size (e.g. 4000)")
+        raise sources.DataError(f"{name}: tokenizer=sentencepiece needs vocab_size (e.g. 4000)")
     if tokenizer != "sentencepiece" and vocab_size is not None:
-        raise ValueError(f"{name}: vocab_size is only for tokenizer=sentencepiece (the {tokenizer} vocabulary "
+        raise sources.DataError(f"{name}: vocab_size is only for tokenizer=sentencepiece (the {tokenizer} vocabulary "
                          f"is fixed by the data)")
     relpaths = {s: f"{folder}/{pattern.format(f)}" for s, f in SPLIT_FILES.items()}
     key = {"tokenizer": tokenizer, "reader": reader, "files": sources.fingerprint(relpaths.values(), cache_dir)}
@@ -201,7 +200,7 @@ def _text_stream_data(name: str, folder: str, pattern: str, *, tokenizer: str, v
             texts = {s: p.read_text(encoding="utf-8") for s, p in paths.items()}
         for s, t in texts.items():
             if not t.strip():
-                raise ValueError(f"{name}: the {s} split ({paths[s]}) is empty")
+                raise sources.DataError(f"{name}: the {s} split ({paths[s]}) is empty")
         if tokenizer == "char":
             tok = CharTokenizer.fit(list(texts.values()), skip_spaces=(name == "ptb_char"))
         elif tokenizer == "word":

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .sources import DataError
+
 log = logging.getLogger(__name__)
 
 EOS = "<eos>"
@@ -84,7 +86,7 @@ class CharTokenizer:
         bad = self._codes[ids] != cps
         if bad.any():
             unknown = sorted({chr(c) for c in cps[bad][:1000].tolist()})
-            raise ValueError(f"characters not in the vocabulary: {unknown!r}")
+            raise DataError(f"characters not in the vocabulary: {unknown!r}")
         return compact(ids, self.vocab_size)
 
     def decode(self, ids) -> str:
@@ -124,7 +126,7 @@ class WordTokenizer:
             unk = self.index.get("<unk>")
             missing = sorted({w for w in tokens if w not in self.index})
             if unk is None:
-                raise ValueError(f"{len(missing)} words not in the vocabulary, e.g. {missing[:5]}") from None
+                raise DataError(f"{len(missing)} words not in the vocabulary, e.g. {missing[:5]}") from None
             ids = [self.index.get(w, unk) for w in tokens]
         return compact(np.array(ids, dtype=np.int64), self.vocab_size)
 
@@ -181,7 +183,7 @@ class ByteTokenizer:
         if ids.size and ids.max() == 255:
             arr = np.frombuffer(raw, np.uint8)
             arr = arr[arr != 10]
-            raise ValueError(f"byte values not in the vocabulary: {sorted(set(arr[ids == 255][:1000].tolist()))}")
+            raise DataError(f"byte values not in the vocabulary: {sorted(set(arr[ids == 255][:1000].tolist()))}")
         return compact(ids, self.vocab_size)
 
     def decode(self, ids) -> str:
@@ -227,7 +229,7 @@ class SentencePieceTokenizer:
                     user_defined_symbols=[s for s in user_symbols if s in text],
                     num_threads=os.cpu_count() or 1, minloglevel=2)
             except RuntimeError as e:
-                raise ValueError(f"sentencepiece training failed (vocab_size={vocab_size}, "
+                raise DataError(f"sentencepiece training failed (vocab_size={vocab_size}, "
                                  f"model_type={model_type}): {str(e).strip().splitlines()[-1]}") from None
             os.replace(prefix + ".model", model_file)
         return cls(model_file)

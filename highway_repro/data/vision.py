@@ -147,15 +147,15 @@ class ImageData:
                  eval_batch_size: int = 1000, seed: int = 0, val_size: int = 0, augment: bool = False,
                  train_limit: int | None = None):
         if normalize not in normalizations:
-            raise ValueError(f"{name}: normalize={normalize!r} is not valid; choose one of {', '.join(normalizations)}")
+            raise sources.DataError(f"{name}: normalize={normalize!r} is not valid; choose one of {', '.join(normalizations)}")
         if augment and not name.startswith("cifar"):
-            raise ValueError(f"{name}: augment=True is only defined for CIFAR (pad, crop, flip)")
+            raise sources.DataError(f"{name}: augment=True is only defined for CIFAR (pad, crop, flip)")
         self.name, self.seed, self.normalize, self.augment = name, int(seed), normalize, bool(augment)
         self.batch_size, self.eval_batch_size = int(batch_size), int(eval_batch_size)
         x, y = train
         val_size = int(val_size or 0)
         if not 0 <= val_size < len(x):
-            raise ValueError(f"{name}: val_size={val_size} must be in [0, {len(x)}) (training images)")
+            raise sources.DataError(f"{name}: val_size={val_size} must be in [0, {len(x)}) (training images)")
         data = {}
         if val_size:
             data["val"] = (x[len(x) - val_size:], y[len(y) - val_size:])
@@ -165,14 +165,14 @@ class ImageData:
         data["train"], data["test"] = (x, y), test
         for split, (xs, _) in data.items():
             if len(xs) == 0:
-                raise ValueError(f"{name}: the {split} split is empty")
+                raise sources.DataError(f"{name}: the {split} split is empty")
         self.data = {s: (torch.from_numpy(np.require(a, np.uint8, ["C", "W"])), torch.from_numpy(b.astype(np.int64)))
                      for s, (a, b) in data.items()}
         self.splits = ("val", "test") if val_size else ("test",)
         self.meta = {"num_classes": int(num_classes), "input_shape": tuple(int(d) for d in x.shape[1:])}
         n = len(self.data["train"][0])
         if n < self.batch_size:
-            raise ValueError(f"{name}: {n} training images are fewer than batch_size={self.batch_size}")
+            raise sources.DataError(f"{name}: {n} training images are fewer than batch_size={self.batch_size}")
         self.steps_per_epoch = n // self.batch_size
         self._perm_cache: tuple[int, torch.Tensor] | None = None
         self.pixel_mean = self._pixel_mean() if normalize == "gcn" else None

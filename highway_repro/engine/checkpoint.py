@@ -18,12 +18,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from highway_repro.errors import HighwayError
+
 FORMAT_VERSION = 1
 log = logging.getLogger(__name__)
 
 
-class CheckpointError(RuntimeError):
-    pass
+class CheckpointError(HighwayError):
+    """A checkpoint that is missing, corrupt, of another format version or of another architecture."""
 
 
 def atomic_torch_save(obj, path: Path) -> None:

@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as tdist
 
+from highway_repro.errors import HighwayError
+
 ENV_VARS = ("WORLD_SIZE", "RANK", "LOCAL_RANK")
 
 
@@ -66,7 +68,7 @@ def _pick_device(device: str, local_rank: int) -> torch.device:
     dev = torch.device(device)
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"trainer.device={device!r} but CUDA is not available (valid here: auto, cpu)")
+            raise HighwayError(f"trainer.device={device!r} but CUDA is not available (valid here: auto, cpu)")
         dev = torch.device("cuda", local_rank if dev.index is None else dev.index)
         torch.cuda.set_device(dev)
     return dev
@@ -83,10 +85,6 @@ class DistInfo:
     backend: str = "gloo"
     seed: int = 0
     _flag_group: object = field(default=None, repr=False)
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
 
     # ------------------------------------------------------------------ model
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -172,9 +170,6 @@ class DistInfo:
         box = [obj]
         tdist.broadcast_object_list(box, src=src, group=self._flag_group)
         return box[0]
-
-    def barrier(self) -> None:
-        tdist.barrier(group=self._flag_group)
 
     def cleanup(self) -> None:
         if tdist.is_initialized():

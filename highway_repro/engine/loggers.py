@@ -15,6 +15,8 @@ import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
+from highway_repro.errors import HighwayError
+
 
 def _clean(v):
     if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
@@ -150,5 +152,5 @@ LOGGERS = {"jsonl": JsonlLogger, "wandb": WandbLogger}
 
 def build_logger(kind: str, out_dir: Path, **kwargs):
     if kind not in LOGGERS:
-        raise ValueError(f"logger.kind={kind!r} is not known (valid: {', '.join(LOGGERS)})")
+        raise HighwayError(f"logger.kind={kind!r} is not known (valid: {', '.join(LOGGERS)})")
     return LOGGERS[kind](out_dir, **kwargs)

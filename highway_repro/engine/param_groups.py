@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from highway_repro.errors import HighwayError
+
 
 def caffe_param_groups(model: nn.Module, lr: float, weight_decay: float,
                        classifier: str | None = "classifier") -> list[dict]:
@@ -43,7 +45,7 @@ def caffe_param_groups(model: nn.Module, lr: float, weight_decay: float,
         else:
             members["weight"].append(p)
     if classifier_weight is not None and not members["classifier_weight"]:
-        raise ValueError(f"caffe_param_groups classifier={classifier!r}: the model has no parameter "
+        raise HighwayError(f"caffe_param_groups classifier={classifier!r}: the model has no parameter "
                          f"{classifier_weight!r} (give the classifier module's name, or None; "
                          f"parameters end with: {names[-2:]})")
     return [

@@ -19,6 +19,8 @@ import math
 
 import torch
 
+from highway_repro.errors import HighwayError
+
 KINDS = ("constant", "step", "exponential", "cosine", "plateau")
 
 
@@ -29,9 +31,9 @@ class Schedule:
                  milestones=(), gamma: float = 0.1, every: int = 1, warmup: int = 0, eta_min: float = 0.0,
                  factor: float = 0.1, patience: int = 0, threshold: float = 0.0):
         if kind not in KINDS:
-            raise ValueError(f"optim.scheduler.kind={kind!r} is not known (valid: {', '.join(KINDS)})")
+            raise HighwayError(f"optim.scheduler.kind={kind!r} is not known (valid: {', '.join(KINDS)})")
         if every < 1:
-            raise ValueError(f"optim.scheduler.every={every} must be >= 1")
+            raise HighwayError(f"optim.scheduler.every={every} must be >= 1")
         self.kind, self.optimizer = kind, optimizer
         self.plateau = None
         if kind == "plateau":

@@ -1,8 +1,10 @@
 """Tasks turn model outputs and targets into a loss and metric sums.
 
-The trainer treats every model alike: it calls `task.forward(model, batch, state)`
-and gets the loss to back-propagate plus additive sums; `task.summarize(sums)`
-turns accumulated sums into metrics.
+The trainer treats every model and data set alike: it calls
+`task.forward(model, batch, state, score_len)` and gets the loss to back-propagate,
+additive sums and the new state (a memory model's memory); `task.summarize(sums)`
+turns accumulated sums into metrics; `task.items(batch)` counts what throughput is
+measured in, `task.unit` ("tokens" or "samples": `perf/<unit>_per_s`).
 
 Language-model metrics (REFERENCE.md C): loss = mean NLL in nats per scored
 token, bpc = loss / ln 2, ppl = exp(loss). Always all three, per split.
@@ -20,9 +22,10 @@ class Classification:
     """Cross-entropy classification; metrics `loss` (nats) and `acc` (fraction)."""
 
     kind = "classification"
+    unit = "samples"
 
-    def forward(self, model, batch, state=None):
-        x, y = batch
+    def forward(self, model, batch, state=None, score_len: int | None = None):
+        x, y = batch[:2]
         logits = model(x)  # (B, K)
         loss = F.cross_entropy(logits.float(), y)
         n = y.numel()
@@ -35,20 +38,29 @@ class Classification:
         n = float(sums["n"])
         return {"loss": float(sums["nll"]) / n, "acc": float(sums["correct"]) / n}
 
+    @staticmethod
+    def items(batch) -> int:
+        return int(batch[1].shape[0])
+
 
 class LanguageModel:
     """Next-token cross-entropy over the last `score_len` positions of each window.
 
     `score_len=None` scores every position. The R-Transformer protocol scores only
-    the last 320 of 400 characters (char-PTB) or 40 of 80 words (word-PTB).
+    the last 320 of 400 characters (char-PTB) or 40 of 80 words (word-PTB). A batch
+    (x, y, n_scored) overrides it: the data decides how many last positions count.
     Models with memory (Transformer-XL) get their memory through `state` and
     return the new one.
     """
 
     kind = "lm"
+    unit = "tokens"
 
     def forward(self, model, batch, state=None, score_len: int | None = None):
-        x, y = batch  # (B, T) each
+        if len(batch) == 3:
+            x, y, score_len = batch
+        else:
+            x, y = batch  # (B, T) each
         logits, new_mems = model(x, mems=state)  # (B, T, V)
         if score_len is not None and score_len < y.shape[1]:
             logits, y = logits[:, -score_len:], y[:, -score_len:]
@@ -61,6 +73,10 @@ class LanguageModel:
     def summarize(sums: dict) -> dict:
         loss = float(sums["nll"]) / float(sums["n"])
         return {"loss": loss, "bpc": loss / math.log(2), "ppl": math.exp(min(loss, 700.0))}
+
+    @staticmethod
+    def items(batch) -> int:
+        return int(batch[1].numel())  # every target token of the window, scored or not
 
 
 TASKS = {"classification": Classification, "lm": LanguageModel}

@@ -5,6 +5,20 @@ of a global step (`data.train_batch(step)`, a pure function of seed and step, so
 resumed run sees the same batches), asks the task for loss and metric sums, and
 owns evaluation, schedules, clipping, autocast, checkpoints and logging.
 
+Everything that depends on the task (what a batch holds, which positions are
+scored, what throughput counts) is in the task object (`engine/tasks.py`); gate
+statistics come from an injected recorder (`gate_recorder(model)`, a context
+manager with `stats()`, e.g. `models.probe.GateRecorder`): the engine imports no model code.
+
+Logged beside the training loss every `log_every` steps: `perf/tokens_per_s` or
+`perf/samples_per_s`, `perf/flops_per_s` (forward + backward FLOPs of the steps,
+counted by `engine/flops.py` as the benchmarks do, over the time of the training
+steps: evaluation and checkpoints are left out) and, where the device's peak is
+known (a GPU of `flops.PEAK_FLOPS`, or `trainer.peak_flops`), `perf/mfu`; on CPU
+there is no MFU. metrics.json records `time/wall_s` and `time/cpu_s` (this
+process's user + system CPU time; rank 0 under DDP) of the training, both carried
+across resumes.
+
 Resume: `ckpt/last.pt` holds model, optimizer, scheduler, step, best_val, RNG
 states, the memory of a memory model and the resolved config; a resumed run
 continues with results identical to an uninterrupted one (CPU, deterministic
@@ -15,17 +29,20 @@ from __future__ import annotations
 
 import logging
 import math
+import resource
 import signal
 import threading
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from highway_repro.engine import checkpoint as ckpt_lib
+from highway_repro.engine import flops as flops_lib
 from highway_repro.engine.loggers import write_json_atomic
-from highway_repro.models.probe import GateRecorder
+from highway_repro.errors import HighwayError
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +63,7 @@ class TrainerConfig:
     nan_policy: str = "stop"  # stop | skip
     max_bad_steps: int = 10  # with nan_policy=skip: stop after this many skipped steps
     final_eval: str = "last"  # last | best: which weights give the final val/test numbers
+    peak_flops: float | None = None  # the device's peak FLOP/s for perf/mfu; null = a known GPU's datasheet value
     progress: bool = True
     splits: list = field(default_factory=lambda: ["val", "test"])
 
@@ -57,10 +75,11 @@ class TrainerConfig:
             ("nan_policy", self.nan_policy in ("stop", "skip"), "'stop' or 'skip'"),
             ("final_eval", self.final_eval in ("last", "best"), "'last' or 'best'"),
             ("grad_clip", self.grad_clip is None or self.grad_clip > 0, "> 0 or null"),
+            ("peak_flops", self.peak_flops is None or self.peak_flops > 0, "> 0 or null"),
         ]
         for name, ok, valid in checks:
             if not ok:
-                raise ValueError(f"trainer.{name}={getattr(self, name)!r} is not allowed (valid: {valid})")
+                raise HighwayError(f"trainer.{name}={getattr(self, name)!r} is not allowed (valid: {valid})")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -68,8 +87,14 @@ def resolve_device(name: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(name)
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"trainer.device={name!r} but CUDA is not available (valid here: auto, cpu)")
+        raise HighwayError(f"trainer.device={name!r} but CUDA is not available (valid here: auto, cpu)")
     return dev
+
+
+def cpu_seconds() -> float:
+    """User + system CPU time of this process so far (all its threads)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 class Diverged(RuntimeError):
@@ -98,8 +123,12 @@ class Trainer:
     defer_nan_check: bool | None = None  # see _loss_finite; None = on CUDA only
 
     def __init__(self, model, data, task, optimizer, schedule, out_dir, logger, cfg: TrainerConfig,
-                 run_config: dict | None = None, dist=None):
+                 run_config: dict | None = None, dist=None, gate_recorder=None):
         self.model, self.data, self.task = model, data, task
+        self.raw_model = model.module if hasattr(model, "module") else model  # without the DDP wrapper
+        if cfg.gate_stats_every and gate_recorder is None:
+            raise ValueError("trainer.gate_stats_every > 0 needs a gate_recorder (e.g. models.probe.GateRecorder)")
+        self.gate_recorder = gate_recorder  # gate_recorder(model): a context manager that records, with stats()
         self.optimizer, self.schedule, self.logger, self.cfg = optimizer, schedule, logger, cfg
         self.out_dir = Path(out_dir)
         self.ckpt_dir = self.out_dir / "ckpt"
@@ -117,25 +146,26 @@ class Trainer:
         self.last_eval: dict = {}
         self.last_train: dict = {}  # the last log interval's running training metrics
         self.wall_time = 0.0
+        self.cpu_time = 0.0
+        self.step_flops = flops_lib.StepFlops()
+        self.peak_flops = cfg.peak_flops or flops_lib.peak_flops(self.device, cfg.precision)
         # checkpointed too, so that a resumed run logs exactly what an uninterrupted one would:
         self.train_acc: dict = {}  # training-metric sums since the last log step
         self.log_position: int | None = None  # metrics.jsonl size at the last checkpoint (resume truncates to it)
 
     # ----------------------------------------------------------------- state
     def state(self) -> dict:
-        model = self.model.module if hasattr(self.model, "module") else self.model
         return {
-            "model": model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "model": self.raw_model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "scheduler": self.schedule.state_dict(), "step": self.step, "best_val": self.best_val,
             "rng": ckpt_lib.rng_state(), "config": self.run_config, "mems": self.mems,
-            "extra": {"bad_steps": self.bad_steps, "wall_time": self.wall_time,
+            "extra": {"bad_steps": self.bad_steps, "wall_time": self.wall_time, "cpu_time": self.cpu_time,
                       "logger_run_id": getattr(self.logger, "run_id", None),
                       "train_acc": self.train_acc, "last_train": self.last_train, "log_position": self.log_position},
         }
 
     def load_state(self, ckpt: dict) -> None:
-        model = self.model.module if hasattr(self.model, "module") else self.model
-        ckpt_lib.load_model_state(model, ckpt["model"], "checkpoint")
+        ckpt_lib.load_model_state(self.raw_model, ckpt["model"], "checkpoint")
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.schedule.load_state_dict(ckpt["scheduler"])
         self.step, self.best_val = ckpt["step"], ckpt["best_val"]
@@ -145,6 +175,7 @@ class Trainer:
         self.mems = None if mems is None else [m.to(self.device) for m in mems]
         extra = ckpt.get("extra", {})
         self.bad_steps, self.wall_time = extra.get("bad_steps", 0), extra.get("wall_time", 0.0)
+        self.cpu_time = extra.get("cpu_time", 0.0)
         self.train_acc = {k: v.to(self.device) if torch.is_tensor(v) else v
                           for k, v in extra.get("train_acc", {}).items()} if self.is_main else {}  # DDP: global sums
         self.last_train, self.log_position = extra.get("last_train", {}), extra.get("log_position")
@@ -194,16 +225,11 @@ class Trainer:
         if self.dist is not None:
             sums = self.dist.all_reduce_sums(sums)
         if not sums:
-            raise ValueError(f"split {split!r} gave no evaluation batches")
+            raise HighwayError(f"split {split!r} gave no evaluation batches")
         return {f"{split}/{k}": v for k, v in self.task.summarize(sums).items()}
 
     def _forward(self, batch, mems, score_len):
-        if self.task.kind == "lm":
-            if len(batch) == 3:  # (x, y, n_scored): the data decides how many last positions count
-                x, y, score_len = batch
-                batch = (x, y)
-            return self.task.forward(self.model, batch, mems, score_len=score_len)
-        return self.task.forward(self.model, batch[:2])
+        return self.task.forward(self.model, batch, mems, score_len=score_len)
 
     # ----------------------------------------------------------------- train
     def _request_stop(self, signum, frame):
@@ -224,8 +250,8 @@ class Trainer:
             from tqdm import tqdm
             bar = tqdm(total=cfg.max_steps, initial=self.step, dynamic_ncols=True, mininterval=2.0)
         acc: dict = dict(self.train_acc)
-        items, t0 = 0, time.perf_counter()
-        start_wall = time.perf_counter() - self.wall_time
+        items, flops, t0 = 0, 0, time.perf_counter()  # since the last log step; t0 leaves out evaluations and saves
+        start_wall, start_cpu = time.perf_counter() - self.wall_time, cpu_seconds() - self.cpu_time
         score_len = getattr(self.data, "score_len", None)
         steps_per_epoch = self.data.steps_per_epoch
         try:
@@ -240,26 +266,28 @@ class Trainer:
                 batch = _to(batch, self.device)
                 self.model.train()
                 want_gates = cfg.gate_stats_every > 0 and (step + 1) % cfg.gate_stats_every == 0
-                recorder = GateRecorder(self.model) if want_gates else None
-                if recorder:
-                    recorder.__enter__()
-                with self._autocast():
-                    loss, sums, new_mems = self._forward(batch, self.mems, score_len)
-                if recorder:
-                    recorder.__exit__(None, None, None)
-                if not self._loss_finite(loss, step):
+                recorder = self.gate_recorder(self.raw_model) if want_gates else None
+                with self.step_flops.count(batch, self.mems) as counted:
+                    with self._autocast(), nullcontext() if recorder is None else recorder:
+                        loss, sums, new_mems = self._forward(batch, self.mems, score_len)
+                    finite = self._loss_finite(loss, step)
+                    if finite:
+                        self.optimizer.zero_grad(set_to_none=True)
+                        loss.backward()
+                    else:
+                        counted.cancel()
+                if not finite:
                     self._bad_step(step, loss)
                     self.step += 1
                     continue
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
                 if cfg.grad_clip:
                     torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
                 self.optimizer.step()
                 self.schedule.step()
                 self.mems = _detach_mems(new_mems)
                 _add(acc, sums)
-                items += int(batch[1].numel()) if self.task.kind == "lm" else int(batch[1].shape[0])
+                items += self.task.items(batch)
+                flops += counted.flops
                 self.step += 1
                 if self._first_bad is not None and (self.step == cfg.max_steps or any(
                         e and self.step % e == 0 for e in (cfg.log_every, cfg.eval_every, cfg.checkpoint_every,
@@ -268,15 +296,17 @@ class Trainer:
                 if bar:
                     bar.update(1)
                 if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
+                    world = 1 if self.dist is None else self.dist.world_size
                     if self.dist is not None:
                         acc = self.dist.all_reduce_sums(acc)
-                        items *= self.dist.world_size
                     metrics = {f"train/{k}": v for k, v in self.task.summarize(acc).items()}
-                    dt = time.perf_counter() - t0
-                    unit = "tokens_per_s" if self.task.kind == "lm" else "samples_per_s"
-                    metrics[f"perf/{unit}"] = items / max(dt, 1e-9)
+                    dt = max(time.perf_counter() - t0, 1e-9)
+                    metrics[f"perf/{self.task.unit}_per_s"] = items * world / dt
+                    metrics["perf/flops_per_s"] = flops * world / dt
+                    if self.peak_flops:
+                        metrics["perf/mfu"] = flops / dt / self.peak_flops  # per device: every rank does the same
                     metrics["train/lr"] = self.schedule.lr()
-                    if recorder:
+                    if recorder is not None:
                         for name, st in recorder.stats().items():
                             for k, v in st.items():
                                 metrics[f"gates/{name}/{k}"] = v
@@ -284,29 +314,31 @@ class Trainer:
                     self.last_train = {k: v for k, v in metrics.items() if k.startswith("train/")}
                     if bar:
                         bar.set_postfix(loss=f"{metrics['train/loss']:.4f}")
-                    acc, items, t0 = {}, 0, time.perf_counter()
-                elif recorder:
+                    acc, items, flops, t0 = {}, 0, 0, time.perf_counter()
+                elif recorder is not None:
                     self._log({f"gates/{n}/{k}": v for n, st in recorder.stats().items() for k, v in st.items()})
+                paused = time.perf_counter()
                 if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < cfg.max_steps:
                     self._validate(cfg.eval_max_batches)
                 if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
-                    self.wall_time = time.perf_counter() - start_wall
+                    self.wall_time, self.cpu_time = time.perf_counter() - start_wall, cpu_seconds() - start_cpu
                     self.train_acc, self.log_position = self._acc_to_save(acc), self._log_size()
                     if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
                         msg = f"non-finite weights after step {self.step} (the loss was finite)"
                         log.error("%s: stopping; the last good checkpoint is kept in %s", msg, self.ckpt_dir)
                         raise Diverged(msg)  # never overwrite the last good checkpoint with them
                     self.save("last")
+                t0 += time.perf_counter() - paused
         except Diverged as e:
             self.status = "diverged"
-            self.wall_time = time.perf_counter() - start_wall
+            self.wall_time, self.cpu_time = time.perf_counter() - start_wall, cpu_seconds() - start_cpu
             return self._finish({"error": str(e)})
         finally:
             if bar:
                 bar.close()
             for s, h in old_handlers.items():
                 signal.signal(s, h)
-        self.wall_time = time.perf_counter() - start_wall
+        self.wall_time, self.cpu_time = time.perf_counter() - start_wall, cpu_seconds() - start_cpu
         # the final save keeps this position: a run killed during the final evaluation redoes it, logging it once
         self.train_acc, self.log_position = self._acc_to_save(acc), self._log_size()
         if self.stop_requested and self.step < cfg.max_steps:
@@ -363,7 +395,7 @@ class Trainer:
 
     def _bad_step(self, step: int, loss) -> None:
         self.bad_steps += 1
-        msg = f"non-finite training loss ({float(loss)}) at step {step}"
+        msg = f"non-finite training loss ({float(loss.detach() if torch.is_tensor(loss) else loss)}) at step {step}"
         if self.cfg.nan_policy == "skip" and self.bad_steps <= self.cfg.max_bad_steps:
             log.warning("%s: batch skipped (%d of at most %d)", msg, self.bad_steps, self.cfg.max_bad_steps)
             self.optimizer.zero_grad(set_to_none=True)
@@ -396,8 +428,7 @@ class Trainer:
         final = {**self.last_train, **self._validate(cap)}
         if self.cfg.final_eval == "best" and (self.ckpt_dir / "best.pt").exists():
             best = ckpt_lib.load(self.ckpt_dir / "best.pt", map_location=self.device)
-            model = self.model.module if hasattr(self.model, "module") else self.model
-            ckpt_lib.load_model_state(model, best["model"], "best checkpoint")
+            ckpt_lib.load_model_state(self.raw_model, best["model"], "best checkpoint")
             final.update(self.evaluate("val", cap))
         for split in self.cfg.splits:
             if split != "val" and split in self.data.splits:
@@ -413,11 +444,10 @@ class Trainer:
             self.logger.log(metrics, self.step)
 
     def _finish(self, final: dict) -> dict:
-        model = self.model.module if hasattr(self.model, "module") else self.model
         best = self.best_val if math.isfinite(self.best_val) else None
         out = {"status": self.status, "step": self.step, "best/val_loss": best,
-               "model/params": sum(p.numel() for p in model.parameters()),
-               "time/wall_s": round(self.wall_time, 2), **final}
+               "model/params": sum(p.numel() for p in self.raw_model.parameters()),
+               "time/wall_s": round(self.wall_time, 2), "time/cpu_s": round(self.cpu_time, 2), **final}
         if self.is_main:
             write_json_atomic(self.out_dir / "metrics.json", out)
             self.logger.finish(out)

@@ -60,7 +60,7 @@ class Case:
         """FLOPs of forward + backward (torch.utils.flop_counter: matmuls, convolutions, attention, RNNs)."""
         from torch.utils.flop_counter import FlopCounterMode
 
-        from highway_repro.bench import flops
+        from highway_repro.engine import flops
 
         flops.register()
 

@@ -1,6 +1,6 @@
 """Eager vs torch.compile for a group of benchmark cases, in a fresh process (run with a timeout).
 
-    python -m highway_repro.bench.compiled CASE[,CASE...] [--rounds 3] [--threads N]
+    python -m bench.compiled CASE[,CASE...] [--rounds 3] [--threads N]
 
 Builds the cases, compiles each model (`torch.compile(model)`, default mode; the optimizer
 step stays eager), times the first compiled steps (compile time), then measures eager and
@@ -24,7 +24,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import torch
 
-    from highway_repro.bench import cases, timing
+    from bench import cases, timing
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -1,4 +1,9 @@
-"""Speed benchmarks: `make bench` = `python -m highway_repro.bench --out results/bench`.
+"""Speed benchmarks: `make bench` = `python -m bench --out results/bench`, run from the repository root.
+
+Development tooling, not part of the installed package (`highway_repro`): it needs the `bench` extra
+(`pip install -e ".[bench]"`, x-transformers) and imports the package, never the other way round.
+The FLOP counter it uses lives in the package (`highway_repro/engine/flops.py`): the trainer logs
+MFU with the same counts.
 
 Sections (each writes a part of results/bench.md and rows of results/bench.csv):
 

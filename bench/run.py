@@ -1,4 +1,4 @@
-"""`python -m highway_repro.bench --out results/bench`: the speed benchmarks (see __init__.py)."""
+"""`python -m bench --out results/bench`: the speed benchmarks (see __init__.py)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from highway_repro.bench import cases, timing
+from bench import cases, timing
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 HF_PYTHON_DEFAULT = REPO / ".venv-bench-hf" / "bin" / "python"
 HF_VERSION = "4.36.2"
 TARGETS = {
@@ -174,7 +174,7 @@ class HFWorker:
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError("the HF worker died (run highway_repro/bench/hf_txl_worker.py by hand to see why)")
+            raise RuntimeError("the HF worker died (run bench/hf_txl_worker.py by hand to see why)")
         return json.loads(line)
 
     def step(self) -> float:
@@ -260,7 +260,7 @@ def section_xt(rep: Report, budget: Budget, args) -> dict:
     lines += ["", f"Peak: fp32 matmul {peak.n}x{peak.n} @ {peak.n}x{peak.n}, measured in the same rounds: "
                   f"{timing.median(peak_fs) / 1e9:.1f} GFLOP/s (median; range "
                   f"{min(peak_fs) / 1e9:.1f}-{max(peak_fs) / 1e9:.1f}). MFU = (FLOPs of forward + backward, "
-                  "torch.utils.flop_counter plus highway_repro/bench/flops.py for CPU flash attention, where "
+                  "torch.utils.flop_counter plus highway_repro/engine/flops.py for CPU flash attention, where "
                   "causal attention counts half: the masked half is not computed) / step time / peak, per round, "
                   "median; the optimizer step is in the time, not in the FLOPs."]
     rep.row("xt", "peak_matmul", "flops_per_s", timing.median(peak_fs), "FLOP/s")
@@ -527,7 +527,7 @@ def section_memory(rep: Report, budget: Budget, args) -> dict:
     while pending or running:
         while pending and len(running) < 2:
             n = pending.pop(0)
-            running.append((n, subprocess.Popen([sys.executable, "-m", "highway_repro.bench.memory", n, "--threads", "1"],
+            running.append((n, subprocess.Popen([sys.executable, "-m", "bench.memory", n, "--threads", "1"], cwd=REPO,
                                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)))
         n, p = running.pop(0)
         out, err = p.communicate(timeout=900)
@@ -544,7 +544,7 @@ def section_memory(rep: Report, budget: Budget, args) -> dict:
             hf_line = (w.info["params"], before["rss_kb"], after["maxrss_kb"])
         except Exception as e:  # noqa: BLE001
             hf_line = f"HF worker failed: {e}"
-    lines = ["Each case in a new process (`python -m highway_repro.bench.memory CASE`): RSS after building "
+    lines = ["Each case in a new process (`python -m bench.memory CASE`): RSS after building "
              "model, batch and optimizer; peak RSS over 2 training steps (the first one creates the optimizer "
              "state), read as VmHWM, the kernel's high-water mark of the process (getrusage's ru_maxrss keeps "
              "the parent's RSS across fork + exec, so it is useless in a child); step = peak - setup. "
@@ -585,13 +585,13 @@ def section_compile(rep: Report, budget: Budget, args) -> dict:
     for group in COMPILE_GROUPS:
         if "xt" in group and not cases_version():
             continue
-        cmd = [sys.executable, "-m", "highway_repro.bench.compiled", ",".join(group),
+        cmd = [sys.executable, "-m", "bench.compiled", ",".join(group),
                "--rounds", str(args.compile_rounds),
                "--threads", str(torch.get_num_threads()), "--clock", timing.clock_name()]
         t0 = time.perf_counter()
         cache = tempfile.mkdtemp(prefix="bench-inductor-")  # a cold compile: no cache of an earlier run
         try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.compile_timeout,
+            p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=args.compile_timeout,
                                env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache})
         except subprocess.TimeoutExpired:
             lines.append(f"| {', '.join(group)} | did not finish in {args.compile_timeout} s | | | |")
@@ -625,7 +625,7 @@ SECTIONS = {"xt": section_xt, "txl": section_txl, "gates": section_gates, "highw
 
 def write(rep: Report, info: dict, out: Path, args, wall_s: float) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = "python -m highway_repro.bench " + shlex.join(args.argv)
+    cmd = "python -m bench " + shlex.join(args.argv)
     only_compile = args.compile and not [x for x in args.sections.split(",") if x.strip()]
     md = ["# Benchmarks" + (": eager vs torch.compile" if only_compile else ""), "",
           f"Written by `{cmd.strip()}` (`make {'bench-compile' if only_compile else 'bench'}`) in "
@@ -657,7 +657,7 @@ def write(rep: Report, info: dict, out: Path, args, wall_s: float) -> None:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    ap = argparse.ArgumentParser(prog="python -m highway_repro.bench", description="Speed benchmarks.")
+    ap = argparse.ArgumentParser(prog="python -m bench", description="Speed benchmarks.")
     ap.add_argument("--out", default="results/bench", help="writes OUT.md and OUT.csv")
     ap.add_argument("--compile", action="store_true", help="also measure every group under torch.compile")
     ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma list of {', '.join(SECTIONS)}")

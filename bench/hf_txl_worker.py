@@ -1,9 +1,9 @@
 """HF transformers TransfoXLLMHeadModel as a benchmark worker process (standalone: torch + transformers only).
 
-Run by `highway_repro.bench` with the python of a venv that has transformers==4.36.2 (the last
+Run by `bench` (`python -m bench`) with the python of a venv that has transformers==4.36.2 (the last
 release with Transformer-XL; its pins clash with this project's), e.g.
 
-    .venv-bench-hf/bin/python highway_repro/bench/hf_txl_worker.py
+    .venv-bench-hf/bin/python bench/hf_txl_worker.py
 
 Protocol: one JSON object per line on stdin, one JSON reply per line on stdout.
     {"cmd": "init", "threads": 2, "clock": "wall", "size": {...}} -> {"params": N, "version": "4.36.2"}

@@ -1,6 +1,6 @@
 """Peak memory of training steps of one benchmark case, in a fresh process (CPU: resident set size).
 
-    python -m highway_repro.bench.memory CASE [--steps 2] [--threads N]
+    python -m bench.memory CASE [--steps 2] [--threads N]
 
 Prints one JSON line: RSS after building model, batch and optimizer (`setup_kb`, freed memory
 trimmed), the peak
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from highway_repro.bench import cases
+    from bench import cases
 
     if args.threads:
         torch.set_num_threads(args.threads)
