@@ -46,7 +46,7 @@ IMAGE = ["experiment=demo", "scale=smoke", "model.depth=3", "model.width=512", "
          "trainer.checkpoint_every=3", "trainer.log_every=2", "trainer.eval_every=0", "deterministic=true",
          "logger=jsonl"]
 LM = ["model=transformer_xl", "data=enwik8_prefix", "optim=adam", "scale=smoke", "model.n_layers=2",
-      "model.d_model=64", "model.n_heads=2", "model.d_head=32", "model.d_inner=256", "model.tgt_len=16",
+      "model.d_model=64", "model.n_heads=2", "model.d_head=32", "model.d_ff=256", "model.tgt_len=16",
       "model.mem_len=16", "model.eval_tgt_len=16", "model.eval_mem_len=16", "data.seq_len=16",
       "data.batch_size=4", "data.eval_batch_size=4", "+data.train_limit_tokens=4000", "trainer.max_steps=12",
       "trainer.checkpoint_every=3", "trainer.eval_every=4", "trainer.log_every=2", "trainer.grad_clip=0.25",
