@@ -146,7 +146,8 @@ def _cross_heads(v: Mapping, prefix: str) -> None:
 def _cross_transformer_lm(v: Mapping, prefix: str) -> None:
     _cross_heads(v, prefix)
     if v.get("pos", "sinusoidal") == "sinusoidal" and is_int(v.get("d_model")) and v["d_model"] % 2:
-        raise error(f"{prefix}d_model", v["d_model"], "an even integer", f"is not allowed with {prefix}pos='sinusoidal'")
+        raise error(f"{prefix}d_model", v["d_model"], "an even integer",
+                    f"is not allowed with {prefix}pos='sinusoidal'")
     if v.get("pos") == "learned" and "max_len" in v and v["max_len"] is None:
         raise error(f"{prefix}max_len", None, "a positive integer, the number of learned positions",
                     f"is not allowed with {prefix}pos='learned'")
