@@ -96,6 +96,7 @@ CONV_KINDS = ("highway", "plain")
 ACTIVATIONS = ("relu", "tanh")
 WIDTHS = ("paper", "match")  # MLP width besides an integer
 
+CLAMP_LEN = Rule("-1 (no clamping) or a positive integer", lambda v: is_int(v) and (v == -1 or v >= 1))
 _GATES = {"gate_kind": PLACEMENT, "gate_layers": PLACEMENT, "gate_sublayers": PLACEMENT, "gate_bias": NUMBER,
           "fused": BOOL}
 _LM = {"vocab_size": POSITIVE_INT, "n_layers": POSITIVE_INT, "d_model": POSITIVE_INT, "n_heads": POSITIVE_INT,
@@ -114,9 +115,9 @@ MODELS: dict[str, dict[str, Rule]] = {
         **_LM, "d_model": Rule("an even positive integer (sinusoidal positions)",
                                lambda v: is_int(v) and v >= 2 and v % 2 == 0),
         "d_head": POSITIVE_INT, "attn_dropout": PROBABILITY, "tgt_len": POSITIVE_INT, "mem_len": NON_NEGATIVE_INT,
-        "clamp_len": Rule("-1 (no clamping) or a positive integer", lambda v: is_int(v) and (v == -1 or v >= 1)),
+        "clamp_len": CLAMP_LEN,
         "same_length": BOOL, "eval_tgt_len": optional(POSITIVE_INT), "eval_mem_len": optional(NON_NEGATIVE_INT),
-        "eval_clamp_len": optional(Rule("-1 or a positive integer", lambda v: is_int(v) and (v == -1 or v >= 1))),
+        "eval_clamp_len": optional(CLAMP_LEN),
         "eval_same_length": optional(BOOL), "norm": one_of(*NORMS),
         "tie_embeddings": Rule("true (only the tied softmax of the paper's runs is implemented)", lambda v: v is True)},
     "MLP": {

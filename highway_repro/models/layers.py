@@ -1,7 +1,7 @@
 """The transformer toolkit: the parts the three transformers share.
 
 `transformer_lm` (Transformer-L3), `r_transformer` and `transformer_xl` of the Highway Transformer
-reproduction (Chai et al., ACL 2020, arXiv 2004.08178) are built from these parts; the blocks follow
+reproduction (Chai et al., ACL 2020, arXiv 2004.08178) are built from these parts; the layers follow
 Vaswani et al. 2017 ("Attention Is All You Need", arXiv 1706.03762) and Dai et al. 2019 (Transformer-XL,
 arXiv 1901.02860).
 

@@ -9,8 +9,8 @@ post-LayerNorm (paper, REFERENCE.md B):
     O = LN(combine(ffn_gate,  U, FFN(U)))
 
 The gate input is the sublayer input X / U (the residual stream, not normalised).
-With `norm='pre'` a block is `x = combine(gate, x, Att(LN(x)))`, then
-`x = combine(gate, x, FFN(LN(x)))`, and a final LN follows the last block; the
+With `norm='pre'` a layer is `x = combine(gate, x, Att(LN(x)))`, then
+`x = combine(gate, x, FFN(LN(x)))`, and a final LN follows the last layer; the
 gate again sees the un-normalised residual stream x (same convention as gates.py).
 Gate kinds, placement and the convention T = transform gate, C = 1 - T: `gates.py`.
 `fused=True` computes the gates with the kernels of `kernels.py` (same numbers, fewer memory passes);

@@ -6,13 +6,13 @@ recurrence and relative positional attention as in the official PyTorch Transfor
 (`RelPartialLearnableMultiHeadAttn`, `MemTransformerLM`), one word-level tied softmax
 (no adaptive softmax: the byte vocabulary has ~204 symbols).
 
-Block (post-LN, as in the paper's runs; X is the current segment only, never the memory):
+Layer (post-LN, as in the paper's runs; X is the current segment only, never the memory):
 
     U = LN(combine(attn_gate, X, RelAttn(X, mem)))
     O = LN(combine(ffn_gate,  U, FFN(U)))
 
 pre-LN (`norm='pre'`): U = combine(attn_gate, X, RelAttn(LN([mem; X])));
-O = combine(ffn_gate, U, FFN(LN(U))), plus one final LayerNorm after the last block
+O = combine(ffn_gate, U, FFN(LN(U))), plus one final LayerNorm after the last layer
 (the official pre-LN option has none; standard pre-LN practice adds it).
 `combine` and the gate kinds are those of `highway_repro.models.gates`: T is the
 transform gate, C = 1 - T the carry gate, `gate_bias` shifts the gate's pre-activation
