@@ -33,7 +33,7 @@ from highway_repro.targets import PAPER_TABLES, TARGETS, Target, runs_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = ROOT / "configs"
-SCALES = ("paper", "cpu", "smoke")
+SCALES = tuple(sorted(p.stem for p in (CONFIG_DIR / "scale").glob("*.yaml")))  # configs/scale/<name>.yaml
 KEPT_FILES = ("metrics.json", "metrics.jsonl", "config_resolved.yaml", "run_info.json", ".hydra/overrides.yaml")
 FINISHED = ("done", "diverged")  # a diverged run is a result (a table cell), not a crash
 

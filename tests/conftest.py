@@ -22,7 +22,7 @@ settings.load_profile("repo")
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_DIR = REPO / "configs"
 EXPERIMENTS = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
-SCALES = ("paper", "cpu", "smoke")
+SCALES = tuple(sorted(p.stem for p in (CONFIG_DIR / "scale").glob("*.yaml")))  # configs/scale/<name>.yaml
 
 
 def compose(overrides: list[str]):

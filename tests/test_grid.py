@@ -21,7 +21,7 @@ def test_every_experiment_has_every_scale(experiment):
 
 
 def test_every_scale_of_the_root_config_is_a_scale():
-    assert sorted(p.stem for p in (CONFIG_DIR / "scale").glob("*.yaml")) == sorted(SCALES)
+    assert set(SCALES) >= {"paper", "cpu", "smoke"}  # SCALES is read from configs/scale/
 
 
 def test_a_missing_scale_file_is_an_error(tmp_path):

@@ -195,7 +195,6 @@ def test_forbidden_directions():
     assert not bad, "\n".join(bad)
 
 
-@pytest.mark.xfail(strict=True, reason="report redesign in progress (branch report)")
 def test_no_import_cycle():
     g = import_graph()
     found = cycles(g)
