@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 .PHONY: help setup test test-all demo bench bench-compile tables reproduce-table reproduce-all \
 	reproduce-hn-fig1 reproduce-hn-table1 reproduce-hn-cifar reproduce-hn-analysis \
 	reproduce-ht-char-ptb reproduce-ht-word-ptb reproduce-ht-char-ptb-rt reproduce-ht-word-ptb-l3 \
-	reproduce-ht-enwik8-l6 reproduce-ht-enwik8-l12 readme clean
+	reproduce-ht-enwik8-l6 reproduce-ht-enwik8-l12 parity readme clean
 
 help: ## list every target with one line each
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-26s %s\n", $$1, $$2}'
@@ -67,6 +67,11 @@ reproduce-all: setup ## every table at SCALE (cpu: a few hours on 2 cores)
 tables: setup ## rebuild every report from finished runs (no training)
 	@for t in hn_fig1 hn_table1 hn_cifar hn_analysis ht_char_ptb ht_word_ptb ht_char_ptb_rt ht_word_ptb_l3 ht_enwik8_l6 ht_enwik8_l12; do \
 		test -d runs/sweeps/$$t-$(SCALE) && $(BIN)/python -m highway_repro.reproduce $$t --scale $(SCALE) --report-only; done; true
+
+# folder with checkouts transformer-xl/, Highway-Transformer/, R-transformer/ (empty: clone the pinned commits)
+OFFICIAL_DIR ?=
+parity: setup ## our models vs the official code, weights copied across (results/parity.md, ~1 min): OFFICIAL_DIR=<checkouts>
+	$(BIN)/python scripts/parity.py $(if $(OFFICIAL_DIR),--official-dir "$(OFFICIAL_DIR)")
 
 readme: ## copy the tables of results/ into README.md
 	$(PYTHON) scripts/update_readme.py
