@@ -10,7 +10,7 @@ import torch
 
 from highway_repro.bench import cases, timing
 
-TINY_TXL = {"n_layers": 1, "d_model": 16, "n_heads": 2, "d_head": 8, "d_inner": 32, "tgt_len": 8, "mem_len": 8}
+TINY_TXL = {"n_layers": 1, "d_model": 16, "n_heads": 2, "d_head": 8, "d_ff": 32, "tgt_len": 8, "mem_len": 8}
 
 
 def test_txl_case_is_timed_and_counted_with_full_memory(monkeypatch):

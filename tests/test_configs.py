@@ -89,7 +89,8 @@ def test_unknown_config_group_value_gives_hydras_message():
 def test_bad_value_fails_fast_with_one_line(tmp_path):
     r = _cli("experiment=demo", "model.depth=0", f"hydra.run.dir={tmp_path}")
     assert r.returncode == 2
-    assert r.stderr.strip().splitlines()[-1] == "error: model.depth=0 is not allowed (must be a positive integer)"
+    assert r.stderr.strip().splitlines()[-1] == ("error: model.depth=0 is not allowed "
+                                                 "(valid: an integer >= 2 (1 plain input layer + depth - 1 layers))")
     assert "Traceback" not in r.stderr
 
 

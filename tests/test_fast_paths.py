@@ -1,4 +1,5 @@
-"""The speed paths equal the plain formulas: fused gate, Transformer-XL attention core, byte tokenizer."""
+"""The speed paths equal the plain formulas: the kernels of models/kernels.py (built with fused=True) against
+the plain code of the model files (fused=False), in values and gradients; the byte tokenizer's fast paths."""
 
 from __future__ import annotations
 
@@ -7,15 +8,16 @@ import pytest
 import torch
 
 from highway_repro.data.tokenizers import ByteTokenizer, _byte_counts
-from highway_repro.models import gates
+from highway_repro.models import gates, kernels
+from highway_repro.models.r_transformer import RTransformer
 from highway_repro.models.transformer_lm import TransformerLM
-from highway_repro.models.transformer_xl import TransformerXL, _RelAttnCore
+from highway_repro.models.transformer_xl import TransformerXL
+
+KINDS = [k for k in gates.GATE_KINDS if gates.is_gated(k)]
 
 
-def _grads(module, inputs, fused_attr, value):
-    for m in module.modules():
-        if hasattr(m, fused_attr):
-            setattr(m, fused_attr, value)
+def _run(module, inputs):
+    """Output and the gradients of every parameter and input of sum(out^2)."""
     module.zero_grad()
     for x in inputs:
         x.grad = None
@@ -26,28 +28,59 @@ def _grads(module, inputs, fused_attr, value):
                                                                           if x.grad is not None]
 
 
-@pytest.mark.parametrize("kind", ["sdu_sigmoid", "sdu_tanh", "highway", "gated_attn"])
-def test_fused_gate_gradcheck_and_equals_plain(kind):
+def _assert_same(fast, plain, atol):
+    torch.testing.assert_close(fast[0], plain[0], atol=atol, rtol=0)
+    assert len(fast[1]) == len(plain[1])
+    for a, b in zip(fast[1], plain[1]):
+        torch.testing.assert_close(a, b, atol=atol, rtol=0)
+
+
+def _pair(build):
+    """The same model (same seed, same weights) with the kernels and with the plain formulas, in float64."""
     torch.manual_seed(0)
-    gate = gates.make_gate(kind, 5, gate_bias=0.3).double()
+    fast = build(fused=True).double()
+    torch.manual_seed(0)
+    plain = build(fused=False).double()
+    for a, b in zip(fast.parameters(), plain.parameters()):
+        assert torch.equal(a, b)
+    return fast, plain
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_gate_kernel_gradcheck_and_equals_plain(kind):
+    fast, plain = _pair(lambda fused: gates.make_gate(kind, 5, gate_bias=0.3, fused=fused))
+    assert fast.fused_term is not None  # every built-in kind has a kernel
     x = torch.randn(2, 3, 5, dtype=torch.float64, requires_grad=True)
     sub = torch.randn(2, 3, 5, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda a, b: gate(a, b), (x, sub))
-    fast = _grads(gate, [x, sub], "fused", True)
-    plain = _grads(gate, [x, sub], "fused", False)
-    torch.testing.assert_close(fast[0], plain[0], atol=1e-12, rtol=0)
-    for a, b in zip(fast[1], plain[1]):
-        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+    assert torch.autograd.gradcheck(lambda a, b: fast(a, b), (x, sub))
+    _assert_same(_run(fast, [x, sub]), _run(plain, [x, sub]), atol=1e-12)
+
+
+def test_gate_kernel_rejects_an_unknown_term():
+    with pytest.raises(ValueError, match=r"term='T\*g' is not known"):
+        kernels.gate_sum(torch.zeros(1, 1, 4), torch.zeros(1, 1, 2), torch.zeros(1, 1, 2), None, "T*g")
 
 
 def test_fused_gate_in_a_model_under_bf16_autocast():
     torch.manual_seed(0)
-    m = TransformerLM(11, n_layers=2, d_model=8, n_heads=2, d_ff=16, dropout=0.0, gate_kind="highway")
+    m = TransformerLM(11, n_layers=2, d_model=8, n_heads=2, d_ff=16, dropout=0.0, gate_kind="highway", fused=True)
     x = torch.randint(0, 11, (2, 6))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logits, _ = m(x)
     logits.float().sum().backward()
     assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in m.parameters())
+
+
+@pytest.mark.parametrize("kind", ["none", *KINDS])
+def test_transformer_lm_and_r_transformer_fused_equal_plain(kind):
+    x = torch.randint(0, 11, (2, 6))
+    per_layer = [kind, "none", "sdu_tanh"]  # a list of kinds, so the kernels meet an ungated layer too
+    for build in (lambda fused: TransformerLM(11, n_layers=3, d_model=8, n_heads=2, d_ff=16, dropout=0.0,
+                                              gate_kind=per_layer, fused=fused),
+                  lambda fused: RTransformer(11, n_layers=3, d_model=8, n_heads=2, d_ff=16, window=3, dropout=0.0,
+                                             emb_dropout=0.0, gate_kind=per_layer, fused=fused)):
+        fast, plain = _pair(build)
+        _assert_same(_run(fast, [x]), _run(plain, [x]), atol=1e-12)
 
 
 def _mask(q, k, window=None):
@@ -63,29 +96,33 @@ def test_rel_attn_core_gradcheck(q, k, window):
     args = [torch.randn(2, q, H * dh), torch.randn(2, k, 2 * H * dh), torch.randn(k, H * dh),
             torch.randn(H, dh), torch.randn(H, dh)]
     args = [a.double().requires_grad_() for a in args]
-    assert torch.autograd.gradcheck(lambda *a: _RelAttnCore.apply(*a, _mask(q, k, window), 0.5), args)
+    assert torch.autograd.gradcheck(lambda *a: kernels._RelAttnCore.apply(*a, _mask(q, k, window), 0.5), args)
 
 
-@pytest.mark.parametrize("kw", [{}, {"clamp_len": 3}, {"same_length": True}, {"norm": "pre", "gate_kind": "sdu_tanh"}])
-def test_transformer_xl_core_equals_explicit_attention_with_memory(kw):
-    torch.manual_seed(0)
-    m = TransformerXL(13, n_layers=2, d_model=16, n_heads=2, d_head=8, d_inner=32, dropout=0.0, tgt_len=6,
-                      mem_len=5, **kw).double()
+@pytest.mark.parametrize("kw", [{}, {"clamp_len": 3}, {"same_length": True}, {"norm": "pre", "gate_kind": "sdu_tanh"},
+                                {"gate_kind": ["highway", "gated_attn"]}])
+def test_transformer_xl_fused_equals_plain_with_memory(kw):
+    """Training (the hand-written core) and inference (scaled_dot_product_attention with BD as a bias) paths."""
+    fast, plain = _pair(lambda fused: TransformerXL(13, n_layers=2, d_model=16, n_heads=2, d_head=8, d_ff=32,
+                                                    dropout=0.0, tgt_len=6, mem_len=5, fused=fused, **kw))
     with torch.no_grad():
-        m.r_w_bias.normal_(0, 1.0)
-        m.r_r_bias.normal_(0, 1.0)
+        for m in (fast, plain):
+            m.r_w_bias.copy_(torch.linspace(-1, 1, 16).view(2, 8))  # make u, v matter
+            m.r_r_bias.copy_(torch.linspace(1, -1, 16).view(2, 8))
     x = torch.randint(0, 13, (2, 6))
     mems = [torch.randn(2, 5, 16, dtype=torch.float64) for _ in range(2)]
-    results = []
-    for fused in (True, False):
-        m.set_fused_attention(fused)
+
+    def run(m):
         m.zero_grad()
         logits, _ = m(x, mems=mems)
         logits.pow(2).sum().backward()
-        results.append((logits.detach(), [p.grad.clone() for p in m.parameters()]))
-    torch.testing.assert_close(results[0][0], results[1][0], atol=1e-12, rtol=0)
-    for a, b in zip(results[0][1], results[1][1]):
-        torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+        return logits.detach(), [p.grad.clone() for p in m.parameters()]
+
+    _assert_same(run(fast), run(plain), atol=1e-10)
+    with torch.no_grad():
+        for m in (fast, plain):
+            m.eval()
+        torch.testing.assert_close(fast(x, mems=mems)[0], plain(x, mems=mems)[0], atol=1e-12, rtol=0)
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 4096])

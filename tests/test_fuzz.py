@@ -18,9 +18,11 @@ from omegaconf.errors import OmegaConfBaseException
 from conftest import compose
 from highway_repro.config import ConfigError, validate
 from highway_repro.models import gates
-from highway_repro.models.placement import GATE_KINDS, SUBLAYERS, check_placement, resolve_placement
+from highway_repro.models.placement import GATE_KINDS as REGISTRY
+from highway_repro.models.placement import SUBLAYERS, check_placement, resolve_placement
 
-OPTIONS = ("n_layers", "gate_kind", "gate_layers", "gate_sublayers")
+GATE_KINDS = tuple(REGISTRY)  # "none" first
+OPTIONS = ("model.n_layers", "model.gate_kind", "model.gate_layers", "model.gate_sublayers")
 
 junk = st.one_of(
     st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True, allow_infinity=True),
@@ -111,12 +113,13 @@ def test_placement_gates_exactly_the_chosen_layers(data):
 
 def test_placement_known_bad_inputs():
     """The crashes the fuzzing found (TypeError / a 10^15-element list / silently empty ranges) stay fixed."""
-    for args, start in [((4, "sdu_tanh", "all", 5), "gate_sublayers=5 is not"),
-                        ((4, 7), "gate_kind=7 is not a gate kind"), ((4, None), "gate_kind=None"),
-                        ((4, "sdu_tanh", "1-1000000000000000"), "gate_layers='1-1000000000000000' but the model has 4"),
-                        ((4, "sdu_tanh", "4-2"), "gate_layers='4-2' has the empty range '4-2'"),
-                        ((4, "sdu_tanh", b"\x01"), "gate_layers=b'\\x01' is not a layer selection"),
-                        ((4, "sdu_tanh", "all", ["attn", 1]), "gate_sublayers=['attn', 1] contains 1")]:
+    for args, start in [((4, "sdu_tanh", "all", 5), "model.gate_sublayers=5 is not"),
+                        ((4, 7), "model.gate_kind=7 is not a gate kind"), ((4, None), "model.gate_kind=None"),
+                        ((4, "sdu_tanh", "1-1000000000000000"),
+                         "model.gate_layers='1-1000000000000000' but the model has 4"),
+                        ((4, "sdu_tanh", "4-2"), "model.gate_layers='4-2' has the empty range '4-2'"),
+                        ((4, "sdu_tanh", b"\x01"), "model.gate_layers=b'\\x01' is not a layer selection"),
+                        ((4, "sdu_tanh", "all", ["attn", 1]), "model.gate_sublayers=['attn', 1] contains 1")]:
         with pytest.raises(ValueError) as e:
             gates.resolve_placement(*args)
         assert str(e.value).startswith(start), str(e.value)
@@ -132,7 +135,8 @@ BASES = {
     "r_transformer": ["model=r_transformer", "data=ptb_word", "scale=smoke", "model.gate_kind=[none,highway,sdu_tanh]"],
 }
 FIELDS = ["model.depth", "model.width", "model.n_layers", "model.d_model", "model.n_heads", "model.d_ff",
-          "model.d_inner", "model.d_head", "model.tgt_len", "model.mem_len", "model.window", "model.gate_kind",
+          "model.fused", "model.norm_style", "model.d_inner", "model.d_head", "model.tgt_len", "model.mem_len",
+          "model.window", "model.gate_kind",
           "model.gate_layers", "model.gate_sublayers", "data.batch_size", "data.eval_batch_size", "data.seq_len",
           "data.score_len", "data.train_limit", "data.train_limit_tokens", "data.val_size", "trainer.max_steps",
           "trainer.log_every", "trainer.eval_every", "trainer.checkpoint_every", "trainer.grad_clip",
@@ -200,11 +204,17 @@ def test_validator_accepts_exactly_the_valid_values(bases, d_model, n_heads, dep
     if d_model % n_heads:
         with pytest.raises(ConfigError, match=rf"^model.n_heads={n_heads} does not divide model.d_model={d_model} "):
             validate(lm)
+    elif d_model % 2:  # pos=sinusoidal (the base) needs an even width
+        with pytest.raises(ConfigError, match=rf"^model.d_model={d_model} is not allowed with model.pos='sinusoidal'"):
+            validate(lm)
     else:
         validate(lm)
     mlp = copy.deepcopy(bases["mlp"])
     mlp.model.depth, mlp.data.batch_size = depth, batch  # smoke: data.train_limit=400
-    if batch > 400:
+    if depth < 2:  # 1 plain input layer + depth - 1 layers of the kind
+        with pytest.raises(ConfigError, match=rf"^model.depth={depth} is not allowed \(valid: an integer >= 2"):
+            validate(mlp)
+    elif batch > 400:
         with pytest.raises(ConfigError, match=rf"^data.batch_size={batch} is larger than the training data .*"
                                               r"valid: 1\.\.400\)$"):
             validate(mlp)

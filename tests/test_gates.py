@@ -1,12 +1,17 @@
-"""Gate formulas with hand-set weights, placement, error messages, parameter cost (gates.py)."""
+"""Gate formulas with hand-set weights, placement, error messages, parameter cost, the registry (gates.py)."""
 
 import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from highway_repro.models import gates
+from highway_repro.errors import ConfigError
+from highway_repro.models import gates, placement
+from highway_repro.models.probe import GateRecorder
+from highway_repro.models.r_transformer import RTransformer
 from highway_repro.models.transformer_lm import TransformerLM
+from highway_repro.models.transformer_xl import TransformerXL
 
 D = 3
 # fused projection d -> 2d: rows 0..2 are W1 (gate pre-activation), rows 3..5 are W2 (transform)
@@ -75,7 +80,7 @@ def _tiny(**kw):
 
 
 def _gated_layers(model, sub):
-    return [i + 1 for i, b in enumerate(model.blocks) if getattr(b, f"{sub}_gate") is not None]
+    return [i + 1 for i, b in enumerate(model.layers) if getattr(b, f"{sub}_gate") is not None]
 
 
 def test_layers_3_to_6_of_6_gates_exactly_those():
@@ -85,7 +90,7 @@ def test_layers_3_to_6_of_6_gates_exactly_those():
     assert m.placement == _tiny(gate_kind="sdu_tanh", gate_layers="3-6").placement
     assert gates.resolve_placement(6, "sdu_tanh", [3, 4, 5, 6]) == gates.resolve_placement(6, "sdu_tanh", "3-6")
     # the official code's prefix defect would have gated nothing here
-    assert m.blocks[5].attn_gate.kind == "sdu_tanh"
+    assert m.layers[5].attn_gate.kind == "sdu_tanh"
 
 
 def test_attention_only_and_ffn_only():
@@ -98,24 +103,24 @@ def test_attention_only_and_ffn_only():
 def test_per_layer_kind_list():
     kinds = ["none", "sdu_tanh", "sdu_sigmoid", "highway", "gated_attn", "none"]
     m = _tiny(gate_kind=kinds)
-    got = [None if b.attn_gate is None else b.attn_gate.kind for b in m.blocks]
+    got = [None if b.attn_gate is None else b.attn_gate.kind for b in m.layers]
     assert got == [None, "sdu_tanh", "sdu_sigmoid", "highway", "gated_attn", None]
     # a list combined with a layer selection: only selected layers keep their kind
     m = _tiny(gate_kind=kinds, gate_layers="2-3")
-    assert [None if b.ffn_gate is None else b.ffn_gate.kind for b in m.blocks] == \
+    assert [None if b.ffn_gate is None else b.ffn_gate.kind for b in m.layers] == \
         [None, "sdu_tanh", "sdu_sigmoid", None, None, None]
 
 
 def test_error_messages():
-    with pytest.raises(ValueError, match=r"gate[._]layers=\[7\] but the model has 6 layers \(valid: 1-6"):
+    with pytest.raises(ConfigError, match=r"^model.gate_layers=\[7\] but the model has 6 layers \(valid: 1-6"):
         _tiny(gate_kind="sdu_tanh", gate_layers=[7])
-    with pytest.raises(ValueError, match=r"gate[._]layers.*valid: 1-6"):
+    with pytest.raises(ConfigError, match=r"^model.gate_layers.*valid: 1-6"):
         _tiny(gate_kind="sdu_tanh", gate_layers="5-7")
-    with pytest.raises(ValueError, match=r"gate[._]kind='sdu_relu' is not known \(valid: none, sdu_sigmoid"):
+    with pytest.raises(ConfigError, match=r"^model.gate_kind='sdu_relu' is not known \(valid: none, sdu_sigmoid"):
         _tiny(gate_kind="sdu_relu")
-    with pytest.raises(ValueError, match=r"gate[._]sublayers='mlp' contains 'mlp' \(valid: 'both', 'attn', 'ffn'"):
+    with pytest.raises(ConfigError, match=r"^model.gate_sublayers='mlp' contains 'mlp' \(valid: 'both', 'attn', 'ffn'"):
         _tiny(gate_kind="sdu_tanh", gate_sublayers="mlp")
-    with pytest.raises(ValueError, match=r"gate[._]kind has 2 entries but the model has 6 layers"):
+    with pytest.raises(ConfigError, match=r"^model.gate_kind has 2 entries but the model has 6 layers"):
         _tiny(gate_kind=["sdu_tanh", "none"])
 
 
@@ -134,3 +139,90 @@ def test_gate_parameter_cost(kind, layers, sublayers, n_gated):
     base = _n_params(_tiny())
     gated = _n_params(_tiny(gate_kind=kind, gate_layers=layers, gate_sublayers=sublayers))
     assert gated - base == n_gated * (2 * d * d + 2 * d)
+
+
+# ----------------------------------------------------------------------------- the registry
+
+
+def test_registry_resolves_every_kind_to_its_class():
+    """placement.GATE_KINDS (torch-free, what validation reads) names each kind's class; `none` has none."""
+    assert list(placement.GATE_KINDS) == ["none", "sdu_sigmoid", "sdu_tanh", "highway", "gated_attn"]
+    assert gates.gate_class("none") is None and gates.make_gate("none", D) is None
+    expected = {"sdu_sigmoid": gates.SDUSigmoid, "sdu_tanh": gates.SDUTanh, "highway": gates.HighwayGate,
+                "gated_attn": gates.GatedAttn}
+    for kind, cls in expected.items():
+        assert gates.gate_class(kind) is cls and issubclass(cls, gates.SublayerGate)
+        gate = gates.make_gate(kind, D)
+        assert type(gate) is cls and gate.kind == kind and gate.act.fn_name == cls.psi
+    with pytest.raises(ConfigError, match=r"^model.gate_kind='toy' is not known \(valid: none, sdu_sigmoid"):
+        gates.gate_class("toy")
+
+
+class ToyGate(gates.SublayerGate):
+    """A kind that exists only in this test: x + sub + T*f/2 with a tanh gate; no kernel (fused_term None)."""
+
+    psi = "tanh"
+
+    def blend(self, x, sub, t, f):
+        return x + sub + 0.5 * t * f
+
+
+@pytest.fixture
+def toy_kind(monkeypatch):
+    """Register ToyGate as gate kind 'toy': the one registry line a new kind needs."""
+    monkeypatch.setitem(placement.GATE_KINDS, "toy", f"{__name__}:ToyGate")
+
+
+TOY_MODELS = {
+    "transformer_lm": lambda **kw: TransformerLM(11, n_layers=2, d_model=8, n_heads=2, d_ff=16, dropout=0.0, **kw),
+    "r_transformer": lambda **kw: RTransformer(11, n_layers=2, d_model=8, n_heads=2, d_ff=16, window=3,
+                                               dropout=0.0, emb_dropout=0.0, **kw),
+    "transformer_xl": lambda **kw: TransformerXL(11, n_layers=2, d_model=8, n_heads=2, d_head=4, d_ff=16,
+                                                 dropout=0.0, tgt_len=6, mem_len=6, **kw),
+}
+
+
+def test_toy_kind_hand_set_weights(toy_kind):
+    gate = gates.make_gate("toy", D)
+    with torch.no_grad():
+        gate.proj.weight.copy_(torch.tensor(W))
+        gate.proj.bias.copy_(torch.tensor(BIAS))
+    got = gate(torch.tensor(X).view(1, 1, D), torch.tensor(SUB).view(1, 1, D)).view(-1).tolist()
+    expected = []
+    for i in range(D):
+        z1 = sum(W[i][j] * X[j] for j in range(D)) + BIAS[i]
+        f = sum(W[D + i][j] * X[j] for j in range(D)) + BIAS[D + i]
+        expected.append(X[i] + SUB[i] + 0.5 * _tanh(z1) * f)
+    assert got == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("model", sorted(TOY_MODELS))
+def test_a_new_kind_is_one_class_and_one_registry_line(toy_kind, model, fused):
+    """Each transformer builds the toy kind in the chosen sublayers and trains one optimizer step with it."""
+    torch.manual_seed(0)
+    m = TOY_MODELS[model](gate_kind="toy", gate_layers="2", fused=fused)
+    assert [type(layer.attn_gate).__name__ for layer in m.layers] == ["NoneType", "ToyGate"]
+    assert [type(layer.ffn_gate).__name__ for layer in m.layers] == ["NoneType", "ToyGate"]
+    x = torch.randint(0, 11, (2, 6))
+    opt = torch.optim.Adam(m.parameters(), lr=1e-2)
+    before = m.layers[1].attn_gate.proj.weight.detach().clone()
+    with GateRecorder(m) as rec:
+        logits, _ = m(x)
+    assert sorted(rec.stats()) == ["layers.1.attn_gate.act", "layers.1.ffn_gate.act"]
+    loss = F.cross_entropy(logits.reshape(-1, 11), x.reshape(-1))
+    opt.zero_grad()
+    loss.backward()
+    assert m.layers[1].attn_gate.proj.weight.grad.abs().sum() > 0
+    opt.step()
+    assert not torch.equal(before, m.layers[1].attn_gate.proj.weight)
+    assert torch.isfinite(m(x)[0]).all()
+
+
+def test_toy_kind_is_valid_in_configs(toy_kind):
+    """The early validator learns the new name from the same registry (no second list)."""
+    from conftest import compose
+    from highway_repro.config import validate
+
+    placement.check_placement(3, "toy", "2-3", "attn")
+    validate(compose(["model=transformer_lm", "data=ptb_char", "scale=smoke", "model.gate_kind=toy"]))

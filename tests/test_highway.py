@@ -212,16 +212,17 @@ def test_caffe_param_groups():
 
 
 @pytest.mark.parametrize("make, message", [
-    (lambda: MLP(kind="foo"), r"MLP kind='foo' is not known \(valid: plain, highway, residual\)"),
-    (lambda: MLP(activation="gelu"), r"MLP activation='gelu' is not known \(valid: relu, tanh\)"),
-    (lambda: MLP(depth=1), r"MLP depth=1 must be an int >= 2"),
-    (lambda: MLP(width="wide"), r"MLP width='wide' is not known"),
-    (lambda: MLP(match_to="x", width="match"), r"MLP match_to='x' is not known"),
-    (lambda: HighwayLinear(4, activation="sigmoid"), r"HighwayLinear activation='sigmoid'"),
-    (lambda: HighwayConv2d(4, kernel_size=2), r"kernel_size=2 must be odd"),
-    (lambda: MnistHighwayNet(kind="residual"), r"MnistHighwayNet kind='residual' is not known"),
-    (lambda: CifarHighwayNet(kind="x"), r"CifarHighwayNet kind='x' is not known \(valid: highway, plain\)"),
-    (lambda: CifarHighwayNet(widths=(1, 2)), r"widths=\(1, 2\) must be 4 ints"),
+    (lambda: MLP(kind="foo"), r"^model.kind='foo' is not allowed \(valid: plain, highway, residual\)$"),
+    (lambda: MLP(activation="gelu"), r"^model.activation='gelu' is not allowed \(valid: relu, tanh\)$"),
+    (lambda: MLP(depth=1), r"^model.depth=1 is not allowed \(valid: an integer >= 2"),
+    (lambda: MLP(width="wide"), r"^model.width='wide' is not allowed \(valid: a positive integer, paper or match\)$"),
+    (lambda: MLP(match_to="x", width="match"), r"^model.match_to='x' is not allowed"),
+    (lambda: HighwayLinear(4, activation="sigmoid"), r"^model.activation='sigmoid' is not allowed"),
+    (lambda: HighwayConv2d(4, kernel_size=2), r"^kernel_size=2 is not allowed \(valid: an odd integer"),
+    (lambda: MnistHighwayNet(kind="residual"), r"^model.kind='residual' is not allowed \(valid: highway, plain\)$"),
+    (lambda: CifarHighwayNet(kind="x"), r"^model.kind='x' is not allowed \(valid: highway, plain\)$"),
+    (lambda: CifarHighwayNet(widths=(1, 2)), r"^model.widths=\(1, 2\) is not allowed \(valid: 4 positive integers"),
+    (lambda: CifarHighwayNet(width_mult=0), r"^model.width_mult=0 is not allowed \(valid: a number > 0\)$"),
 ])
 def test_bad_options(make, message):
     with pytest.raises(ValueError, match=message):

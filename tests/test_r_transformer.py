@@ -4,8 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from highway_repro.errors import ConfigError
 from highway_repro.models.probe import GateRecorder
-from highway_repro.models.r_transformer import LocalRNN, RTransformer
+from highway_repro.models.r_transformer import LocalRNN, OfficialLayerNorm, RTransformer
 
 V, L, D, H, FF, K = 13, 2, 16, 4, 32, 3
 
@@ -30,7 +31,7 @@ def n_params(m):
     return sum(p.numel() for p in m.parameters())
 
 
-def expected_params(v, layers, d, f, rnn="gru", rnn_layers=1, final_norm=True, gated_sublayers=0):
+def expected_params(v, layers, d, f, rnn="gru", rnn_layers=1, final_norm=False, gated_sublayers=0):
     emb = v * d + v  # tied embedding (V, d) + output bias (V)
     g = {"gru": 3, "lstm": 4}[rnn]  # gates of the RNN cell
     local_rnn = g * (d * d + d * d + d + d) + 2 * d  # W_ih, W_hh, b_ih, b_hh per gate; its LayerNorm
@@ -73,22 +74,55 @@ def test_shapes(rnn):
     assert logits.shape == (3, 9, V) and mems is None
 
 
-def test_ungated_parameter_count_has_no_gate_parameters():
-    assert n_params(tiny()) == expected_params(V, L, D, FF)
-    assert n_params(tiny(rnn="lstm", rnn_layers_per_block=2)) == expected_params(V, L, D, FF, "lstm", 2)
-    assert n_params(tiny(final_norm=False)) == expected_params(V, L, D, FF, final_norm=False)
+@pytest.mark.parametrize("norm_style", ["official", "torch"])
+def test_ungated_parameter_count_has_no_gate_parameters(norm_style):
+    assert n_params(tiny(norm_style=norm_style)) == expected_params(V, L, D, FF)
+    assert n_params(tiny(norm_style=norm_style, rnn="lstm", rnn_layers_per_block=2)) == \
+        expected_params(V, L, D, FF, "lstm", 2)
+    assert n_params(tiny(norm_style=norm_style, final_norm=True)) == expected_params(V, L, D, FF, final_norm=True)
     assert not any("gate" in name for name, _ in tiny().named_parameters())
     assert n_params(tiny(gate_kind="sdu_tanh")) == expected_params(V, L, D, FF, gated_sublayers=2 * L)
 
 
-def test_paper_size_word_ptb_counts():
-    # word-PTB R-Transformer-L3: V=10,000, d=128, 8 heads, d_ff=512, LSTM window 9, 3 blocks
+@pytest.mark.parametrize("norm_style", ["official", "torch"])
+def test_paper_size_word_ptb_counts(norm_style):
+    # word-PTB R-Transformer-L3: V=10,000, d=128, 8 heads, d_ff=512, LSTM window 9, 3 layers
     d, f = 128, 512
-    block = (4 * (2 * d * d + 2 * d) + 2 * d) + (4 * d * d + 4 * d) + (2 * d * f + f + d) + 4 * d
-    base = 10_000 * d + 10_000 + 3 * block + 2 * d
-    assert base == 2_282_128
-    assert n_params(RTransformer(10_000, rnn="lstm")) == base
-    assert n_params(RTransformer(10_000, rnn="lstm", gate_kind="sdu_tanh")) == base + 6 * (2 * d * d + 2 * d)
+    layer = (4 * (2 * d * d + 2 * d) + 2 * d) + (4 * d * d + 4 * d) + (2 * d * f + f + d) + 4 * d
+    base = 10_000 * d + 10_000 + 3 * layer  # the official model: no final LayerNorm
+    assert base == 2_281_872
+    assert n_params(RTransformer(10_000, rnn="lstm", norm_style=norm_style)) == base
+    assert n_params(RTransformer(10_000, rnn="lstm", norm_style=norm_style, final_norm=True)) == base + 2 * d
+    assert n_params(RTransformer(10_000, rnn="lstm", norm_style=norm_style, gate_kind="sdu_tanh")) == \
+        base + 6 * (2 * d * d + 2 * d)
+
+
+def test_official_layer_norm_by_hand():
+    """a * (x - mean) / (std + 1e-6) + b with the UNBIASED std (the R-Transformer code), element by element."""
+    x = [1.0, -2.0, 0.5, 4.0]
+    a, b = [0.5, 2.0, -1.0, 1.5], [0.1, 0.0, -0.3, 0.2]
+    n = len(x)
+    mean = sum(x) / n
+    std = (sum((v - mean) ** 2 for v in x) / (n - 1)) ** 0.5  # unbiased: n - 1
+    expected = [a[i] * (x[i] - mean) / (std + 1e-6) + b[i] for i in range(n)]
+    ln = OfficialLayerNorm(n).double()
+    with torch.no_grad():
+        ln.weight.copy_(torch.tensor(a, dtype=torch.float64))
+        ln.bias.copy_(torch.tensor(b, dtype=torch.float64))
+    got = ln(torch.tensor(x, dtype=torch.float64).view(1, 1, n)).view(-1).tolist()
+    assert got == pytest.approx(expected, abs=1e-12)
+    # not nn.LayerNorm: that divides by sqrt(biased variance + eps)
+    torch_ln = torch.nn.functional.layer_norm(torch.tensor(x, dtype=torch.float64), (n,))
+    assert max(abs(torch_ln[i].item() - (x[i] - mean) / (std + 1e-6)) for i in range(n)) > 0.1
+
+
+@pytest.mark.parametrize("norm_style,cls", [("official", OfficialLayerNorm), ("torch", torch.nn.LayerNorm)])
+def test_norm_style_sets_every_layer_norm(norm_style, cls):
+    m = tiny(norm_style=norm_style, final_norm=True, rnn_layers_per_block=2)
+    norms = [mod for mod in m.modules() if isinstance(mod, (OfficialLayerNorm, torch.nn.LayerNorm))]
+    assert len(norms) == L * (2 + 2) + 1  # per layer: 2 before the RNNs, before attention and FFN; final
+    assert all(type(n) is cls for n in norms)
+    assert tiny(norm_style=norm_style).ln_final is None  # final_norm=False: the official model
 
 
 def test_attention_only_gating_forward_backward():
@@ -96,7 +130,7 @@ def test_attention_only_gating_forward_backward():
     x = torch.randint(0, V, (2, 7))
     logits, _ = m(x)
     F.cross_entropy(logits.reshape(-1, V), x.reshape(-1)).backward()
-    for b in m.blocks:
+    for b in m.layers:
         assert b.ffn_gate is None
         assert b.attn_gate.proj.weight.grad.abs().sum() > 0
     assert all(p.grad is not None for p in m.parameters())
@@ -105,7 +139,7 @@ def test_attention_only_gating_forward_backward():
 def test_local_rnn_sublayer_is_never_gated():
     m = tiny(gate_kind="sdu_sigmoid")
     assert {n.split(".")[2] for n, _ in m.named_modules() if n.endswith("_gate")} == {"attn_gate", "ffn_gate"}
-    assert not any("gate" in n for n, _ in m.blocks[0].rnns.named_modules())
+    assert not any("gate" in n for n, _ in m.layers[0].rnns.named_modules())
 
 
 @pytest.mark.parametrize("rnn", ["gru", "lstm"])
@@ -142,7 +176,7 @@ def test_gate_recorder_sees_exactly_gated_sublayers():
     m = tiny(n_layers=3, gate_kind=["sdu_tanh", "none", "sdu_sigmoid"], gate_sublayers="ffn")
     with GateRecorder(m) as rec:
         m(torch.randint(0, V, (2, 5)))
-    assert set(rec.stats()) == {"blocks.0.ffn_gate.act", "blocks.2.ffn_gate.act"}
+    assert set(rec.stats()) == {"layers.0.ffn_gate.act", "layers.2.ffn_gate.act"}
 
 
 def test_any_sequence_length():
@@ -152,13 +186,17 @@ def test_any_sequence_length():
 
 
 def test_option_errors():
-    with pytest.raises(ValueError, match="n_heads=7 does not divide d_model=128"):
+    with pytest.raises(ConfigError, match=r"^model.n_heads=7 does not divide model.d_model=128 \(valid: a divisor"):
         RTransformer(100, n_heads=7)
-    with pytest.raises(ValueError, match=r"rnn='rnn' is not known \(valid: 'gru', 'lstm'\)"):
+    with pytest.raises(ConfigError, match=r"^model.rnn='rnn' is not allowed \(valid: gru, lstm\)$"):
         tiny(rnn="rnn")
-    with pytest.raises(ValueError, match="window=0 must be a positive integer"):
+    with pytest.raises(ConfigError, match=r"^model.window=0 is not allowed \(valid: a positive integer\)$"):
         tiny(window=0)
-    with pytest.raises(ValueError, match="rnn_layers_per_block=0 must be a positive integer"):
+    with pytest.raises(ConfigError, match=r"^model.rnn_layers_per_block=0 is not allowed \(valid: a positive integer"):
         tiny(rnn_layers_per_block=0)
-    with pytest.raises(ValueError, match="emb_dropout=-0.1 must be a dropout probability"):
+    with pytest.raises(ConfigError, match=r"^model.emb_dropout=-0.1 is not allowed \(valid: a probability in"):
         tiny(emb_dropout=-0.1)
+    with pytest.raises(ConfigError, match=r"^model.norm_style='nn' is not allowed \(valid: official, torch\)$"):
+        tiny(norm_style="nn")
+    with pytest.raises(ConfigError, match=r"^model.final_norm='no' is not allowed \(valid: true or false\)$"):
+        tiny(final_norm="no")

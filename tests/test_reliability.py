@@ -46,7 +46,7 @@ IMAGE = ["experiment=demo", "scale=smoke", "model.depth=3", "model.width=512", "
          "trainer.checkpoint_every=3", "trainer.log_every=2", "trainer.eval_every=0", "deterministic=true",
          "logger=jsonl"]
 LM = ["model=transformer_xl", "data=enwik8_prefix", "optim=adam", "scale=smoke", "model.n_layers=2",
-      "model.d_model=64", "model.n_heads=2", "model.d_head=32", "model.d_inner=256", "model.tgt_len=16",
+      "model.d_model=64", "model.n_heads=2", "model.d_head=32", "model.d_ff=256", "model.tgt_len=16",
       "model.mem_len=16", "model.eval_tgt_len=16", "model.eval_mem_len=16", "data.seq_len=16",
       "data.batch_size=4", "data.eval_batch_size=4", "+data.train_limit_tokens=4000", "trainer.max_steps=12",
       "trainer.checkpoint_every=3", "trainer.eval_every=4", "trainer.log_every=2", "trainer.grad_clip=0.25",
@@ -393,6 +393,7 @@ def test_checkpoint_of_another_architecture_is_a_one_line_error(crashed_run, tmp
 
 # ============================================================================ 3. config validation
 
+DEPTH_0 = "model.depth=0 is not allowed (valid: an integer >= 2 (1 plain input layer + depth - 1 layers))"
 BAD_CONFIGS = {  # overrides -> (field=value named in the message, the valid range named in it)
     "gate_kind": (["model=transformer_lm", "data=ptb_char", "model.gate_kind=sdu_relu"],
                   "model.gate_kind='sdu_relu'", "valid: none, sdu_sigmoid, sdu_tanh, highway, gated_attn"),
@@ -400,9 +401,9 @@ BAD_CONFIGS = {  # overrides -> (field=value named in the message, the valid ran
                     "model.gate_layers=[2, 4]", "valid: 1-3"),
     "n_heads": (["model=transformer_lm", "data=ptb_char", "model.n_heads=3"],
                 "model.n_heads=3", "valid: a divisor of 512"),
-    "depth": (["experiment=demo", "model.depth=0"], "model.depth=0", "must be a positive integer"),
+    "depth": (["experiment=demo", "model.depth=0"], "model.depth=0", "valid: an integer >= 2"),
     "seq_len": (["model=transformer_lm", "data=ptb_char", "data.seq_len=-5"], "data.seq_len=-5",
-                "must be a positive integer"),
+                "valid: a positive integer"),
     "mem_len": (["model=transformer_lm", "data=ptb_char", "+model.mem_len=8"], "model.mem_len=8",
                 "valid only for TransformerXL"),
     "batch_size": (["experiment=demo", "data.batch_size=100000"], "data.batch_size=100000", "valid: 1..400"),
@@ -660,11 +661,11 @@ def test_sweep_with_a_failing_job_finishes_the_others_and_reports_the_error(tmp_
     jobs = {json.loads((p / "metrics.json").read_text())["status"]: p for p in sweep.iterdir() if p.is_dir()}
     assert set(jobs) == {"done", "failed"}, r.stderr[-3000:]
     assert "model.depth=2" in jobs["done"].name and "model.depth=0" in jobs["failed"].name
-    assert _final(jobs["failed"])["error"] == "ConfigError: model.depth=0 is not allowed (must be a positive integer)"
+    assert _final(jobs["failed"])["error"] == f"ConfigError: {DEPTH_0}"
     out = tmp_path / "report" / "t"
     assert report.main([str(sweep), "--group-by", "model.depth", "--metrics", "test/acc", "--out", str(out)]) == 0
     rows = {line.split("|")[1].strip(): line for line in out.with_suffix(".md").read_text().splitlines()
             if line.startswith("| ") and line.split("|")[1].strip() in ("0", "2")}
     assert set(rows) == {"0", "2"}
     assert "| 2 | 1 |" in rows["2"] and "failed" not in rows["2"]
-    assert "| 0 | 0 |" in rows["0"] and "model.depth=0 is not allowed (must be a positive integer)" in rows["0"]
+    assert "| 0 | 0 |" in rows["0"] and DEPTH_0 in rows["0"]

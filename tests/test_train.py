@@ -49,7 +49,7 @@ RESUME_CASES = {
     "image": ["experiment=demo", "scale=smoke", "model.depth=3", "trainer.max_steps=8", "trainer.checkpoint_every=3",
               "trainer.eval_every=4", "trainer.log_every=2"],
     "lm_memory": ["model=transformer_xl", "data=enwik8_prefix", "optim=adam", "scale=smoke", "model.n_layers=2",
-                  "model.d_model=16", "model.n_heads=2", "model.d_head=8", "model.d_inner=32", "model.tgt_len=8",
+                  "model.d_model=16", "model.n_heads=2", "model.d_head=8", "model.d_ff=32", "model.tgt_len=8",
                   "model.mem_len=8", "model.eval_tgt_len=8", "model.eval_mem_len=8", "data.seq_len=8",
                   "data.batch_size=2", "data.eval_batch_size=2", "+data.train_limit_tokens=2000",
                   "trainer.max_steps=8", "trainer.checkpoint_every=3", "trainer.eval_every=4", "trainer.log_every=2",

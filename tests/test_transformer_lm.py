@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from highway_repro.errors import ConfigError
 from highway_repro.models.layers import CausalSelfAttention, causal_mask
 from highway_repro.models.probe import GateRecorder
 from highway_repro.models.transformer_lm import TransformerLM
@@ -71,7 +72,7 @@ def test_attention_only_gating_forward_backward(kind):
     x = torch.randint(0, V, (2, 7))
     logits, _ = m(x)
     F.cross_entropy(logits.reshape(-1, V), x.reshape(-1)).backward()
-    for b in m.blocks:
+    for b in m.layers:
         assert b.ffn_gate is None
         assert b.attn_gate.proj.weight.grad is not None and b.attn_gate.proj.weight.grad.abs().sum() > 0
 
@@ -120,11 +121,11 @@ def test_gate_recorder_sees_exactly_gated_sublayers():
     m = tiny(n_layers=4, gate_kind="sdu_tanh", gate_layers="2-3", gate_sublayers="attn")
     with GateRecorder(m) as rec:
         m(torch.randint(0, V, (2, 5)))
-    assert set(rec.stats()) == {"blocks.1.attn_gate.act", "blocks.2.attn_gate.act"}
+    assert set(rec.stats()) == {"layers.1.attn_gate.act", "layers.2.attn_gate.act"}
     m = tiny(gate_kind="highway")
     with GateRecorder(m) as rec:
         m(torch.randint(0, V, (2, 5)))
-    assert set(rec.stats()) == {f"blocks.{i}.{s}_gate.act" for i in range(L) for s in ("attn", "ffn")}
+    assert set(rec.stats()) == {f"layers.{i}.{s}_gate.act" for i in range(L) for s in ("attn", "ffn")}
     assert all(0.0 < s["mean"] < 1.0 for s in rec.stats().values())
 
 
@@ -141,15 +142,19 @@ def test_learned_positions_reject_too_long():
 
 
 def test_option_errors():
-    with pytest.raises(ValueError, match="n_heads=7 does not divide d_model=512"):
+    with pytest.raises(ConfigError, match=r"^model.n_heads=7 does not divide model.d_model=512 \(valid: a divisor"):
         TransformerLM(50, n_heads=7)
-    with pytest.raises(ValueError, match=r"norm='mid' is not known \(valid: 'post', 'pre'\)"):
+    with pytest.raises(ConfigError, match=r"^model.norm='mid' is not allowed \(valid: post, pre\)$"):
         tiny(norm="mid")
-    with pytest.raises(ValueError, match=r"pos='rope' is not known \(valid: 'sinusoidal', 'learned', 'none'\)"):
+    with pytest.raises(ConfigError, match=r"^model.pos='rope' is not allowed \(valid: sinusoidal, learned, none\)$"):
         tiny(pos="rope")
-    with pytest.raises(ValueError, match="pos='learned' needs max_len"):
+    with pytest.raises(ConfigError, match=r"^model.max_len=None is not allowed with model.pos='learned'"):
         tiny(pos="learned")
-    with pytest.raises(ValueError, match="dropout=1.5 must be a dropout probability"):
+    with pytest.raises(ConfigError, match=r"^model.d_model=15 is not allowed with model.pos='sinusoidal'"):
+        tiny(d_model=15, n_heads=5)
+    with pytest.raises(ConfigError, match=r"^model.dropout=1.5 is not allowed \(valid: a probability in \[0, 1\)\)$"):
         tiny(dropout=1.5)
+    with pytest.raises(ConfigError, match=r"^model.d_ff=0 is not allowed \(valid: a positive integer\)$"):
+        tiny(d_ff=0)
     with pytest.raises(ValueError, match="has no memory"):
         tiny()(torch.zeros(1, 3, dtype=torch.long), mems=[torch.zeros(1)])

@@ -7,10 +7,12 @@ import torch
 import torch.nn.functional as F
 
 from highway_repro.models.probe import GateRecorder
-from highway_repro.models.transformer_xl import TransformerXL, _rel_shift, sinusoid
+from highway_repro.errors import ConfigError
+from highway_repro.models.layers import rel_shift, sinusoidal_positions
+from highway_repro.models.transformer_xl import TransformerXL
 
 V = 23
-TINY = dict(n_layers=2, d_model=16, n_heads=2, d_head=6, d_inner=24, dropout=0.0, attn_dropout=0.0)
+TINY = dict(n_layers=2, d_model=16, n_heads=2, d_head=6, d_ff=24, dropout=0.0, attn_dropout=0.0)
 
 
 def tiny(**kw) -> TransformerXL:
@@ -50,7 +52,7 @@ def test_memory_is_layer_input_and_empty_memory_forms():
     m = tiny(mem_len=8).eval()
     x = toks()
     _, mems = m(x)
-    emb = m.emb(x) * math.sqrt(m.d_model)
+    emb = m.tok_emb(x) * math.sqrt(m.d_model)
     torch.testing.assert_close(mems[0], emb)  # entry 0 = scaled embeddings (dropout off)
     a, _ = m(x, None)
     b, _ = m(x, [])
@@ -104,7 +106,7 @@ def naive_rel_attn(attn, h, u, v, q_len, clamp_len=-1, same_length_window=None):
     B, K, d = h.shape
     H, dh = attn.n_heads, attn.d_head
     M = K - q_len
-    qkv = h @ attn.qkv_net.weight.t()
+    qkv = h @ attn.qkv.weight.t()
     q, k, val = qkv.view(B, K, 3, H, dh).unbind(2)  # (B, K, H, dh)
     out = torch.zeros(B, q_len, H, dh, dtype=h.dtype)
     for i in range(q_len):
@@ -115,19 +117,18 @@ def naive_rel_attn(attn, h, u, v, q_len, clamp_len=-1, same_length_window=None):
             if dist < 0 or (same_length_window is not None and dist >= same_length_window):
                 continue
             dc = dist if clamp_len < 0 else min(dist, clamp_len)
-            rj = (sinusoid(torch.tensor([float(dc)]), d).to(h.dtype) @ attn.r_net.weight.t()).view(H, dh)
+            rj = (sinusoidal_positions(torch.tensor([float(dc)]), d).to(h.dtype) @ attn.r_proj.weight.t()).view(H, dh)
             scores[:, :, j] = (((qi + u) * k[:, j]).sum(-1) + ((qi + v) * rj).sum(-1)) / math.sqrt(dh)
         p = scores.softmax(-1)  # (B, H, K)
         out[:, i] = torch.einsum("bhj,bjhd->bhd", p, val)
-    return attn.o_net(out.reshape(B, q_len, H * dh))
+    return attn.out(out.reshape(B, q_len, H * dh))
 
 
 @pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("clamp_len,same_length", [(-1, False), (3, False), (-1, True)])
 def test_rel_shift_attention_equals_naive_with_memory(fused, clamp_len, same_length):
     mem_len = 5
-    m = tiny(mem_len=mem_len, clamp_len=clamp_len, same_length=same_length).double().eval()
-    m.set_fused_attention(fused)
+    m = tiny(mem_len=mem_len, clamp_len=clamp_len, same_length=same_length, fused=fused).double().eval()
     with torch.no_grad():
         m.r_w_bias.normal_(0, 1.0)  # make u, v matter
         m.r_r_bias.normal_(0, 1.0)
@@ -137,7 +138,7 @@ def test_rel_shift_attention_equals_naive_with_memory(fused, clamp_len, same_len
     pos = torch.arange(M + Q - 1, -1, -1)
     if clamp_len > 0:
         pos = pos.clamp(max=clamp_len)
-    r = sinusoid(pos, 16).double()
+    r = sinusoidal_positions(pos, 16).double()
     mask = m._attn_mask(Q, M, "cpu")
     with torch.no_grad():
         fast = attn(h, r, m.r_w_bias, m.r_r_bias, mask)
@@ -150,7 +151,7 @@ def test_rel_shift_indexing():
     Q, K = 3, 5
     M = K - Q
     x = torch.arange(Q * K).view(1, Q, K)  # x[i, k] holds distance K-1-k
-    y = _rel_shift(x)
+    y = rel_shift(x)
     for i in range(Q):
         for j in range(M + i + 1):
             assert y[0, i, j] == x[0, i, Q - 1 - i + j]  # distance M + i - j
@@ -174,7 +175,7 @@ def test_no_causal_leak_with_memory(norm, kind):
 
 # ---- gates ------------------------------------------------------------------------------
 def test_placement_gates_exactly_chosen_layers():
-    m = TransformerXL(V, n_layers=6, d_model=16, n_heads=2, d_head=8, d_inner=32, tgt_len=8, mem_len=8,
+    m = TransformerXL(V, n_layers=6, d_model=16, n_heads=2, d_head=8, d_ff=32, tgt_len=8, mem_len=8,
                       gate_kind="sdu_tanh", gate_layers=[3, 4, 5, 6])
     assert m.gated_sublayers() == [(i, s) for i in (3, 4, 5, 6) for s in ("attn", "ffn")]
     for i, layer in enumerate(m.layers, start=1):
@@ -198,11 +199,11 @@ def test_attention_only_gating_runs():
 
 def test_parameter_count_matches_formula():
     Vv, L, d, H, dh, di = 11, 2, 16, 2, 6, 40  # H * dh = 12 != d, allowed as in Transformer-XL
-    kw = dict(n_layers=L, d_model=d, n_heads=H, d_head=dh, d_inner=di, tgt_len=4, mem_len=4)
+    kw = dict(n_layers=L, d_model=d, n_heads=H, d_head=dh, d_ff=di, tgt_len=4, mem_len=4)
     count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     per_layer = (3 * H * dh * d  # q, k, v projections (no bias)   = 576
-                 + H * dh * d  # r_net (no bias)                   = 192
-                 + H * dh * d  # o_net (no bias)                   = 192
+                 + H * dh * d  # r_proj (no bias)                  = 192
+                 + H * dh * d  # out (no bias)                     = 192
                  + d * di + di + di * d + d  # FFN                  = 640 + 40 + 640 + 16
                  + 2 * 2 * d)  # two LayerNorms                     = 64
     assert per_layer == 576 + 192 + 192 + 1336 + 64 == 2360
@@ -227,7 +228,7 @@ def test_parameter_count_matches_formula():
 
 # ---- training ---------------------------------------------------------------------------
 def test_overfit_one_batch():
-    m = tiny(n_layers=2, d_model=32, n_heads=4, d_head=8, d_inner=64, tgt_len=16, mem_len=0,
+    m = tiny(n_layers=2, d_model=32, n_heads=4, d_head=8, d_ff=64, tgt_len=16, mem_len=0,
              gate_kind="sdu_tanh")
     x = toks(4, 17, 9)
     inp, tgt = x[:, :-1], x[:, 1:]
@@ -250,7 +251,7 @@ def test_clamp_len_changes_only_long_distances():
     def run(**kw):
         m = tiny(mem_len=0, **kw).eval()  # same seed: same weights
         for layer in m.layers:
-            layer.attn.r_net.weight.mul_(25.0)  # make the position term large
+            layer.attn.r_proj.weight.mul_(25.0)  # make the position term large
         return m(x)[0]
 
     with torch.no_grad():
@@ -288,12 +289,20 @@ def test_same_length_hides_old_memory_from_later_positions():
 
 # ---- options ----------------------------------------------------------------------------
 @pytest.mark.parametrize("kw,msg", [
-    (dict(mem_len=-1), "mem_len=-1"), (dict(tgt_len=0), "tgt_len=0"), (dict(clamp_len=0), "clamp_len=0"),
-    (dict(norm="mid"), "norm='mid'"), (dict(eval_mem_len=-2), "eval_mem_len=-2"),
-    (dict(mem_len=0, same_length=True), "same_length=True"), (dict(d_model=15), "d_model=15"),
-    (dict(dropout=1.0), "dropout=1.0"), (dict(tie_embeddings=False), "tie_embeddings=False"),
-    (dict(gate_kind="sdu"), "gate.kind='sdu'"), (dict(gate_layers=[7]), "gate.layers"),
+    (dict(mem_len=-1), "mem_len=-1 is not allowed (valid: an integer >= 0)"),
+    (dict(tgt_len=0), "tgt_len=0 is not allowed (valid: a positive integer)"),
+    (dict(clamp_len=0), "clamp_len=0 is not allowed (valid: -1 (no clamping) or a positive integer)"),
+    (dict(norm="mid"), "norm='mid' is not allowed (valid: post, pre)"),
+    (dict(eval_mem_len=-2), "eval_mem_len=-2 is not allowed (valid: an integer >= 0, or null)"),
+    (dict(mem_len=0, same_length=True), "same_length=True is not allowed with model.mem_len=0"),
+    (dict(mem_len=3, eval_mem_len=0, eval_same_length=True), "eval_same_length=True is not allowed with"),
+    (dict(d_model=15), "d_model=15 is not allowed (valid: an even positive integer"),
+    (dict(dropout=1.0), "dropout=1.0 is not allowed (valid: a probability in [0, 1))"),
+    (dict(tie_embeddings=False), "tie_embeddings=False is not allowed (valid: true"),
+    (dict(d_ff=0), "d_ff=0 is not allowed (valid: a positive integer)"),
+    (dict(gate_kind="sdu"), "gate_kind='sdu' is not known"), (dict(gate_layers=[7]), "gate_layers=[7] but"),
 ])
 def test_invalid_options_raise(kw, msg):
-    with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace("[", r"\[")):
+    with pytest.raises(ConfigError, match="^model." + msg.replace("(", r"\(").replace("[", r"\[")
+                       .replace(")", r"\)")):
         TransformerXL(V, **{**TINY, "tgt_len": 8, "mem_len": 8, **kw})

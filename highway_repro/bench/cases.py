@@ -16,12 +16,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-GATE_KINDS = ("sdu_sigmoid", "sdu_tanh", "highway", "gated_attn")
+from highway_repro.models.placement import GATE_KINDS as _REGISTRY
+
+GATE_KINDS = tuple(k for k, target in _REGISTRY.items() if target is not None)  # every kind with a gate module
 
 # sizes of the issue: Transformer-L3 at d 512 (char vocabulary) and Transformer-XL at d 512 (enwik8 bytes)
 TLM = {"n_layers": 3, "d_model": 512, "n_heads": 8, "d_ff": 2048}
 TLM_DATA = {"batch": 8, "seq": 256, "vocab": 50}
-TXL = {"n_layers": 3, "d_model": 512, "n_heads": 8, "d_head": 64, "d_inner": 2048, "tgt_len": 256, "mem_len": 256}
+TXL = {"n_layers": 3, "d_model": 512, "n_heads": 8, "d_head": 64, "d_ff": 2048, "tgt_len": 256, "mem_len": 256}
 TXL_DATA = {"batch": 8, "vocab": 204}
 RT = {"n_layers": 3, "d_model": 128, "n_heads": 8, "d_ff": 512, "rnn": "lstm", "window": 9}  # configs/model default
 RT_DATA = {"batch": 8, "seq": 256, "vocab": 50}
@@ -107,7 +109,7 @@ def ours_tlm(gate: str = "none", xt_match: bool = False, batch: int | None = Non
     torch.manual_seed(0)
     d = {**TLM_DATA, "batch": batch or TLM_DATA["batch"]}
     extra = {"norm": "pre", "pos": "learned", "max_len": d["seq"], "bias": False} if xt_match else {}
-    model = TransformerLM(d["vocab"], **TLM, dropout=0.0, gate_kind=gate, **extra)
+    model = TransformerLM(d["vocab"], **TLM, dropout=0.0, gate_kind=gate, fused=True, **extra)
     x, y = _tokens(d["batch"], d["seq"], d["vocab"])
     name = "ours_tlm_xt" if xt_match else f"tlm-{gate}"
     return Case(name, "transformer_lm" + (" (pre-LN, no bias)" if xt_match else f" gate={gate}"), model,
@@ -136,7 +138,7 @@ def ours_txl(gate: str = "none", batch: int | None = None) -> Case:
 
     torch.manual_seed(0)
     d = {**TXL_DATA, "batch": batch or TXL_DATA["batch"]}
-    model = TransformerXL(d["vocab"], **TXL, dropout=0.0, gate_kind=gate)
+    model = TransformerXL(d["vocab"], **TXL, dropout=0.0, gate_kind=gate, fused=True)
     x, y = _tokens(d["batch"], TXL["tgt_len"], d["vocab"])
     with torch.no_grad():  # steady state from the first step: full memory (mem_len) for timing and FLOP counts
         state = {"mems": model(x)[1]}
@@ -155,7 +157,7 @@ def ours_rt(gate: str = "none") -> Case:
 
     torch.manual_seed(0)
     d = RT_DATA
-    model = RTransformer(d["vocab"], **RT, dropout=0.0, emb_dropout=0.0, gate_kind=gate)
+    model = RTransformer(d["vocab"], **RT, dropout=0.0, emb_dropout=0.0, gate_kind=gate, fused=True)
     x, y = _tokens(d["batch"], d["seq"], d["vocab"])
     return Case(f"rt-{gate}", f"r_transformer gate={gate}", model, _lm_loss(x, y, d["vocab"]),
                 d["batch"] * d["seq"], "tokens", adam)

@@ -66,7 +66,7 @@ def main() -> None:
             torch.manual_seed(0)
             cfg = TransfoXLConfig(
                 vocab_size=s["vocab"], cutoffs=[], adaptive=False, div_val=1, d_model=s["d_model"],
-                d_embed=s["d_model"], n_head=s["n_heads"], d_head=s["d_head"], d_inner=s["d_inner"],
+                d_embed=s["d_model"], n_head=s["n_heads"], d_head=s["d_head"], d_inner=s["d_ff"],
                 n_layer=s["n_layers"], tgt_len=s["tgt_len"], mem_len=s["mem_len"], ext_len=0, clamp_len=-1,
                 same_length=False, attn_type=0, pre_lnorm=False, untie_r=False, dropout=0.0, dropatt=0.0,
                 tie_word_embeddings=True)

@@ -309,8 +309,8 @@ def section_txl(rep: Report, budget: Budget, args) -> dict:
     tok = ours.items / timing.median(t["ours"])
     s = cases.TXL
     lines = [
-        f"Size: {s['n_layers']} layers, d_model {s['d_model']}, {s['n_heads']} heads x {s['d_head']}, d_inner "
-        f"{s['d_inner']}, tgt_len {s['tgt_len']}, mem_len {s['mem_len']} (full memory from the first step in "
+        f"Size: {s['n_layers']} layers, d_model {s['d_model']}, {s['n_heads']} heads x {s['d_head']}, d_ff "
+        f"{s['d_ff']}, tgt_len {s['tgt_len']}, mem_len {s['mem_len']} (full memory from the first step in "
         f"both), batch {cases.TXL_DATA['batch']}, vocab {cases.TXL_DATA['vocab']}; post-LN, relative attention "
         "with global u, v (untie_r=False), tied softmax without adaptive clusters, dropout 0, fp32, Adam "
         "(fused) step included. HF runs in its own process (its venv); each round times one step of each.",
@@ -350,7 +350,7 @@ def section_txl(rep: Report, budget: Budget, args) -> dict:
                   "glibc's mmap threshold (mallopt, a process-wide setting that keeps freed memory) gained only "
                   "about 4% per step here, so we leave the allocator alone. "
                   "Relative attention needs the score gradient for the position term, so no flash kernel applies "
-                  "(our core, `transformer_xl._RelAttnCore`, keeps one (B, H, Q, K) tensor and shifts by a view)."]
+                  "(our core, `kernels._RelAttnCore`, keeps one (B, H, Q, K) tensor and shifts by a view)."]
     rep.target("MFU of transformer_xl (target >= 65%)", _pct(mfu), ">= 65%", mfu >= TARGETS["mfu_txl"])
     rep.section(title, lines)
     return out
@@ -360,7 +360,7 @@ GATE_MODELS = (("tlm", "tlm4", "transformer_lm", "{n_layers} layers, d {d_model}
                 "post-LN, sinusoids, biases (the experiments' form)", cases.TLM),
                ("rt", "rt", "r_transformer", "{n_layers} layers, d {d_model}, d_ff {d_ff}, {rnn} window {window}, "
                 "seq 256, batch 8 (configs/model default)", cases.RT),
-               ("txl", "txl4", "transformer_xl", "{n_layers} layers, d {d_model}, d_inner {d_inner}, tgt_len {tgt_len}, "
+               ("txl", "txl4", "transformer_xl", "{n_layers} layers, d {d_model}, d_ff {d_ff}, tgt_len {tgt_len}, "
                 "mem_len {mem_len}, batch 4", cases.TXL))
 
 
@@ -408,7 +408,7 @@ def section_gates(rep: Report, budget: Budget, args) -> dict:
                resolved=worst_ci is None or not worst_ci[0] <= TARGETS["gate_excess"] < worst_ci[1])
     lines += ["", "Reading: a gate adds one d -> 2d matmul (counted) and elementwise work over (B, T, d) that the "
                   "FLOP ratio does not count: the gate function, the blend, and their backward (fused into one "
-                  "autograd node, `gates._FusedGate`). Its matmul FLOPs grow with d^2, the elementwise work with d, "
+                  "autograd node, `kernels.gate_sum`). Its matmul FLOPs grow with d^2, the elementwise work with d, "
                   "so at d = 512 the matmul dominates and the time ratio follows the FLOP ratio, while at d = 128 "
                   "(r_transformer, whose LSTM also dominates its FLOPs) the uncounted elementwise share is about 4x "
                   "larger. The per-round range shows the noise of this shared machine: differences between kinds "

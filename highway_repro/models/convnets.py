@@ -16,9 +16,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from highway_repro.models.highway import HighwayConv2d, check_option, he_init_
-
-KINDS = ("highway", "plain")
+from highway_repro import options
+from highway_repro.models.highway import HighwayConv2d, he_init_
 
 
 def conv_relu(c_in: int, c_out: int, k: int, padding: int) -> nn.Sequential:
@@ -44,10 +43,8 @@ class MnistHighwayNet(nn.Module):
 
     def __init__(self, width: int = 32, kind: str = "highway", gate_bias: float = -1.0,
                  num_classes: int = 10, input_shape: tuple[int, int, int] = (1, 28, 28)):
+        options.check_model("MnistHighwayNet", locals())
         super().__init__()
-        check_option("MnistHighwayNet", "kind", kind, KINDS)
-        if not isinstance(width, int) or width < 1:
-            raise ValueError(f"MnistHighwayNet width={width!r} must be an int >= 1 (paper: 32 or 16)")
         c, h, w = input_shape
         self.features = nn.Sequential(
             nn.Dropout(0.2),
@@ -92,14 +89,9 @@ class CifarHighwayNet(nn.Module):
     def __init__(self, kind: str = "highway", gate_bias: float = -2.0, num_classes: int = 10,
                  input_shape: tuple[int, int, int] = (3, 32, 32),
                  widths: tuple[int, int, int, int] | list[int] | None = None, width_mult: float = 1.0):
+        options.check_model("CifarHighwayNet", locals())
         super().__init__()
-        check_option("CifarHighwayNet", "kind", kind, KINDS)
         widths = tuple(self.PAPER_WIDTHS if widths is None else widths)
-        if len(widths) != 4 or any(not isinstance(w, int) or w < 1 for w in widths):
-            raise ValueError(f"CifarHighwayNet widths={widths!r} must be 4 ints >= 1 "
-                             f"(stage 1, stage 2, stage 3, 1x1 head; paper {self.PAPER_WIDTHS})")
-        if width_mult <= 0:
-            raise ValueError(f"CifarHighwayNet width_mult={width_mult!r} must be > 0")
         w1, w2, w3, w4 = (max(1, round(w * width_mult)) for w in widths)
         self.widths = (w1, w2, w3, w4)
         n1, n2, n3 = self.DEPTHS

@@ -24,19 +24,14 @@ import math
 import torch
 from torch import nn
 
+from highway_repro import options
 from highway_repro.models.probe import GateAct
 
-ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh}
+ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh}  # the names: options.ACTIVATIONS
 
 
-def check_option(owner: str, field: str, value, valid) -> None:
-    """Raise ValueError `owner field='value' is not known (valid: a, b)` unless value in valid."""
-    if value not in valid:
-        raise ValueError(f"{owner} {field}={value!r} is not known (valid: {', '.join(map(str, valid))})")
-
-
-def make_activation(activation: str, owner: str = "layer") -> nn.Module:
-    check_option(owner, "activation", activation, list(ACTIVATIONS))
+def make_activation(activation: str) -> nn.Module:
+    options.one_of(*options.ACTIVATIONS).check("model.activation", activation)
     return ACTIVATIONS[activation]()
 
 
@@ -56,7 +51,7 @@ class _Highway(nn.Module):
     t: nn.Module
 
     def _init(self, activation: str, gate_bias: float) -> None:
-        self.act = make_activation(activation, type(self).__name__)
+        self.act = make_activation(activation)
         self.gate = GateAct("sigmoid")
         self.gate_bias = float(gate_bias)
         self.lesion = False  # True: T = 0, the layer is the identity
@@ -97,7 +92,7 @@ class HighwayConv2d(_Highway):
                  gate_bias: float = -1.0):
         super().__init__()
         if kernel_size % 2 != 1:
-            raise ValueError(f"HighwayConv2d kernel_size={kernel_size} must be odd to keep the size")
+            raise options.error("kernel_size", kernel_size, "an odd integer, to keep the size")
         pad = kernel_size // 2
         self.h = nn.Conv2d(channels, channels, kernel_size, padding=pad)  # (B, C, H, W)
         self.t = nn.Conv2d(channels, channels, kernel_size, padding=pad)  # (B, C, H, W)

@@ -1,12 +1,23 @@
-"""Shared transformer pieces: causal multi-head attention, position-wise FFN, sinusoidal positions.
+"""The transformer toolkit: the parts the three transformers share.
 
-Used by `transformer_lm` (Transformer-L3) and `r_transformer` of the Highway
-Transformer reproduction (Chai et al., ACL 2020, arXiv 2004.08178); the blocks
-themselves follow Vaswani et al. 2017 ("Attention Is All You Need", arXiv 1706.03762).
+`transformer_lm` (Transformer-L3), `r_transformer` and `transformer_xl` of the Highway Transformer
+reproduction (Chai et al., ACL 2020, arXiv 2004.08178) are built from these parts; the layers follow
+Vaswani et al. 2017 ("Attention Is All You Need", arXiv 1706.03762) and Dai et al. 2019 (Transformer-XL,
+arXiv 1901.02860).
 
-Every sublayer applies its own residual dropout to its output, so a block only
-has to write `combine(gate, x, sublayer(x))` (see `gates.py`). Nothing here has a
-fixed maximum length: masks and positions are built per call, on the input's device.
+- positions: `sinusoidal_positions` (absolute or relative), `rel_shift` (Transformer-XL's alignment of
+  relative scores), `causal_mask`;
+- sublayers: `CausalSelfAttention`, `FeedForward` (every sublayer applies its own residual dropout to its
+  output, so a layer only writes `gates.combine(gate, x, sublayer(x))`);
+- init helpers: `normal_init_`, `normal_linear`, `init_layer_norm_`.
+
+Options are checked by the model constructors (`highway_repro.options.check_model`); the parts trust their
+arguments. Nothing here has a fixed maximum length: masks and positions are built per call, on the input's
+device.
+
+One naming scheme across the models: a model's list of layers is `layers`, a layer's sublayers are `attn`
+and `ffn` with their gates `attn_gate` / `ffn_gate` and layer norms `ln_attn` / `ln_ffn`, the norm after the
+last layer is `ln_final`, the FFN width is `d_ff`.
 
 Parameter counts (d = d_model, f = d_ff), used by the tests:
     CausalSelfAttention  4*d*d + 4*d       (fused q/k/v d -> 3d, output d -> d; bias=False: 4*d*d)
@@ -16,39 +27,17 @@ Parameter counts (d = d_model, f = d_ff), used by the tests:
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from highway_repro.options import error
 
-def check_choice(owner: str, field: str, value, valid) -> None:
-    """Raise `owner field='value' is not known (valid: a, b)` unless value is one of `valid`."""
-    if value not in valid:
-        raise ValueError(f"{owner} {field}={value!r} is not known (valid: {', '.join(map(repr, valid))})")
-
-
-def check_positive_int(owner: str, field: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{owner} {field}={value!r} must be a positive integer")
-
-
-def check_probability(owner: str, field: str, value) -> None:
-    if not 0.0 <= float(value) < 1.0:
-        raise ValueError(f"{owner} {field}={value!r} must be a dropout probability in [0, 1)")
-
-
-def check_heads(owner: str, d_model: int, n_heads: int) -> None:
-    check_positive_int(owner, "d_model", d_model)
-    check_positive_int(owner, "n_heads", n_heads)
-    if d_model % n_heads:
-        raise ValueError(f"{owner} n_heads={n_heads} does not divide d_model={d_model} "
-                         f"(valid: a divisor of {d_model})")
+# ----------------------------------------------------------------------------- init
 
 
 def normal_init_(module: nn.Module, std: float | None) -> None:
-    """Linear weights N(0, std) and zero biases (Transformer-XL init); std=None keeps PyTorch's default."""
+    """Every Linear of `module`: weight N(0, std), bias 0; std=None keeps PyTorch's default."""
     if std is None:
         return
     for m in module.modules():
@@ -56,6 +45,50 @@ def normal_init_(module: nn.Module, std: float | None) -> None:
             nn.init.normal_(m.weight, 0.0, std)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
+
+
+def normal_linear(d_in: int, d_out: int, bias: bool = True, std: float = 0.02) -> nn.Linear:
+    """nn.Linear initialised as soon as it is made: weight N(0, std), bias 0 (Transformer-XL's order)."""
+    m = nn.Linear(d_in, d_out, bias=bias)
+    normal_init_(m, std)
+    return m
+
+
+def init_layer_norm_(m: nn.LayerNorm, std: float = 0.02) -> nn.LayerNorm:
+    """LayerNorm weight N(1, std), bias 0: the official Transformer-XL `weights_init`."""
+    nn.init.normal_(m.weight, 1.0, std)
+    nn.init.zeros_(m.bias)
+    return m
+
+
+# ----------------------------------------------------------------------------- positions
+
+
+def sinusoidal_positions(positions: torch.Tensor, d_model: int) -> torch.Tensor:
+    """Sinusoidal encoding (Vaswani et al. 2017, Sec. 3.5) of float `positions` (T,) -> (T, d_model).
+
+    Layout [sin | cos] (the Transformer-XL layout), frequencies 1 / 10000^(2i / d_model).
+    Positions may be any values (e.g. descending relative distances)."""
+    if d_model % 2:
+        raise error("model.d_model", d_model, "an even integer", "is not allowed with sinusoidal positions")
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, d_model, 2, device=positions.device, dtype=torch.float32)
+                                / d_model))  # (d/2,)
+    angles = positions.float().unsqueeze(1) * inv_freq.unsqueeze(0)  # (T, d/2)
+    return torch.cat([angles.sin(), angles.cos()], dim=-1)  # (T, d)
+
+
+def rel_shift(x: torch.Tensor) -> torch.Tensor:
+    """Align relative scores: (..., Q, K) indexed by (query i, distance row k) -> (query i, key j).
+
+    Row k of the input holds distance K-1-k (positions embedded from K-1 down to 0). For
+    query i (absolute key index M+i, M = K-Q) and key j, the output holds the input at
+    k = Q-1-i+j, i.e. distance M+i-j. Valid for j <= M+i (the causal part); the rest is
+    garbage that the causal mask removes. Pad-and-reshape trick of the official Transformer-XL code.
+    """
+    *lead, q, k = x.shape
+    x = F.pad(x, (1, 0))  # (..., Q, K+1), zero column in front
+    x = x.reshape(*lead, k + 1, q)[..., 1:, :]  # (..., K, Q)
+    return x.reshape(*lead, q, k)
 
 
 def causal_mask(t_q: int, t_k: int | None = None, device=None) -> torch.Tensor:
@@ -67,6 +100,9 @@ def causal_mask(t_q: int, t_k: int | None = None, device=None) -> torch.Tensor:
     return k <= q  # (t_q, t_k)
 
 
+# ----------------------------------------------------------------------------- sublayers
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head scaled dot-product self-attention with a causal mask built per call.
 
@@ -74,14 +110,12 @@ class CausalSelfAttention(nn.Module):
     mask is causal (`is_causal=True`); otherwise `attn_mask` is a boolean
     (T, T) or (B, H, T, T) mask, True = may attend. Dropout `attn_dropout` on the
     attention probabilities, `dropout` on the output (residual dropout).
+    Init: weights N(0, init_std), biases 0 (init_std=None: PyTorch's default).
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, attn_dropout: float = 0.0,
                  init_std: float | None = 0.02, bias: bool = True):
         super().__init__()
-        check_heads(type(self).__name__, d_model, n_heads)
-        check_probability(type(self).__name__, "dropout", dropout)
-        check_probability(type(self).__name__, "attn_dropout", attn_dropout)
         self.n_heads = n_heads
         self.attn_dropout = float(attn_dropout)
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)  # fused [W_q | W_k | W_v]
@@ -101,31 +135,26 @@ class CausalSelfAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """Position-wise FFN: Dropout(W2 Dropout(ReLU(W1 x + b1)) + b2), (B, T, d) -> (B, T, d)."""
+    """Position-wise FFN: Dropout(W2 Dropout(ReLU(W1 x + b1)) + b2), (B, T, d) -> (B, T, d).
+
+    Init: weights N(0, init_std), biases 0 (init_std=None: PyTorch's default). `init_each=True` initialises
+    each Linear as soon as it is made (`normal_linear`, the official Transformer-XL order), else both after
+    they are made; the random stream, so the initial weights, depend on that order.
+    """
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, init_std: float | None = 0.02,
-                 bias: bool = True):
+                 bias: bool = True, init_each: bool = False):
         super().__init__()
-        check_positive_int(type(self).__name__, "d_ff", d_ff)
-        check_probability(type(self).__name__, "dropout", dropout)
-        self.net = nn.Sequential(
-            nn.Linear(d_model, d_ff, bias=bias), nn.ReLU(), nn.Dropout(dropout),  # (B, T, d_ff)
-            nn.Linear(d_ff, d_model, bias=bias), nn.Dropout(dropout),  # (B, T, d)
-        )
-        normal_init_(self, init_std)
+        def linear(d_in: int, d_out: int) -> nn.Linear:
+            return normal_linear(d_in, d_out, bias, init_std) if init_each else nn.Linear(d_in, d_out, bias=bias)
+
+        w1 = linear(d_model, d_ff)
+        w2 = linear(d_ff, d_model)
+        # not an inplace ReLU: on the view a 3-d linear returns, autograd would keep two (B, T, d_ff) copies
+        self.net = nn.Sequential(w1, nn.ReLU(), nn.Dropout(dropout),  # (B, T, d_ff)
+                                 w2, nn.Dropout(dropout))  # (B, T, d)
+        if not init_each:
+            normal_init_(self, init_std)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
-
-
-def sinusoidal_positions(positions: torch.Tensor, d_model: int) -> torch.Tensor:
-    """Sinusoidal encoding (Vaswani et al. 2017, Sec. 3.5) of float `positions` (T,) -> (T, d_model).
-
-    Layout [sin | cos] (the Transformer-XL layout), frequencies 1 / 10000^(2i / d_model).
-    Positions may be any values (e.g. descending relative distances)."""
-    if d_model % 2:
-        raise ValueError(f"sinusoidal positions need an even d_model, got d_model={d_model}")
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, d_model, 2, device=positions.device, dtype=torch.float32)
-                                / d_model))  # (d/2,)
-    angles = positions.float().unsqueeze(1) * inv_freq.unsqueeze(0)  # (T, d/2)
-    return torch.cat([angles.sin(), angles.cos()], dim=-1)  # (T, d)

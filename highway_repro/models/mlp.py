@@ -31,9 +31,9 @@ import math
 import torch
 from torch import nn
 
-from highway_repro.models.highway import HighwayLinear, check_option, he_init_, make_activation
+from highway_repro import options
+from highway_repro.models.highway import HighwayLinear, he_init_, make_activation
 
-KINDS = ("plain", "highway", "residual")
 PAPER_WIDTH = {"highway": 50, "plain": 71, "residual": 71}
 MATCH_TOLERANCE = 0.02
 
@@ -44,7 +44,7 @@ class ResidualLinear(nn.Module):
     def __init__(self, dim: int, activation: str = "relu"):
         super().__init__()
         self.fc = he_init_(nn.Linear(dim, dim))
-        self.act = make_activation(activation, "ResidualLinear")
+        self.act = make_activation(activation)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.act(self.fc(x))
@@ -52,7 +52,7 @@ class ResidualLinear(nn.Module):
 
 def plain_layer(d_in: int, d_out: int, activation: str) -> nn.Sequential:
     """act(W x + b): (B, d_in) -> (B, d_out)."""
-    return nn.Sequential(he_init_(nn.Linear(d_in, d_out)), make_activation(activation, "MLP"))
+    return nn.Sequential(he_init_(nn.Linear(d_in, d_out)), make_activation(activation))
 
 
 def mlp_param_count(kind: str, depth: int, width: int, in_dim: int, num_classes: int) -> int:
@@ -68,31 +68,27 @@ def match_width(kind: str, depth: int, match_to: str, in_dim: int, num_classes: 
                key=lambda w: abs(mlp_param_count(kind, depth, w, in_dim, num_classes) - target))
     got = mlp_param_count(kind, depth, best, in_dim, num_classes)
     if abs(got - target) > MATCH_TOLERANCE * target:
-        raise ValueError(f"MLP width='match': no {kind} width comes within 2% of the {target:,} "
-                         f"parameters of {match_to} (closest: width {best}, {got:,})")
+        raise options.error("model.width", "match", "an integer width, or paper",
+                            f"finds no {kind} width within 2% of the {target:,} parameters of {match_to} "
+                            f"(closest: width {best}, {got:,})")
     return best
 
 
 class MLP(nn.Module):
-    """Plain / highway / residual fully connected classifier: (B, *input_shape) -> (B, num_classes)."""
+    """Plain / highway / residual fully connected classifier: (B, *input_shape) -> (B, num_classes).
+
+    Options and their valid values: `options.MODELS["MLP"]`."""
 
     def __init__(self, kind: str = "highway", depth: int = 10, width: str | int = "paper",
                  activation: str = "relu", gate_bias: float = -2.0, match_to: str = "highway",
                  num_classes: int = 10, input_shape: tuple[int, ...] = (1, 28, 28)):
+        options.check_model("MLP", locals())
         super().__init__()
-        check_option("MLP", "kind", kind, KINDS)
-        check_option("MLP", "match_to", match_to, KINDS)
-        check_option("MLP", "activation", activation, ("relu", "tanh"))
-        if not isinstance(depth, int) or depth < 2:
-            raise ValueError(f"MLP depth={depth!r} must be an int >= 2 (1 plain input layer + "
-                             f"depth - 1 {kind} layers)")
         in_dim = math.prod(input_shape)
         if width == "paper":
             width = PAPER_WIDTH[kind]
         elif width == "match":
             width = match_width(kind, depth, match_to, in_dim, num_classes)
-        elif isinstance(width, str) or not isinstance(width, int) or width < 1:
-            raise ValueError(f"MLP width={width!r} is not known (valid: 'paper', 'match', or an int >= 1)")
         self.kind, self.depth, self.width = kind, depth, width
 
         self.stem = plain_layer(in_dim, width, activation)  # (B, in_dim) -> (B, width)

@@ -1,11 +1,18 @@
-"""Gate placement of the Highway Transformer models: which sublayer of which layer gets which gate.
+"""Gate kinds and gate placement of the Highway Transformer models: which sublayer of which layer gets which gate.
 
-Pure Python (no torch), so that `highway_repro.config.validate` can check a gate
-placement before torch is imported; `highway_repro.models.gates` re-exports
-everything here. Layers are numbered from 1, as in the paper and the configs.
+Pure Python (no torch), so that `highway_repro.config.validate` can check a gate placement before torch is
+imported; `highway_repro.models.gates` re-exports everything here. Layers are numbered from 1, as in the
+paper and the configs.
 
-Every invalid input raises ValueError with a one-line message that names the
-option (`gate_kind`, `gate_layers`, `gate_sublayers`, `n_layers`), the value and
+`GATE_KINDS` is THE registry of gate kinds: name -> "module:Class" of its gate module (`None` for `none`: no
+gate, no parameters). The names are all that validation needs, so they live here, torch-free; the class is
+imported only when a model builds a gate (`gates.gate_class`). Strings rather than classes keep this module
+free of torch without a second hand-written list of names; a kind can live in any importable module. To add a
+kind: write its class (a subclass of `gates.SublayerGate`, see the table of kinds in gates.py) and add one
+line here.
+
+Every invalid input raises `ConfigError` (a ValueError) with a one-line message that names the option as in
+the configs (`model.gate_kind`, `model.gate_layers`, `model.gate_sublayers`, `model.n_layers`), the value and
 what is allowed.
 """
 
@@ -13,27 +20,33 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-GATE_KINDS = ("none", "sdu_sigmoid", "sdu_tanh", "highway", "gated_attn")
+from highway_repro.errors import ConfigError
+from highway_repro.options import error, is_int
+
+GATE_KINDS: dict[str, str | None] = {
+    "none": None,
+    "sdu_sigmoid": "highway_repro.models.gates:SDUSigmoid",
+    "sdu_tanh": "highway_repro.models.gates:SDUTanh",
+    "highway": "highway_repro.models.gates:HighwayGate",
+    "gated_attn": "highway_repro.models.gates:GatedAttn",
+}
 SUBLAYERS = ("attn", "ffn")
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _parse_layers(layers, n_layers: int) -> list[int]:
-    """1-based layer numbers from 'all', an int, a list of ints, or strings like '1-3' / '3,4,5'."""
-    return sorted(_layer_set(layers, n_layers))
+def is_gated(kind: str | None) -> bool:
+    """True for a kind that builds a gate module (not `none`)."""
+    return kind is not None and GATE_KINDS[kind] is not None
 
 
 def _layer_set(layers, n_layers: int) -> range | set[int]:
     """The selected layers as a set, or a range for 'all' (never a list of n_layers items: n_layers comes from
     the user, and validation must not hang on a huge value)."""
     valid = f"valid: 1-{n_layers}, 'all', a list like [1, 2] or a range string like '1-3'"
+    field = "model.gate_layers"
     if layers is None or (isinstance(layers, str) and layers.strip().lower() == "all"):
         return range(1, n_layers + 1)
     if isinstance(layers, bool):
-        raise ValueError(f"gate_layers={layers!r} is not a layer selection ({valid})")
+        raise ConfigError(f"{field}={layers!r} is not a layer selection ({valid})")
     if isinstance(layers, int):
         items: list = [layers]
     elif isinstance(layers, str):
@@ -45,28 +58,29 @@ def _layer_set(layers, n_layers: int) -> range | set[int]:
             try:
                 lo_i, hi_i = int(lo), int(hi) if sep else int(lo)
             except ValueError:
-                raise ValueError(f"gate_layers={layers!r} cannot be parsed ({valid})") from None
+                raise ConfigError(f"{field}={layers!r} cannot be parsed ({valid})") from None
             if not (1 <= lo_i <= n_layers and 1 <= hi_i <= n_layers):
-                raise ValueError(f"gate_layers={layers!r} but the model has {n_layers} layers ({valid})")
+                raise ConfigError(f"{field}={layers!r} but the model has {n_layers} layers ({valid})")
             if hi_i < lo_i:
-                raise ValueError(f"gate_layers={layers!r} has the empty range {part!r} ({valid})")
+                raise ConfigError(f"{field}={layers!r} has the empty range {part!r} ({valid})")
             items.extend(range(lo_i, hi_i + 1))
     elif isinstance(layers, Iterable) and not isinstance(layers, (bytes, bytearray)):
         items = list(layers)
     else:
-        raise ValueError(f"gate_layers={layers!r} is not a layer selection ({valid})")
+        raise ConfigError(f"{field}={layers!r} is not a layer selection ({valid})")
     out = []
     for i in items:
-        if not _is_int(i):
-            raise ValueError(f"gate_layers={items!r} contains {i!r}, not an integer ({valid})")
+        if not is_int(i):
+            raise ConfigError(f"{field}={items!r} contains {i!r}, not an integer ({valid})")
         if not 1 <= i <= n_layers:
-            raise ValueError(f"gate_layers={items} but the model has {n_layers} layers ({valid})")
+            raise ConfigError(f"{field}={items} but the model has {n_layers} layers ({valid})")
         out.append(i)
     return set(out)
 
 
 def _parse_sublayers(sublayers) -> tuple[str, ...]:
     valid = "valid: 'both', 'attn', 'ffn' or a list of those"
+    field = "model.gate_sublayers"
     if sublayers is None or sublayers == "both":
         return SUBLAYERS
     if isinstance(sublayers, str):
@@ -74,34 +88,35 @@ def _parse_sublayers(sublayers) -> tuple[str, ...]:
     elif isinstance(sublayers, Iterable) and not isinstance(sublayers, (bytes, bytearray)):
         items = list(sublayers)
     else:
-        raise ValueError(f"gate_sublayers={sublayers!r} is not a sublayer selection ({valid})")
+        raise ConfigError(f"{field}={sublayers!r} is not a sublayer selection ({valid})")
     for s in items:
         if not isinstance(s, str) or s not in SUBLAYERS:
-            raise ValueError(f"gate_sublayers={sublayers!r} contains {s!r} ({valid})")
+            raise ConfigError(f"{field}={sublayers!r} contains {s!r} ({valid})")
     return tuple(s for s in SUBLAYERS if s in items)
 
 
 def _parse_kinds(kind, n_layers: int) -> list[str]:
     valid = f"valid: {', '.join(GATE_KINDS)}, or a list with one of those per layer"
+    field = "model.gate_kind"
     if isinstance(kind, str):
         kinds = [kind] * n_layers
     elif isinstance(kind, Iterable) and not isinstance(kind, (bytes, bytearray, dict)):
         kinds = list(kind)
         if len(kinds) != n_layers:
-            raise ValueError(f"gate_kind has {len(kinds)} entries but the model has {n_layers} layers "
-                             "(give one kind, or one per layer)")
+            raise ConfigError(f"{field} has {len(kinds)} entries but the model has {n_layers} layers "
+                              "(give one kind, or one per layer)")
     else:
-        raise ValueError(f"gate_kind={kind!r} is not a gate kind ({valid})")
+        raise ConfigError(f"{field}={kind!r} is not a gate kind ({valid})")
     for k in kinds:
         if not isinstance(k, str) or k not in GATE_KINDS:
-            raise ValueError(f"gate_kind={k!r} is not known (valid: {', '.join(GATE_KINDS)})")
+            raise ConfigError(f"{field}={k!r} is not known (valid: {', '.join(GATE_KINDS)})")
     return kinds
 
 
 def check_placement(n_layers: int, kind: str | Sequence[str] = "none", layers="all", sublayers="both") -> None:
-    """Raise the ValueError resolve_placement would raise, without building the per-layer list."""
-    if not _is_int(n_layers) or n_layers < 1:
-        raise ValueError(f"n_layers={n_layers!r} must be a positive integer")
+    """Raise the ConfigError resolve_placement would raise, without building the per-layer list."""
+    if not is_int(n_layers) or n_layers < 1:
+        raise error("model.n_layers", n_layers, "a positive integer")
     if isinstance(kind, str):
         _parse_kinds(kind, 1)
     else:
@@ -120,14 +135,14 @@ def resolve_placement(n_layers: int, kind: str | Sequence[str] = "none", layers=
     >>> resolve_placement(4, "sdu_tanh", layers="3-4", sublayers="attn")[2]
     {'attn': 'sdu_tanh', 'ffn': None}
     """
-    if not _is_int(n_layers) or n_layers < 1:
-        raise ValueError(f"n_layers={n_layers!r} must be a positive integer")
+    if not is_int(n_layers) or n_layers < 1:
+        raise error("model.n_layers", n_layers, "a positive integer")
     kinds = _parse_kinds(kind, n_layers)
     chosen = _layer_set(layers, n_layers)
     subs = _parse_sublayers(sublayers)
     out = []
     for i, k in enumerate(kinds, start=1):
-        on = i in chosen and k != "none"
+        on = i in chosen and is_gated(k)
         out.append({s: (k if on and s in subs else None) for s in SUBLAYERS})
     return out
 

@@ -10,8 +10,6 @@ Convention: T is the transform gate, C = 1 - T the carry gate.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import torch
 from torch import nn
 
@@ -82,9 +80,6 @@ class GateRecorder:
             h.remove()
         self.handles = []
 
-    def reset(self) -> None:
-        self.sums, self.values = {}, {}
-
     def stats(self) -> dict[str, dict[str, float]]:
         """{gate name: {"mean", "lt_0.1", "gt_0.9"}} over everything recorded so far."""
         out = {}
@@ -92,10 +87,3 @@ class GateRecorder:
             total, lo, hi, n = s.tolist()
             out[name] = {"mean": total / n, "lt_0.1": lo / n, "gt_0.9": hi / n}
         return out
-
-
-@contextmanager
-def record_gates(model: nn.Module, mode: str = "stats"):
-    rec = GateRecorder(model, mode)
-    with rec:
-        yield rec

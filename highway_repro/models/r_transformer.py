@@ -1,14 +1,21 @@
 """R-Transformer LM (Wang et al. 2019, arXiv 1907.05572) with Highway Transformer gates.
 
 The word-PTB "R-Transformer-L3" of Highway Transformer (Chai et al., ACL 2020,
-arXiv 2004.08178; REFERENCE.md B1). Each block is pre-LN, no positional encoding:
+arXiv 2004.08178; REFERENCE.md B1). Each layer is pre-LN, no positional encoding:
 
     x = x + Dropout(LocalRNN(LN(x)))              (`rnn_layers_per_block` times; never gated)
     x = combine(attn_gate, x, Att(LN(x)))         causal multi-head attention
     x = combine(ffn_gate,  x, FFN(LN(x)))
 
-followed by a final LayerNorm after the last block (`final_norm`; the official
-R-Transformer code has none, a standard pre-LN stack has one).
+optionally followed by a final LayerNorm after the last layer (`final_norm`).
+
+Conventions (`norm_style`, `final_norm`): the official R-Transformer code (DSE-MSU/R-transformer), whose
+runs gave the paper's R-Transformer numbers, normalises with its own LayerNorm,
+a * (x - mean) / (std + 1e-6) + b with the UNBIASED std (`norm_style='official'`, `OfficialLayerNorm`),
+and has no final LayerNorm (`final_norm=False`); these are the defaults. `norm_style='torch'` uses
+nn.LayerNorm (biased variance, eps 1e-5 inside the square root) and `final_norm=True` adds the final norm
+of a standard pre-LN stack (the behaviour of this code before the option existed; the loss at
+initialisation moves by about 7e-3).
 
 Where the gates sit: the SDU sits beside the attention and the FFN sublayer, the
 paper's two gate points; the local-RNN sublayer stays ungated (it is the
@@ -16,7 +23,7 @@ R-Transformer's replacement for positional encoding, not a sublayer of the
 Highway Transformer). The gate input is the un-normalised residual stream x, the
 sublayer input, as in the post-LN formula `LN(X + Att(X) + SDU(X))` of the paper;
 only the sublayer itself sees LN(x). Gate kinds / placement / T = transform gate,
-C = 1 - T: see `gates.py`.
+C = 1 - T: see `gates.py`; `fused=True` computes the gates with `kernels.py`.
 
 Local RNN: the output at position t is the last hidden state of an RNN run over
 the `window` positions t-window+1..t (zero-padded before the start). It is
@@ -28,9 +35,12 @@ signal to balance), init N(0, 0.01); attention / FFN / RNN keep PyTorch's defaul
 init; attention-probability dropout = `dropout` unless `attn_dropout` is given;
 tied input/output embeddings with an output bias of size V.
 
+Names (shared by the three transformers, see `layers.py`): `layers` (the list of `Layer`), per layer
+`rnns` and their norms `ln_rnns`, `attn`, `ffn`, `ln_attn`, `ln_ffn`, `attn_gate`, `ffn_gate`; `ln_final`.
+
 Parameters (d = d_model, f = d_ff, V = vocab, L = n_layers, R = rnn_layers_per_block,
-g = 3 for GRU / 4 for LSTM), ungated, tied, final_norm:
-    V*d + V + 2d  +  L * (R * (g*(2d^2 + 2d) + 2d)  +  4d^2 + 4d  +  2df + f + d  +  2 * 2d)
+g = 3 for GRU / 4 for LSTM), ungated, tied, either norm_style:
+    V*d + V  +  L * (R * (g*(2d^2 + 2d) + 2d)  +  4d^2 + 4d  +  2df + f + d  +  2 * 2d)   [+ 2d if final_norm]
 each gated sublayer adds 2d^2 + 2d.
 """
 
@@ -40,11 +50,34 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from highway_repro import options
 from highway_repro.models import gates
-from highway_repro.models.layers import (CausalSelfAttention, FeedForward, check_choice, check_heads,
-                                          check_positive_int, check_probability)
+from highway_repro.models.layers import CausalSelfAttention, FeedForward
 
-RNNS = {"gru": nn.GRU, "lstm": nn.LSTM}
+RNNS = {"gru": nn.GRU, "lstm": nn.LSTM}  # the names: options.RNNS
+
+
+class OfficialLayerNorm(nn.Module):
+    """LayerNorm of the official R-Transformer code: weight * (x - mean) / (std + eps) + bias over the last
+    dimension, std the UNBIASED standard deviation (divides by d - 1), eps added to the std (nn.LayerNorm:
+    biased variance, eps inside the square root). Parameters as nn.LayerNorm: weight 1, bias 0 (2d)."""
+
+    def __init__(self, d_model: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mean = x.mean(-1, keepdim=True)  # (B, T, 1)
+        std = x.std(-1, keepdim=True)  # (B, T, 1), unbiased
+        return self.weight * (x - mean) / (std + self.eps) + self.bias
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}, unbiased std"
+
+
+NORM_STYLES = {"official": OfficialLayerNorm, "torch": nn.LayerNorm}  # the names: options.NORM_STYLES
 
 
 class LocalRNN(nn.Module):
@@ -52,8 +85,6 @@ class LocalRNN(nn.Module):
 
     def __init__(self, d_model: int, rnn: str = "gru", window: int = 9):
         super().__init__()
-        check_choice(type(self).__name__, "rnn", rnn, tuple(RNNS))
-        check_positive_int(type(self).__name__, "window", window)
         self.window = window
         self.rnn = RNNS[rnn](d_model, d_model, batch_first=True)
 
@@ -67,58 +98,56 @@ class LocalRNN(nn.Module):
         return out[:, -1].reshape(B, T, C)  # last hidden state of each window, (B, T, C)
 
 
-class RBlock(nn.Module):
-    """Pre-LN R-Transformer block: local RNN(s) -> attention -> FFN; gates beside attention / FFN."""
+class Layer(nn.Module):
+    """Pre-LN R-Transformer layer: local RNN(s) -> attention -> FFN; gates beside attention / FFN."""
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, rnn: str, window: int, rnn_layers: int,
-                 dropout: float, attn_dropout: float, placement: dict, gate_bias: float):
+                 dropout: float, attn_dropout: float, placement: dict, gate_bias: float,
+                 norm_style: str = "official", fused: bool = False):
         super().__init__()
+        norm = NORM_STYLES[norm_style]
         self.rnns = nn.ModuleList(LocalRNN(d_model, rnn, window) for _ in range(rnn_layers))
-        self.rnn_lns = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(rnn_layers))
+        self.ln_rnns = nn.ModuleList(norm(d_model) for _ in range(rnn_layers))
         self.drop = nn.Dropout(dropout)
         self.attn = CausalSelfAttention(d_model, n_heads, dropout, attn_dropout, init_std=None)
         self.ffn = FeedForward(d_model, d_ff, dropout, init_std=None)
-        self.ln1 = nn.LayerNorm(d_model)
-        self.ln2 = nn.LayerNorm(d_model)
-        self.attn_gate = gates.make_gate(placement["attn"], d_model, gate_bias)  # None: no parameters
-        self.ffn_gate = gates.make_gate(placement["ffn"], d_model, gate_bias)
+        self.ln_attn = norm(d_model)
+        self.ln_ffn = norm(d_model)
+        self.attn_gate = gates.make_gate(placement["attn"], d_model, gate_bias, fused)  # None: no parameters
+        self.ffn_gate = gates.make_gate(placement["ffn"], d_model, gate_bias, fused)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (B, T, C)
-        for ln, rnn in zip(self.rnn_lns, self.rnns):
+        for ln, rnn in zip(self.ln_rnns, self.rnns):
             x = x + self.drop(rnn(ln(x)))  # (B, T, C)
-        x = gates.combine(self.attn_gate, x, self.attn(self.ln1(x)))  # (B, T, C)
-        return gates.combine(self.ffn_gate, x, self.ffn(self.ln2(x)))  # (B, T, C)
+        x = gates.combine(self.attn_gate, x, self.attn(self.ln_attn(x)))  # (B, T, C)
+        return gates.combine(self.ffn_gate, x, self.ffn(self.ln_ffn(x)))  # (B, T, C)
 
 
 class RTransformer(nn.Module):
-    """R-Transformer LM; `forward(tokens (B, T), mems=None) -> (logits (B, T, V), None)`."""
+    """R-Transformer LM; `forward(tokens (B, T), mems=None) -> (logits (B, T, V), None)`.
+
+    Options and their valid values: `options.MODELS["RTransformer"]`.
+    """
 
     def __init__(self, vocab_size: int, n_layers: int = 3, d_model: int = 128, n_heads: int = 8,
                  d_ff: int = 512, rnn: str = "gru", window: int = 9, rnn_layers_per_block: int = 1,
                  dropout: float = 0.35, emb_dropout: float = 0.15, tie_embeddings: bool = True,
                  gate_kind="none", gate_layers="all", gate_sublayers="both", gate_bias: float = 0.0,
-                 attn_dropout: float | None = None, final_norm: bool = True):
+                 attn_dropout: float | None = None, norm_style: str = "official", final_norm: bool = False,
+                 fused: bool = False):
+        options.check_model("RTransformer", locals())
         super().__init__()
-        owner = type(self).__name__
-        check_positive_int(owner, "vocab_size", vocab_size)
-        check_positive_int(owner, "n_layers", n_layers)
-        check_heads(owner, d_model, n_heads)
-        check_positive_int(owner, "d_ff", d_ff)
-        check_choice(owner, "rnn", rnn, tuple(RNNS))
-        check_positive_int(owner, "window", window)
-        check_positive_int(owner, "rnn_layers_per_block", rnn_layers_per_block)
         attn_dropout = dropout if attn_dropout is None else attn_dropout
-        for field, p in (("dropout", dropout), ("attn_dropout", attn_dropout), ("emb_dropout", emb_dropout)):
-            check_probability(owner, field, p)
+        self.norm_style = norm_style
         self.placement = gates.resolve_placement(n_layers, gate_kind, gate_layers, gate_sublayers)
 
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         self.drop = nn.Dropout(emb_dropout)
-        self.blocks = nn.ModuleList(
-            RBlock(d_model, n_heads, d_ff, rnn, window, rnn_layers_per_block, dropout, attn_dropout, p,
-                   gate_bias)
+        self.layers = nn.ModuleList(
+            Layer(d_model, n_heads, d_ff, rnn, window, rnn_layers_per_block, dropout, attn_dropout, p,
+                  gate_bias, norm_style, fused)
             for p in self.placement)
-        self.ln_f = nn.LayerNorm(d_model) if final_norm else None
+        self.ln_final = NORM_STYLES[norm_style](d_model) if final_norm else None
         self.head = nn.Linear(d_model, vocab_size)
         nn.init.normal_(self.tok_emb.weight, 0.0, 0.01)
         nn.init.normal_(self.head.weight, 0.0, 0.01)
@@ -130,11 +159,11 @@ class RTransformer(nn.Module):
         if mems is not None:
             raise ValueError(f"{type(self).__name__} has no memory; mems must be None")
         x = self.drop(self.tok_emb(tokens))  # (B, T, C)
-        for block in self.blocks:
-            x = block(x)  # (B, T, C)
-        if self.ln_f is not None:
-            x = self.ln_f(x)
+        for layer in self.layers:
+            x = layer(x)  # (B, T, C)
+        if self.ln_final is not None:
+            x = self.ln_final(x)
         return self.head(x), None  # (B, T, V)
 
     def extra_repr(self) -> str:
-        return f"gates: {gates.describe_placement(self.placement)}"
+        return f"norm_style={self.norm_style}, gates: {gates.describe_placement(self.placement)}"

@@ -9,10 +9,12 @@ post-LayerNorm (paper, REFERENCE.md B):
     O = LN(combine(ffn_gate,  U, FFN(U)))
 
 The gate input is the sublayer input X / U (the residual stream, not normalised).
-With `norm='pre'` a block is `x = combine(gate, x, Att(LN(x)))`, then
-`x = combine(gate, x, FFN(LN(x)))`, and a final LN follows the last block; the
+With `norm='pre'` a layer is `x = combine(gate, x, Att(LN(x)))`, then
+`x = combine(gate, x, FFN(LN(x)))`, and a final LN follows the last layer; the
 gate again sees the un-normalised residual stream x (same convention as gates.py).
 Gate kinds, placement and the convention T = transform gate, C = 1 - T: `gates.py`.
+`fused=True` computes the gates with the kernels of `kernels.py` (same numbers, fewer memory passes);
+the code below is the plain formula either way.
 
 Choices:
 - Embeddings are scaled by sqrt(d_model) (Vaswani et al. 2017 Sec. 3.4, Transformer-XL),
@@ -20,6 +22,9 @@ Choices:
   dropout `emb_dropout` (default: `dropout`) on emb * sqrt(d) + pos.
 - Tied input/output embeddings (`tie_embeddings`), logits = h E^T + b (bias of size V).
 - Init as Transformer-XL: weights N(0, 0.02), biases 0, LayerNorm (1, 0).
+
+Names (shared by the three transformers, see `layers.py`): `layers` (the list of `Layer`), per layer
+`attn`, `ffn`, `ln_attn`, `ln_ffn`, `attn_gate`, `ffn_gate`; `ln_final` after the last layer (pre-LN).
 
 Parameters (d = d_model, f = d_ff, V = vocab, L = n_layers), ungated, tied:
     V*d + V  +  L * (4d^2 + 4d  +  2df + f + d  +  2 * 2d)   [+ 2d final LN if pre] [+ max_len*d if learned]
@@ -34,71 +39,58 @@ import math
 import torch
 from torch import nn
 
+from highway_repro import options
 from highway_repro.models import gates
-from highway_repro.models.layers import (CausalSelfAttention, FeedForward, check_choice, check_heads,
-                                          check_positive_int, check_probability, sinusoidal_positions)
-
-NORMS = ("post", "pre")
-POSITIONS = ("sinusoidal", "learned", "none")
+from highway_repro.models.layers import CausalSelfAttention, FeedForward, sinusoidal_positions
 
 
-class Block(nn.Module):
-    """One transformer block: attention and FFN sublayers, each with an optional gate."""
+class Layer(nn.Module):
+    """One transformer layer: attention and FFN sublayers, each with an optional gate."""
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, attn_dropout: float,
-                 norm: str, placement: dict, gate_bias: float, bias: bool = True):
+                 norm: str, placement: dict, gate_bias: float, bias: bool = True, fused: bool = False):
         super().__init__()
         self.norm = norm
         self.attn = CausalSelfAttention(d_model, n_heads, dropout, attn_dropout, bias=bias)
         self.ffn = FeedForward(d_model, d_ff, dropout, bias=bias)
-        self.ln1 = nn.LayerNorm(d_model, bias=bias)
-        self.ln2 = nn.LayerNorm(d_model, bias=bias)
-        self.attn_gate = gates.make_gate(placement["attn"], d_model, gate_bias)  # None: no parameters
-        self.ffn_gate = gates.make_gate(placement["ffn"], d_model, gate_bias)
+        self.ln_attn = nn.LayerNorm(d_model, bias=bias)
+        self.ln_ffn = nn.LayerNorm(d_model, bias=bias)
+        self.attn_gate = gates.make_gate(placement["attn"], d_model, gate_bias, fused)  # None: no parameters
+        self.ffn_gate = gates.make_gate(placement["ffn"], d_model, gate_bias, fused)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (B, T, C)
         if self.norm == "post":
-            x = self.ln1(gates.combine(self.attn_gate, x, self.attn(x)))  # U, (B, T, C)
-            return self.ln2(gates.combine(self.ffn_gate, x, self.ffn(x)))  # O, (B, T, C)
-        x = gates.combine(self.attn_gate, x, self.attn(self.ln1(x)))  # (B, T, C)
-        return gates.combine(self.ffn_gate, x, self.ffn(self.ln2(x)))  # (B, T, C)
+            x = self.ln_attn(gates.combine(self.attn_gate, x, self.attn(x)))  # U, (B, T, C)
+            return self.ln_ffn(gates.combine(self.ffn_gate, x, self.ffn(x)))  # O, (B, T, C)
+        x = gates.combine(self.attn_gate, x, self.attn(self.ln_attn(x)))  # (B, T, C)
+        return gates.combine(self.ffn_gate, x, self.ffn(self.ln_ffn(x)))  # (B, T, C)
 
 
 class TransformerLM(nn.Module):
-    """Causal Transformer LM; `forward(tokens (B, T), mems=None) -> (logits (B, T, V), None)`."""
+    """Causal Transformer LM; `forward(tokens (B, T), mems=None) -> (logits (B, T, V), None)`.
+
+    Options and their valid values: `options.MODELS["TransformerLM"]`.
+    """
 
     def __init__(self, vocab_size: int, n_layers: int = 3, d_model: int = 512, n_heads: int = 8,
                  d_ff: int = 2048, dropout: float = 0.1, attn_dropout: float = 0.0,
                  emb_dropout: float | None = None, norm: str = "post", pos: str = "sinusoidal",
                  max_len: int | None = None, tie_embeddings: bool = True,
                  gate_kind="none", gate_layers="all", gate_sublayers="both", gate_bias: float = 0.0,
-                 bias: bool = True):
+                 bias: bool = True, fused: bool = False):
+        options.check_model("TransformerLM", locals())
         super().__init__()
-        owner = type(self).__name__
-        check_positive_int(owner, "vocab_size", vocab_size)
-        check_positive_int(owner, "n_layers", n_layers)
-        check_heads(owner, d_model, n_heads)
-        check_positive_int(owner, "d_ff", d_ff)
-        check_choice(owner, "norm", norm, NORMS)
-        check_choice(owner, "pos", pos, POSITIONS)
         emb_dropout = dropout if emb_dropout is None else emb_dropout
-        for field, p in (("dropout", dropout), ("attn_dropout", attn_dropout), ("emb_dropout", emb_dropout)):
-            check_probability(owner, field, p)
-        if pos == "sinusoidal" and d_model % 2:
-            raise ValueError(f"{owner} d_model={d_model} must be even for pos='sinusoidal'")
-        if pos == "learned":
-            if max_len is None:
-                raise ValueError(f"{owner} pos='learned' needs max_len (the number of learned positions)")
-            check_positive_int(owner, "max_len", max_len)
         self.d_model, self.norm, self.pos, self.max_len = d_model, norm, pos, max_len
         self.placement = gates.resolve_placement(n_layers, gate_kind, gate_layers, gate_sublayers)
 
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         self.pos_emb = nn.Embedding(max_len, d_model) if pos == "learned" else None
         self.drop = nn.Dropout(emb_dropout)
-        self.blocks = nn.ModuleList(
-            Block(d_model, n_heads, d_ff, dropout, attn_dropout, norm, p, gate_bias, bias) for p in self.placement)
-        self.ln_f = nn.LayerNorm(d_model, bias=bias) if norm == "pre" else None
+        self.layers = nn.ModuleList(
+            Layer(d_model, n_heads, d_ff, dropout, attn_dropout, norm, p, gate_bias, bias, fused)
+            for p in self.placement)
+        self.ln_final = nn.LayerNorm(d_model, bias=bias) if norm == "pre" else None
         self.head = nn.Linear(d_model, vocab_size, bias=bias)
         nn.init.normal_(self.tok_emb.weight, 0.0, 0.02)
         if self.pos_emb is not None:
@@ -121,10 +113,10 @@ class TransformerLM(nn.Module):
                 raise ValueError(f"sequence length T={T} exceeds max_len={self.max_len} of pos='learned'")
             x = x + self.pos_emb(torch.arange(T, device=tokens.device))  # (T, C) broadcast
         x = self.drop(x)  # (B, T, C)
-        for block in self.blocks:
-            x = block(x)  # (B, T, C)
-        if self.ln_f is not None:
-            x = self.ln_f(x)
+        for layer in self.layers:
+            x = layer(x)  # (B, T, C)
+        if self.ln_final is not None:
+            x = self.ln_final(x)
         return self.head(x), None  # (B, T, V)
 
     def extra_repr(self) -> str:

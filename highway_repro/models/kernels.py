@@ -1,0 +1,171 @@
+"""Fast paths: hand-written autograd kernels, used only by models built with `fused=True` (config `model.fused`).
+
+Each function computes what the plain formula in the model file computes; the plain formula is the code to
+read, this is the code that saves memory passes. tests/test_fast_paths.py checks that both agree in values
+and gradients (and gradcheck in float64). No model imports this module for anything but speed.
+
+- `gate_sum(h, x, sub, act, term)`: the pre-LayerNorm sum of a sublayer gate (`gates.SublayerGate`), for the
+  kinds whose formula is x + sub + term with term one of `GATE_TERMS`.
+- `rel_attention(q, kv, rk, u, v, mask, scale, p_drop)`: the relative multi-head attention of Transformer-XL
+  (`transformer_xl.RelMultiHeadAttn`).
+
+Both use private or low-level operations (aten's sigmoid/tanh backward, `torch._softmax_backward_data`,
+`as_strided`): they are tied to the torch 2.x API and are the first place to look when a torch upgrade
+changes numbers.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from highway_repro.models.layers import rel_shift
+
+# ----------------------------------------------------------------------------- gates
+
+GATE_TERMS = ("T*f", "T*(f-x)", "T*(f-sub)")  # out = x + sub + term
+_ACT_GRAD = {"sigmoid": torch.ops.aten.sigmoid_backward, "tanh": torch.ops.aten.tanh_backward}
+
+
+def gate_sum(h: torch.Tensor, x: torch.Tensor, sub: torch.Tensor, act, term: str) -> torch.Tensor:
+    """x + sub + term from h = proj(x) = [z1 | f] (B, T, 2d), T = act(z1); `term` one of GATE_TERMS.
+
+    `act` is the gate's `probe.GateAct` module (so gate recorders see T); its `fn_name` is sigmoid or tanh.
+    """
+    if term not in GATE_TERMS:
+        raise ValueError(f"gate_sum term={term!r} is not known (valid: {', '.join(GATE_TERMS)})")
+    return _GateSum.apply(h, x, sub, act, term)
+
+
+class _GateSum(torch.autograd.Function):
+    """The pre-LayerNorm sum of a gate from h = proj(x) = [z1 | f] (B, T, 2d), x and sub, in few memory passes.
+
+    Forward: T = psi(z1) through the GateAct module (so recorders see it), then
+    out = x + sub + T * v with v = f, f - x or f - sub (the term), as one add and one in-place addcmul.
+    Backward writes [psi'(T) * g * v | g * T] straight into one (B, T, 2d) gradient of h (no concatenation),
+    and dx / dsub reuse g. About half the elementwise passes and allocations of the plain formula.
+    """
+
+    @staticmethod
+    def forward(ctx, h, x, sub, act, term):
+        d = x.shape[-1]
+        z1, f = h[..., :d], h[..., d:]
+        t = act(z1.detach())  # (B, T, d), the gate value (detached: module hooks see a plain tensor)
+        v = f - x if term == "T*(f-x)" else f - sub if term == "T*(f-sub)" else f
+        out = torch.add(x, sub)
+        out.addcmul_(t, v)  # x + sub + T * v
+        ctx.save_for_backward(t, v)
+        ctx.term, ctx.fn, ctx.dtypes = term, act.fn_name, (h.dtype, x.dtype, sub.dtype)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        t, v = ctx.saved_tensors
+        h_dtype, x_dtype, sub_dtype = ctx.dtypes
+        d = t.shape[-1]
+        dh = g.new_empty((*g.shape[:-1], 2 * d), dtype=h_dtype)
+        df = torch.mul(g, t, out=dh[..., d:])  # d out / d f = T
+        _ACT_GRAD[ctx.fn](g * v, t, grad_input=dh[..., :d])  # d out / d z1 = psi'(z1) * v
+        dx = dsub = g
+        if ctx.term == "T*(f-x)":
+            dx = g - df  # (1 - T) * g
+        elif ctx.term == "T*(f-sub)":
+            dsub = g - df
+        return dh, dx.to(x_dtype), dsub.to(sub_dtype), None, None
+
+
+# ----------------------------------------------------------------------------- Transformer-XL attention
+
+
+def rel_attention(q: torch.Tensor, kv: torch.Tensor, rk: torch.Tensor, u: torch.Tensor, v: torch.Tensor,
+                  mask: torch.Tensor, scale: float, p_drop: float = 0.0) -> torch.Tensor:
+    """softmax(((q+u) k^T + rel_shift((q+v) rk^T)) * scale, mask) @ val, attention dropout p_drop.
+
+    q (B, Q, H*dh), kv (B, K, 2*H*dh) = [k | val], rk (K, H*dh) as the linear layers give them; u, v (H, dh);
+    mask (Q, K) bool, True = hidden. Returns (B, Q, H*dh). With gradients and no attention dropout: the
+    hand-written `_RelAttnCore`; otherwise (inference, attention dropout) PyTorch's scaled_dot_product_attention
+    with the position term BD as an additive bias.
+    """
+    if p_drop == 0.0 and torch.is_grad_enabled():
+        return _RelAttnCore.apply(q, kv, rk, u, v, mask, scale)
+    (B, Q, _), K, (H, dh) = q.shape, kv.shape[1], u.shape
+    q = q.view(B, Q, H, dh).transpose(1, 2)  # (B, H, Q, dh)
+    k, val = kv.view(B, K, 2, H, dh).permute(2, 0, 3, 1, 4)  # (B, H, K, dh) each
+    rk = rk.view(K, H, dh).transpose(0, 1)  # (H, K, dh)
+    bd = rel_shift(torch.matmul(q + v[:, None], rk.transpose(-1, -2)))  # (B, H, Q, K)
+    bias = (bd * scale).masked_fill(mask, float("-inf")).to(q.dtype)
+    out = F.scaled_dot_product_attention(q + u[:, None], k, val, attn_mask=bias, dropout_p=p_drop, scale=scale)
+    return out.transpose(1, 2).reshape(B, Q, H * dh)  # (B, Q, H*dh)
+
+
+class _RelAttnCore(torch.autograd.Function):
+    """softmax(((q+u) k^T + rel_shift((q+v) rk^T)) / sqrt(dh), causal mask) @ val, training path.
+
+    Inputs are the projections as the linear layers give them, q (B, Q, H*dh), kv (B, K, 2*H*dh)
+    ([k | val]), rk (K, H*dh), and u, v (H, dh), mask (Q, K) bool (True = hidden); the gradients
+    come back in those layouts. The autograd graph of the plain formula keeps and copies several
+    (B, H, Q, K) tensors (pad, reshape, scale, mask, the math fallback of scaled_dot_product_attention
+    when the bias needs a gradient). Here the forward keeps one (the probabilities); BD is computed
+    head-major, (H, B*Q, dh) @ (H, dh, K), so no operand is expanded over the batch, and its shift is
+    a strided view (`rel_shift` without the copies); the scale is applied to the small q. The
+    backward un-shifts the score gradient with one copy into a padded buffer (the official pad trick
+    run backwards). No attention dropout (`rel_attention` takes the other path for it).
+    """
+
+    @staticmethod
+    def forward(ctx, q, kv, rk, u, v, mask, scale):
+        (B, Q, _), K, (H, dh) = q.shape, kv.shape[1], u.shape
+        ctx.dtypes = (q.dtype, kv.dtype, rk.dtype, u.dtype, v.dtype)
+        with torch.autocast(q.device.type, enabled=False):
+            dt = q.dtype
+            q4 = q.view(B, Q, H, dh)
+            qu = torch.add(q4.transpose(1, 2), u.to(dt)[:, None], out=q.new_empty(B, H, Q, dh)).mul_(scale)
+            qv = torch.add(q4.permute(2, 0, 1, 3), v.to(dt)[:, None, None],
+                           out=q.new_empty(H, B, Q, dh)).mul_(scale)  # head-major
+            kv5 = kv.to(dt).view(B, K, 2, H, dh)
+            k, val = kv5[:, :, 0].transpose(1, 2).contiguous(), kv5[:, :, 1].transpose(1, 2).contiguous()
+            rkh = rk.to(dt).view(K, H, dh).transpose(0, 1)  # (H, K, dh)
+            scores = torch.matmul(qu, k.transpose(-1, -2))  # AC, (B, H, Q, K)
+            bd = torch.bmm(qv.view(H, B * Q, dh), rkh.transpose(1, 2))  # BD before the shift, (H, B*Q, K)
+            # rel shift as a view: out[b, h, i, j] = bd[h, b, i, Q-1-i+j] (j > M+i: garbage, masked)
+            shifted = bd.as_strided((B, H, Q, K), (Q * K, B * Q * K, K - 1, 1), bd.storage_offset() + Q - 1)
+            scores.add_(shifted).masked_fill_(mask, float("-inf"))
+            del bd, shifted
+            prob = torch.softmax(scores, dim=-1, dtype=torch.promote_types(dt, torch.float32))
+            del scores
+            out = torch.matmul(prob.to(dt), val)  # (B, H, Q, dh)
+        ctx.save_for_backward(prob, qu, qv, k, val, rkh)
+        ctx.scale = scale
+        return out.transpose(1, 2).reshape(B, Q, H * dh)
+
+    @staticmethod
+    def backward(ctx, g):
+        prob, qu, qv, k, val, rkh = ctx.saved_tensors
+        B, H, Q, K = prob.shape
+        dh, dt, s = qu.shape[-1], qu.dtype, ctx.scale
+        g4 = g.to(dt).view(B, Q, H, dh).transpose(1, 2).contiguous()  # (B, H, Q, dh)
+        p = prob.to(dt)
+        dval = torch.matmul(p.transpose(-1, -2), g4)  # (B, H, K, dh)
+        dprob = torch.matmul(g4, val.transpose(-1, -2))  # (B, H, Q, K)
+        ds = torch._softmax_backward_data(dprob.to(prob.dtype), prob, -1, prob.dtype).to(dt)  # d scores
+        del dprob, p
+        dqu = torch.matmul(ds, k)  # (B, H, Q, dh)
+        dk = torch.matmul(ds.transpose(-1, -2), qu)  # (B, H, K, dh)
+        # un-shift: the shifted view is the flat range [Q, Q + Q*K) of [0 | bd] laid out (Q, K+1)
+        pad = ds.new_empty(H, B, Q * (K + 1))
+        pad[..., :Q].zero_()
+        pad[..., Q:].view(H, B, Q, K).copy_(ds.transpose(0, 1))
+        del ds
+        dbd = pad.view(H, B, Q, K + 1)[..., 1:].view(H, B * Q, K)  # row stride K+1
+        dqv = torch.bmm(dbd, rkh)  # (H, B*Q, dh)
+        drk = torch.bmm(dbd.transpose(1, 2), qv.view(H, B * Q, dh))  # (H, K, dh)
+        del pad, dbd
+        dq = torch.add(dqu.transpose(1, 2), dqv.view(H, B, Q, dh).permute(1, 2, 0, 3),
+                       out=qu.new_empty(B, Q, H, dh)).mul_(s)
+        dkv = qu.new_empty(B, K, 2, H, dh)
+        dkv[:, :, 0].copy_(dk.transpose(1, 2))
+        dkv[:, :, 1].copy_(dval.transpose(1, 2))
+        q_dt, kv_dt, rk_dt, u_dt, v_dt = ctx.dtypes
+        return (dq.view(B, Q, H * dh).to(q_dt), dkv.view(B, K, 2 * H * dh).to(kv_dt),
+                drk.transpose(0, 1).reshape(K, H * dh).to(rk_dt), (dqu.sum((0, 2)) * s).to(u_dt),
+                (dqv.sum(1) * s).to(v_dt), None, None)
