@@ -206,10 +206,12 @@ def txl_to_official(named: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     cyk1337/Highway-Transformer: both name their parameters alike).
 
     ours                                   official
-    emb.weight                             word_emb.emb_layers.0.weight and crit.out_layers.0.weight (tied)
+    tok_emb.weight                         word_emb.emb_layers.0.weight and crit.out_layers.0.weight (tied)
     out_bias                               crit.out_layers.0.bias
     r_w_bias, r_r_bias                     r_w_bias, r_r_bias (u, v; shared by all layers)
-    layers.i.attn.{qkv,r,o}_net.weight     layers.i.dec_attn.{qkv,r,o}_net.weight
+    layers.i.attn.qkv.weight               layers.i.dec_attn.qkv_net.weight   ([W_q | W_k | W_v], no bias)
+    layers.i.attn.r_proj.weight            layers.i.dec_attn.r_net.weight     (W_R)
+    layers.i.attn.out.weight               layers.i.dec_attn.o_net.weight
     layers.i.ln_attn.{weight,bias}         layers.i.dec_attn.layer_norm.{weight,bias}
     layers.i.ffn.net.{0,3}.{weight,bias}   layers.i.pos_ff.CoreNet.{0,3}.{weight,bias}
     layers.i.ln_ffn.{weight,bias}          layers.i.pos_ff.layer_norm.{weight,bias}
@@ -222,7 +224,7 @@ def txl_to_official(named: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """
     out: dict[str, torch.Tensor] = {}
     for name, t in named.items():
-        if name == "emb.weight":
+        if name == "tok_emb.weight":
             out["word_emb.emb_layers.0.weight"] = t
             out["crit.out_layers.0.weight"] = t
             continue
@@ -237,8 +239,8 @@ def txl_to_official(named: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             raise ValueError(f"txl_to_official: no official counterpart for {name!r}")
         i, rest = m.groups()
         pre = f"layers.{i}."
-        direct = {"attn.qkv_net.weight": "dec_attn.qkv_net.weight", "attn.r_net.weight": "dec_attn.r_net.weight",
-                  "attn.o_net.weight": "dec_attn.o_net.weight",
+        direct = {"attn.qkv.weight": "dec_attn.qkv_net.weight", "attn.r_proj.weight": "dec_attn.r_net.weight",
+                  "attn.out.weight": "dec_attn.o_net.weight",
                   "ln_attn.weight": "dec_attn.layer_norm.weight", "ln_attn.bias": "dec_attn.layer_norm.bias",
                   "ffn.net.0.weight": "pos_ff.CoreNet.0.weight", "ffn.net.0.bias": "pos_ff.CoreNet.0.bias",
                   "ffn.net.3.weight": "pos_ff.CoreNet.3.weight", "ffn.net.3.bias": "pos_ff.CoreNet.3.bias",
@@ -263,15 +265,17 @@ def rt_to_official(named: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     ours                                   official
     tok_emb.weight (= head.weight, tied)   encoder.weight and decoder.weight
     head.bias                              decoder.bias
-    blocks.i.rnns.j.rnn.P                  rt.forward_net.i.layers.j.local_rnn.rnn.P (P: weight_ih_l0, ...)
-    blocks.i.rnn_lns.j.{weight,bias}       rt.forward_net.i.layers.j.connection.norm.{a_2,b_2}
-    blocks.i.ln1.{weight,bias}             rt.forward_net.i.connections.0.norm.{a_2,b_2}
-    blocks.i.ln2.{weight,bias}             rt.forward_net.i.connections.1.norm.{a_2,b_2}
-    blocks.i.attn.qkv.W  (3d, ...)         rows [:d], [d:2d], [2d:] -> rt.forward_net.i.pooling.linears.{0,1,2}.W
-    blocks.i.attn.out.W                    rt.forward_net.i.pooling.linears.3.W
-    blocks.i.ffn.net.{0,3}.W               rt.forward_net.i.feed_forward.{w_1,w_2}.W
+    layers.i.rnns.j.rnn.P                  rt.forward_net.i.layers.j.local_rnn.rnn.P (P: weight_ih_l0, ...)
+    layers.i.ln_rnns.j.{weight,bias}       rt.forward_net.i.layers.j.connection.norm.{a_2,b_2}
+    layers.i.ln_attn.{weight,bias}         rt.forward_net.i.connections.0.norm.{a_2,b_2}
+    layers.i.ln_ffn.{weight,bias}          rt.forward_net.i.connections.1.norm.{a_2,b_2}
+    layers.i.attn.qkv.W  (3d, ...)         rows [:d], [d:2d], [2d:] -> rt.forward_net.i.pooling.linears.{0,1,2}.W
+    layers.i.attn.out.W                    rt.forward_net.i.pooling.linears.3.W
+    layers.i.ffn.net.{0,3}.W               rt.forward_net.i.feed_forward.{w_1,w_2}.W
+    (the norms map one to one with norm_style='official', whose weight/bias are the official a_2/b_2;
+    with norm_style='torch' the same parameters feed a different formula.)
 
-    Not mapped (raises): `ln_f` (our final norm; the official model has none) and gates (the official
+    Not mapped (raises): `ln_final` (our final norm; the official model has none) and gates (the official
     R-Transformer has none). Official parameters with no counterpart (built, never used in forward):
     every LocalRNN's `output` Linear+ReLU, and the model-level `rt.norm` and `rt.feed_forward`.
     """
@@ -284,7 +288,7 @@ def rt_to_official(named: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         if name == "head.bias":
             out["decoder.bias"] = t
             continue
-        m = re.fullmatch(r"blocks\.(\d+)\.(.+)", name)
+        m = re.fullmatch(r"layers\.(\d+)\.(.+)", name)
         if m is None:
             raise ValueError(f"rt_to_official: no official counterpart for {name!r}")
         i, rest = m.groups()
@@ -292,10 +296,10 @@ def rt_to_official(named: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         ln = {"weight": "a_2", "bias": "b_2"}
         if r := re.fullmatch(r"rnns\.(\d+)\.rnn\.(\w+)", rest):
             out[f"{pre}layers.{r[1]}.local_rnn.rnn.{r[2]}"] = t
-        elif r := re.fullmatch(r"rnn_lns\.(\d+)\.(weight|bias)", rest):
+        elif r := re.fullmatch(r"ln_rnns\.(\d+)\.(weight|bias)", rest):
             out[f"{pre}layers.{r[1]}.connection.norm.{ln[r[2]]}"] = t
-        elif r := re.fullmatch(r"ln([12])\.(weight|bias)", rest):
-            out[f"{pre}connections.{int(r[1]) - 1}.norm.{ln[r[2]]}"] = t
+        elif r := re.fullmatch(r"ln_(attn|ffn)\.(weight|bias)", rest):
+            out[f"{pre}connections.{0 if r[1] == 'attn' else 1}.norm.{ln[r[2]]}"] = t
         elif r := re.fullmatch(r"attn\.qkv\.(weight|bias)", rest):
             for j, part in enumerate(t.chunk(3, dim=0)):  # [W_q | W_k | W_v]
                 out[f"{pre}pooling.linears.{j}.{r[1]}"] = part
@@ -322,33 +326,25 @@ def local_rnn_to_official(named: dict[str, torch.Tensor]) -> dict[str, torch.Ten
 # Our models at the parity size, and how their options are set (kept here, in one place each).
 # ---------------------------------------------------------------------------------------------------
 
-TXL_SIZE = dict(vocab_size=40, n_layers=3, d_model=32, n_heads=4, d_head=8, d_inner=64)
+TXL_SIZE = dict(vocab_size=40, n_layers=3, d_model=32, n_heads=4, d_head=8, d_ff=64)
 TXL_RUN = dict(batch=3, tgt_len=5, mem_len=7, segments=4)
 RT_SIZE = dict(vocab_size=40, n_layers=2, d_model=32, n_heads=4, d_ff=128)
 RT_RUN = dict(batch=3, seq_len=11, segments=3)
-RT_FINAL_NORM = "ln_f."  # our final norm's parameters (no official counterpart)
+RT_FINAL_NORM = "ln_final."  # our final norm's parameters (no official counterpart)
 
 
 def build_ours_txl(gate_kind: str, gate_layers, norm: str, clamp_len: int, same_length: bool,
                    fused: bool) -> TransformerXL:
     m = TransformerXL(**TXL_SIZE, dropout=0.0, attn_dropout=0.0, tgt_len=TXL_RUN["tgt_len"],
                       mem_len=TXL_RUN["mem_len"], clamp_len=clamp_len, same_length=same_length, norm=norm,
-                      gate_kind=gate_kind, gate_layers=gate_layers)
-    m.set_fused_attention(fused)
-    for mod in m.modules():
-        if hasattr(mod, "proj") and hasattr(mod, "kind"):  # gate modules: the fused kernel or the plain formula
-            mod.fused = fused
+                      gate_kind=gate_kind, gate_layers=gate_layers, fused=fused)
     return m
 
 
-def build_ours_rt(rnn: str, window: int, norm_style: str, final_norm: bool) -> RTransformer | None:
-    """norm_style 'official': the official layer norm (unbiased std + 1e-6); 'torch': nn.LayerNorm.
-    None when this checkout's RTransformer lacks the option."""
-    kw = dict(**RT_SIZE, rnn=rnn, window=window, dropout=0.0, emb_dropout=0.0, final_norm=final_norm)
-    try:
-        return RTransformer(**kw, norm_style=norm_style)
-    except TypeError:  # a checkout without norm_style: only the torch layer norm exists
-        return RTransformer(**kw) if norm_style == "torch" else None
+def build_ours_rt(rnn: str, window: int, norm_style: str, final_norm: bool) -> RTransformer:
+    """norm_style 'official': the official layer norm (unbiased std + 1e-6); 'torch': nn.LayerNorm."""
+    return RTransformer(**RT_SIZE, rnn=rnn, window=window, dropout=0.0, emb_dropout=0.0, norm_style=norm_style,
+                        final_norm=final_norm)
 
 
 def _perturb_(model: torch.nn.Module, seed: int) -> None:
@@ -426,7 +422,7 @@ def check_txl(mod, *, repo: str, gate_kind: str = "none", glu_layers=None, gate_
         raise ValueError("kimiyoung/transformer-xl has no gates")
     with _quiet():
         off = mod.MemTransformerLM(TXL_SIZE["vocab_size"], n_layers, TXL_SIZE["n_heads"], TXL_SIZE["d_model"],
-                                   TXL_SIZE["d_head"], TXL_SIZE["d_inner"], 0.0, 0.0, **kw)
+                                   TXL_SIZE["d_head"], TXL_SIZE["d_ff"], 0.0, 0.0, **kw)
     if norm == "pre":
         ours.ln_final = None  # conventions set equal: the official pre-LN model has no final norm
     _perturb_(ours, seed + 1)
@@ -509,13 +505,11 @@ def check_local_rnn(mod_rt, rnn: str, window: int, dtype, seed=0) -> dict:
 
 
 def check_rt(mod_rt, rnn: str, window: int, norm_style: str, final_norm: bool, dtype, perturb: bool,
-             seed=0) -> dict | None:
+             seed=0) -> dict:
     """Our RTransformer vs the official RT (language_word/model.py) on several sequences. Gradients only
     where the conventions are equal; `perturb=False` measures a convention difference at initialisation."""
     torch.manual_seed(seed)
     ours = build_ours_rt(rnn, window, norm_style, final_norm)
-    if ours is None:
-        return None
     with _quiet():
         off = mod_rt.RT(RT_SIZE["d_model"], RT_SIZE["vocab_size"], h=RT_SIZE["n_heads"], rnn_type=rnn.upper(),
                         ksize=window, n_level=RT_SIZE["n_layers"], n=1, dropout=0.0, emb_dropout=0.0,
@@ -581,14 +575,12 @@ def official_attention_only_exit(mod_ht) -> str:
 
 def enwik8_counts(mods) -> dict:
     """Parameter counts at the official 6-layer enwik8 size (V=204, d 512, 8x64 heads, d_inner 2048)."""
-    size = dict(n_token=204, n_layer=6, n_head=8, d_model=512, d_head=64, d_inner=2048)
     out = {}
     for glu, act, label in ((0, 0, "baseline"), (2, 0, "sdu_tanh")):
         torch.manual_seed(0)
         with _quiet():
             m = mods["Highway-Transformer"].MemTransformerLM(
-                size["n_token"], size["n_layer"], size["n_head"], size["d_model"], size["d_head"], size["d_inner"],
-                0.0, 0.0, tgt_len=4, ext_len=0, mem_len=4, glu_type=glu, act_type=act,
+                204, 6, 8, 512, 64, 2048, 0.0, 0.0, tgt_len=4, ext_len=0, mem_len=4, glu_type=glu, act_type=act,
                 glu_layers=list(range(6)))
             x = torch.randint(0, 204, (4, 1))
             m(x, x)[0].mean().backward()
@@ -601,7 +593,7 @@ def enwik8_counts(mods) -> dict:
                                                     mem_len=4)
     out["official transformer-xl (kimiyoung) #params"] = sum(p.numel() for p in m.parameters())
     for kind in ("none", "sdu_tanh"):
-        ours = TransformerXL(204, n_layers=6, d_model=512, n_heads=8, d_head=64, d_inner=2048, gate_kind=kind)
+        ours = TransformerXL(204, n_layers=6, d_model=512, n_heads=8, d_head=64, d_ff=2048, gate_kind=kind)
         out[f"ours gate_kind={kind}"] = sum(p.numel() for p in ours.parameters())
     return out
 
@@ -618,7 +610,7 @@ def rt_counts(mod_rt) -> dict:
            "official RT used (get a gradient)": sum(p.numel() for p in off.parameters() if p.grad is not None)}
     for final_norm in (True, False):
         ours = RTransformer(10000, n_layers=3, d_model=128, n_heads=8, d_ff=512, rnn="lstm", window=9,
-                            final_norm=final_norm)
+                            norm_style="official", final_norm=final_norm)
         out[f"ours final_norm={final_norm}"] = sum(p.numel() for p in ours.parameters())
     return out
 
@@ -633,13 +625,13 @@ def txl_checks() -> list[tuple[str, str, dict, str]]:
     for label, kw in (("post-LN", {}), ("post-LN, same_length", {"same_length": True}),
                       ("post-LN, clamp_len=3", {"clamp_len": 3}),
                       ("post-LN, same_length + clamp_len=3", {"same_length": True, "clamp_len": 3}),
-                      ("post-LN, plain (unfused) attention", {"fused": False}),
+                      ("post-LN, fused=False (plain formulas)", {"fused": False}),
                       ("pre-LN, our final norm off", {"norm": "pre"})):
         rows.append(("a", f"Transformer-XL {label}", dict(repo="transformer-xl", **kw), "equal"))
     for kind in ("none", "sdu_sigmoid", "sdu_tanh", "highway", "gated_attn"):
         rows.append(("b", f"{kind}, all layers", dict(repo="Highway-Transformer", gate_kind=kind), "equal"))
     for kind in ("sdu_tanh", "gated_attn"):
-        rows.append(("b", f"{kind}, same_length + clamp_len=3, plain kernels",
+        rows.append(("b", f"{kind}, same_length + clamp_len=3, fused=False",
                      dict(repo="Highway-Transformer", gate_kind=kind, same_length=True, clamp_len=3, fused=False),
                      "equal"))
         rows.append(("b", f"{kind}, pre-LN (our final norm off)",
@@ -695,8 +687,6 @@ def main(argv=None) -> int:
             equal = norm_style == "official" and not final_norm
             for dtype in (torch.float32, torch.float64):
                 res = check_rt(mods["R-transformer"], rnn, window, norm_style, final_norm, dtype, perturb=equal)
-                if res is None:
-                    continue
                 label = (f"R-Transformer ({rnn.upper()}, window {window}), norm_style={norm_style}, "
                          f"final_norm={final_norm}" + ("" if equal else ", at initialisation"))
                 add("c", label, "equal" if equal else "differ", dtype, res, ("logprob", "nll", "loss", "grads"))
@@ -753,7 +743,8 @@ def write_report(args, prepared, records, facts, wall, failures) -> None:
          "over all segments, positions and entries: log-probabilities of the whole vocabulary (`logprob`), "
          "per-token loss (`nll`), memories of every layer (`mems`), gradients of every parameter after "
          "backward of the summed segment losses (`grads`), and the log-probabilities on the no-autograd "
-         "inference path (`nograd`). Acceptance: 1e-5 in fp32 where the conventions are set equal "
+         "inference path (`nograd`). Transformer-XL rows run with `fused=True` (the experiment configs' "
+         "value: kernels.py) unless marked `fused=False`. Acceptance: 1e-5 in fp32 where the conventions are set equal "
          "(fp64: 1e-9). Where they differ, the row measures the size of the difference "
          "(docs/discrepancies.md).", "",
          f"Command: `make parity OFFICIAL_DIR=...` (= `{cmd}`). Machine: {_machine()}. "

@@ -12,7 +12,8 @@ from highway_repro.data.tokenizers import EOS, ByteTokenizer, CharTokenizer
 from highway_repro.engine.schedules import build as build_schedule
 from highway_repro.models.gates import resolve_placement
 from highway_repro.models.r_transformer import RTransformer
-from highway_repro.models.transformer_xl import TransformerXL, sinusoid
+from highway_repro.models.layers import sinusoidal_positions
+from highway_repro.models.transformer_xl import TransformerXL
 
 
 def n_params(m: torch.nn.Module) -> int:
@@ -32,7 +33,7 @@ def test_gate_layers_are_numbered_from_1_not_0():
 def test_txl_pre_ln_adds_a_final_norm_the_official_code_has_none():
     """Official pre_lnorm: no LayerNorm after the last layer; our norm='pre' adds one (ln_final), the
     post-LN model of the paper's runs has none."""
-    kw = dict(n_layers=2, d_model=16, n_heads=2, d_head=8, d_inner=32, tgt_len=4, mem_len=4)
+    kw = dict(n_layers=2, d_model=16, n_heads=2, d_head=8, d_ff=32, tgt_len=4, mem_len=4)
     post, pre = TransformerXL(11, **kw), TransformerXL(11, norm="pre", **kw)
     assert post.ln_final is None
     assert isinstance(pre.ln_final, torch.nn.LayerNorm)
@@ -44,7 +45,7 @@ def test_txl_positions_are_computed_in_fp32_whatever_the_model_dtype():
     sinusoid table is fp32 and cast, so an fp64 model differs from the official one by ~1e-10
     (results/parity.md). Angles above 2^24 / max frequency lose digits."""
     pos = torch.arange(20, -1, -1, dtype=torch.float64) * 1000.0
-    table = sinusoid(pos, 16)
+    table = sinusoidal_positions(pos, 16)
     assert table.dtype == torch.float32
     inv = 1.0 / (10000 ** (torch.arange(0, 16, 2, dtype=torch.float32) / 16)).double()
     ang = pos[:, None] * inv[None, :]
@@ -55,7 +56,7 @@ def test_txl_positions_are_computed_in_fp32_whatever_the_model_dtype():
 
 def test_txl_memory_keeps_n_layers_entries_official_keeps_n_layers_plus_1():
     """Official new_mems holds the input of every layer plus the final output (never read again)."""
-    m = TransformerXL(11, n_layers=3, d_model=16, n_heads=2, d_head=8, d_inner=32, tgt_len=4, mem_len=4)
+    m = TransformerXL(11, n_layers=3, d_model=16, n_heads=2, d_head=8, d_ff=32, tgt_len=4, mem_len=4)
     _, mems = m(torch.randint(0, 11, (2, 4)))
     assert len(mems) == 3
 
@@ -80,8 +81,10 @@ def test_rt_without_final_norm_has_exactly_the_official_used_parameters():
     d = 128
     unused = 3 * (d * d + d) + 2 * d + (d * 4 * d + 4 * d + 4 * d * d + d)
     assert unused == 181_504 and 2_463_376 - unused == 2_281_872
-    assert n_params(RTransformer(10_000, rnn="lstm", window=9, final_norm=False)) == 2_281_872
-    assert n_params(RTransformer(10_000, rnn="lstm", window=9, final_norm=True)) == 2_281_872 + 2 * d
+    for style in ("official", "torch"):
+        assert n_params(RTransformer(10_000, rnn="lstm", window=9, norm_style=style, final_norm=False)) == 2_281_872
+        assert n_params(RTransformer(10_000, rnn="lstm", window=9, norm_style=style, final_norm=True)) \
+            == 2_281_872 + 2 * d
 
 
 def test_rt_embedding_init_is_normal_001_for_words_and_characters():

@@ -38,7 +38,7 @@ V, D, H, DH, DI = 11, 8, 2, 3, 16
 
 
 def tiny_txl(**kw) -> TransformerXL:
-    return TransformerXL(V, n_layers=2, d_model=D, n_heads=H, d_head=DH, d_inner=DI, tgt_len=4, mem_len=4, **kw)
+    return TransformerXL(V, n_layers=2, d_model=D, n_heads=H, d_head=DH, d_ff=DI, tgt_len=4, mem_len=4, **kw)
 
 
 def official_txl_shapes(gated_layers=()) -> dict:
@@ -67,8 +67,9 @@ def test_txl_mapping_gives_every_official_name_and_shape(parity):
     mapped = parity.txl_to_official(dict(g.named_parameters()))
     assert shapes(mapped) == official_txl_shapes(gated_layers=(0,))
     # the same tensors, not copies: the mapping also carries gradients (same names, same shapes)
-    assert mapped["word_emb.emb_layers.0.weight"] is g.emb.weight is mapped["crit.out_layers.0.weight"]
-    assert mapped["layers.1.dec_attn.qkv_net.weight"] is g.layers[1].attn.qkv_net.weight
+    assert mapped["word_emb.emb_layers.0.weight"] is g.tok_emb.weight is mapped["crit.out_layers.0.weight"]
+    assert mapped["layers.1.dec_attn.qkv_net.weight"] is g.layers[1].attn.qkv.weight
+    assert mapped["layers.1.dec_attn.r_net.weight"] is g.layers[1].attn.r_proj.weight
     assert mapped["layers.0.pos_ff.CoreNet.3.bias"] is g.layers[0].ffn.net[3].bias
 
 
@@ -113,7 +114,7 @@ RV, RD, RH, RF = 11, 8, 2, 32
 
 def tiny_rt(**kw) -> RTransformer:
     return RTransformer(RV, n_layers=1, d_model=RD, n_heads=RH, d_ff=RF, rnn="gru", window=3, dropout=0.0,
-                        emb_dropout=0.0, final_norm=False, **kw)
+                        emb_dropout=0.0, norm_style="official", final_norm=False, **kw)
 
 
 def official_rt_shapes() -> dict:
@@ -153,11 +154,27 @@ def test_rt_qkv_split_is_the_official_attention(parity):
     scores = q @ k.transpose(-2, -1) / math.sqrt(dk)
     scores = scores.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), -1e9)
     ref = F.linear((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, RD), *lin[3])
-    torch.testing.assert_close(m.blocks[0].attn(x), ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(m.layers[0].attn(x), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_rt_norms_map_to_the_official_layer_norm(parity):
+    """norm_style='official': weight/bias are the official a_2/b_2 of `a_2 * (x - mean) / (std + 1e-6) + b_2`."""
+    torch.manual_seed(0)
+    m = tiny_rt()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    mapped = parity.rt_to_official(dict(m.named_parameters()))
+    x = torch.randn(2, 5, RD) * 3 + 1
+    for ours, off in ((m.layers[0].ln_rnns[0], "layers.0.connection.norm"), (m.layers[0].ln_attn, "connections.0.norm"),
+                      (m.layers[0].ln_ffn, "connections.1.norm")):
+        a, b = mapped[f"rt.forward_net.0.{off}.a_2"], mapped[f"rt.forward_net.0.{off}.b_2"]
+        ref = a * (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + 1e-6) + b
+        torch.testing.assert_close(ours(x), ref, rtol=1e-5, atol=1e-6)
 
 
 def test_rt_names_without_official_counterpart_raise(parity):
-    with pytest.raises(ValueError, match="ln_f"):
+    with pytest.raises(ValueError, match="ln_final"):
         parity.rt_to_official(dict(RTransformer(RV, n_layers=1, d_model=RD, n_heads=RH, d_ff=RF,
                                                 final_norm=True).named_parameters()))
     with pytest.raises(ValueError, match="attn_gate"):  # the official R-Transformer has no gates
