@@ -744,9 +744,9 @@ def write_report(args, prepared, records, facts, wall, failures) -> None:
          "per-token loss (`nll`), memories of every layer (`mems`), gradients of every parameter after "
          "backward of the summed segment losses (`grads`), and the log-probabilities on the no-autograd "
          "inference path (`nograd`). Transformer-XL rows run with `fused=True` (the experiment configs' "
-         "value: kernels.py) unless marked `fused=False`. Acceptance: 1e-5 in fp32 where the conventions are set equal "
-         "(fp64: 1e-8; two fp32 steps remain, see the notes). Where they differ, the row measures the size of the difference "
-         "(docs/discrepancies.md).", "",
+         "value: kernels.py) unless marked `fused=False`. Acceptance: 1e-5 in fp32 where the conventions are "
+         "set equal (fp64: 1e-8; two fp32 steps remain, see the notes). Where they differ, the row measures the "
+         "size of the difference (docs/discrepancies.md).", "",
          f"Command: `make parity OFFICIAL_DIR=...` (= `{cmd}`). Machine: {_machine()}. "
          f"Wall time {wall:.0f} s. Result: "
          + ("**every check with equal conventions within tolerance**." if not failures

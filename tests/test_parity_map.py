@@ -93,8 +93,9 @@ def test_txl_gate_halves_are_w1_gate_and_w2_transform(parity, kind):
     mapped = parity.txl_to_official(dict(m.named_parameters()))
     for sub, owner in (("attn", "dec_attn"), ("ffn", "pos_ff")):
         gate = getattr(m.layers[1], f"{sub}_gate")
-        w1 = lambda x: F.linear(x, mapped[f"layers.1.{owner}.w1.weight"], mapped[f"layers.1.{owner}.w1.bias"])  # noqa: E731
-        w2 = lambda x: F.linear(x, mapped[f"layers.1.{owner}.w2.weight"], mapped[f"layers.1.{owner}.w2.bias"])  # noqa: E731
+        p = f"layers.1.{owner}"
+        w1 = lambda x, p=p: F.linear(x, mapped[f"{p}.w1.weight"], mapped[f"{p}.w1.bias"])  # noqa: E731
+        w2 = lambda x, p=p: F.linear(x, mapped[f"{p}.w2.weight"], mapped[f"{p}.w2.bias"])  # noqa: E731
         x, s = torch.randn(2, 3, D), torch.randn(2, 3, D)
         torch.testing.assert_close(gate(x, s), OFFICIAL_GATE[kind](x, s, w1, w2), rtol=1e-5, atol=1e-6)
 
@@ -146,8 +147,8 @@ def test_rt_qkv_split_is_the_official_attention(parity):
     torch.manual_seed(0)
     m = tiny_rt().eval()
     mapped = parity.rt_to_official(dict(m.named_parameters()))
-    lin = [(mapped[f"rt.forward_net.0.pooling.linears.{j}.weight"], mapped[f"rt.forward_net.0.pooling.linears.{j}.bias"])
-           for j in range(4)]
+    pre = "rt.forward_net.0.pooling.linears"
+    lin = [(mapped[f"{pre}.{j}.weight"], mapped[f"{pre}.{j}.bias"]) for j in range(4)]
     B, T, dk = 2, 5, RD // RH
     x = torch.randn(B, T, RD)
     q, k, v = (F.linear(x, *lin[j]).view(B, T, RH, dk).transpose(1, 2) for j in range(3))
