@@ -10,7 +10,8 @@ TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-all demo bench bench-compile tables reproduce-table reproduce-all readme clean
+.PHONY: help setup test test-all demo bench bench-compile tables reproduce-table reproduce-all parity readme clean
+# (not the reproduce-<table> names: make skips pattern rules for .PHONY targets)
 
 help: ## list every target with one line each (the paper tables: reproduce-<table>, from highway_repro/targets.py)
 	@grep -E '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-26s %s\n", $$1, $$2}'
@@ -50,6 +51,11 @@ reproduce-all: setup ## every paper table at SCALE (JOBS=2 on this 2-core machin
 
 tables: setup ## rebuild every report and results/summary.csv from the kept runs in results/ (no training)
 	$(BIN)/python -m highway_repro.reproduce --all --scale $(SCALE) --report-only
+
+# folder with checkouts transformer-xl/, Highway-Transformer/, R-transformer/ (empty: clone the pinned commits)
+OFFICIAL_DIR ?=
+parity: setup ## our models vs the official code, weights copied across (results/parity.md, ~1 min): OFFICIAL_DIR=<checkouts>
+	$(BIN)/python scripts/parity.py $(if $(OFFICIAL_DIR),--official-dir "$(OFFICIAL_DIR)")
 
 readme: ## copy the tables of results/ into README.md
 	$(PYTHON) scripts/update_readme.py
