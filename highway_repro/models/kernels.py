@@ -11,9 +11,9 @@ and gradients (and gradcheck in float64). No model imports this module for anyth
 - `local_rnn(x, rnn, window)`: the R-Transformer's local RNN (`r_transformer.LocalRNN`) with each position's
   input projection computed once (plain autograd, no private operations).
 
-`gate_sum` and `rel_attention` use private or low-level operations (aten's sigmoid/tanh backward, `torch._softmax_backward_data`,
-`as_strided`): they are tied to the torch 2.x API and are the first place to look when a torch upgrade
-changes numbers.
+`gate_sum` and `rel_attention` use private or low-level operations (aten's sigmoid/tanh backward,
+`torch._softmax_backward_data`, `as_strided`): they are tied to the torch 2.x API and are the first place to
+look when a torch upgrade changes numbers.
 """
 
 from __future__ import annotations
