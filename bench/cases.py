@@ -23,6 +23,9 @@ GATE_KINDS = tuple(k for k, target in _REGISTRY.items() if target is not None)  
 # sizes of the issue: Transformer-L3 at d 512 (char vocabulary) and Transformer-XL at d 512 (enwik8 bytes)
 TLM = {"n_layers": 3, "d_model": 512, "n_heads": 8, "d_ff": 2048}
 TLM_DATA = {"batch": 8, "seq": 256, "vocab": 50}
+# the cpu scale the tables spend their hours on (configs/experiment_scale/ht_char_ptb/cpu.yaml), 1 thread
+TLM_CPU = {"n_layers": 3, "d_model": 128, "n_heads": 4, "d_ff": 512}
+TLM_CPU_DATA = {"batch": 32, "seq": 160, "vocab": 50}
 TXL = {"n_layers": 3, "d_model": 512, "n_heads": 8, "d_head": 64, "d_ff": 2048, "tgt_len": 256, "mem_len": 256}
 TXL_DATA = {"batch": 8, "vocab": 204}
 RT = {"n_layers": 3, "d_model": 128, "n_heads": 8, "d_ff": 512, "rnn": "lstm", "window": 9}  # configs/model default
@@ -101,35 +104,38 @@ def _lm_loss(x, y, vocab: int, returns_tuple: bool = True):
 
 # ----------------------------------------------------------------------------- language models
 
-def ours_tlm(gate: str = "none", xt_match: bool = False, batch: int | None = None) -> Case:
+def ours_tlm(gate: str = "none", xt_match: bool = False, batch: int | None = None, cpu_scale: bool = False) -> Case:
     """Transformer-L3 of this repo. xt_match: configured like the x-transformers decoder (pre-LN, learned
-    positions, tied embeddings, no biases); else as the experiments use it (post-LN, sinusoids, biases)."""
+    positions, tied embeddings, no biases); else as the experiments use it (post-LN, sinusoids, biases).
+    cpu_scale: at the size of TLM_CPU / TLM_CPU_DATA instead of TLM / TLM_DATA."""
     from highway_repro.models.transformer_lm import TransformerLM
 
     torch.manual_seed(0)
-    d = {**TLM_DATA, "batch": batch or TLM_DATA["batch"]}
+    size, data = (TLM_CPU, TLM_CPU_DATA) if cpu_scale else (TLM, TLM_DATA)
+    d = {**data, "batch": batch or data["batch"]}
     extra = {"norm": "pre", "pos": "learned", "max_len": d["seq"], "bias": False} if xt_match else {}
-    model = TransformerLM(d["vocab"], **TLM, dropout=0.0, gate_kind=gate, fused=True, **extra)
+    model = TransformerLM(d["vocab"], **size, dropout=0.0, gate_kind=gate, fused=True, **extra)
     x, y = _tokens(d["batch"], d["seq"], d["vocab"])
-    name = "ours_tlm_xt" if xt_match else f"tlm-{gate}"
+    name = ("ours_tlm_xt" if xt_match else f"tlm-{gate}") + ("_cpu" if cpu_scale else "")
     return Case(name, "transformer_lm" + (" (pre-LN, no bias)" if xt_match else f" gate={gate}"), model,
                 _lm_loss(x, y, d["vocab"]), d["batch"] * d["seq"], "tokens", adam)
 
 
-def xt_decoder() -> Case:
-    """x-transformers TransformerWrapper(Decoder) at the size of `ours_tlm(xt_match=True)`: pre-LN,
-    learned absolute positions, tied embeddings, ReLU FFN without biases, flash (SDPA) attention."""
+def xt_decoder(cpu_scale: bool = False) -> Case:
+    """x-transformers TransformerWrapper(Decoder) at the size of `ours_tlm(xt_match=True, cpu_scale=...)`:
+    pre-LN, learned absolute positions, tied embeddings, ReLU FFN without biases, flash (SDPA) attention."""
     from x_transformers import Decoder, TransformerWrapper
 
     torch.manual_seed(0)
-    d = TLM_DATA
+    size, d = (TLM_CPU, TLM_CPU_DATA) if cpu_scale else (TLM, TLM_DATA)
     model = TransformerWrapper(
         num_tokens=d["vocab"], max_seq_len=d["seq"], tie_embedding=True,
-        attn_layers=Decoder(dim=TLM["d_model"], depth=TLM["n_layers"], heads=TLM["n_heads"],
-                            attn_dim_head=TLM["d_model"] // TLM["n_heads"], ff_mult=TLM["d_ff"] / TLM["d_model"],
+        attn_layers=Decoder(dim=size["d_model"], depth=size["n_layers"], heads=size["n_heads"],
+                            attn_dim_head=size["d_model"] // size["n_heads"], ff_mult=size["d_ff"] / size["d_model"],
                             ff_no_bias=True, ff_custom_activation=nn.ReLU(), attn_flash=True))
     x, y = _tokens(d["batch"], d["seq"], d["vocab"])
-    return Case("xt", "x-transformers Decoder", model, _lm_loss(x, y, d["vocab"], returns_tuple=False),
+    return Case("xt_cpu" if cpu_scale else "xt", "x-transformers Decoder", model,
+                _lm_loss(x, y, d["vocab"], returns_tuple=False),
                 d["batch"] * d["seq"], "tokens", adam)
 
 
@@ -201,7 +207,9 @@ def cifar_conv(kind: str) -> Case:
 
 
 def _registry() -> dict[str, Callable[[], Case]]:
-    reg: dict[str, Callable[[], Case]] = {"ours_tlm_xt": lambda: ours_tlm(xt_match=True), "xt": xt_decoder}
+    reg: dict[str, Callable[[], Case]] = {"ours_tlm_xt": lambda: ours_tlm(xt_match=True), "xt": xt_decoder,
+                                          "ours_tlm_xt_cpu": lambda: ours_tlm(xt_match=True, cpu_scale=True),
+                                          "xt_cpu": lambda: xt_decoder(cpu_scale=True)}
     for g in ("none",) + GATE_KINDS:
         reg[f"tlm-{g}"] = lambda g=g: ours_tlm(g)
         reg[f"txl-{g}"] = lambda g=g: ours_txl(g)

@@ -269,6 +269,56 @@ def section_xt(rep: Report, budget: Budget, args) -> dict:
     return out
 
 
+def section_xt_cpu(rep: Report, budget: Budget, args) -> dict:
+    """1b: ours vs x-transformers at the cpu scale of the tables (d 128), one torch thread, interleaved."""
+    title = "1b. Transformer-L3 vs x-transformers at the cpu scale (1 thread)"
+    try:
+        xt = cases.build("xt_cpu")
+    except ImportError as e:
+        rep.section(title, [f"x-transformers is not installed ({e}); `pip install .[bench]`."])
+        return {}
+    ours = cases.build("ours_tlm_xt_cpu")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the tables run one thread per job
+    try:
+        t = timing.interleaved({"ours": ours.step, "xt": xt.step}, warmup=2, min_rounds=args.min_rounds,
+                               max_rounds=4 * args.max_rounds, budget_s=budget.alloc(0.08))
+    finally:
+        torch.set_num_threads(threads)
+    r = timing.ratio(t, "xt", "ours")  # > 1: ours faster
+    per_round = [b / a for a, b in zip(t["ours"], t["xt"])]
+    ci = timing.median_ci(per_round)
+    ci_s = _ci(ci, lambda x: f"{x:.3f}")
+    s, d = cases.TLM_CPU, cases.TLM_CPU_DATA
+    same = "match" if xt.params == ours.params else f"differ by {xt.params - ours.params:+,}"
+    lines = [
+        f"Size of `configs/experiment_scale/ht_char_ptb/cpu.yaml`: {s['n_layers']} layers, d_model {s['d_model']}, "
+        f"{s['n_heads']} heads, d_ff {s['d_ff']}, seq {d['seq']}, batch {d['batch']}, vocab {d['vocab']}; 1 torch "
+        "thread (as the table runs); the two models configured as in section 1 (pre-LN, learned positions, tied "
+        "embeddings, ReLU FFN, no biases, dropout 0, fp32, SDPA attention, fused Adam step).",
+        "",
+        "| model | parameters | step s (median) | min-max s | tokens/s |",
+        "|---|---:|---:|---:|---:|",
+        f"| ours `transformer_lm` | {ours.params:,} | {timing.median(t['ours']):.3f} | {_spread(t['ours'])} | "
+        f"{_fmt(ours.items / timing.median(t['ours']))} |",
+        f"| x-transformers {cases_version()} | {xt.params:,} | {timing.median(t['xt']):.3f} | {_spread(t['xt'])} | "
+        f"{_fmt(xt.items / timing.median(t['xt']))} |",
+        "",
+        f"Parameter counts {same}. **Throughput ratio ours / x-transformers: {r:.3f}x** (median of "
+        f"{len(t['ours'])} per-round ratios, 95% confidence interval of the median {ci_s}; per-round range "
+        f"{_spread(per_round)}).",
+    ]
+    rep.row("xt_cpu", "ours", "tokens_per_s", ours.items / timing.median(t["ours"]), "tokens/s")
+    rep.row("xt_cpu", "xt", "tokens_per_s", xt.items / timing.median(t["xt"]), "tokens/s")
+    rep.row("xt_cpu", "ours/xt", "throughput_ratio", r, "x")
+    rep.row("xt_cpu", "ours/xt", "throughput_ratio_ci95", _ci(ci, lambda x: f"{x:.4f}"), "x")
+    rep.target("ours / x-transformers at the cpu scale, 1 thread (aim >= 1.1x)", f"{r:.3f}x (95% CI {ci_s})",
+               ">= 1.10x", r >= TARGETS["xt_aim"],
+               resolved=ci is None or not ci[0] < TARGETS["xt_aim"] <= ci[1])
+    rep.section(title, lines)
+    return {"xt_cpu_ratio": r}
+
+
 def cases_version() -> str:
     try:
         from importlib.metadata import version
@@ -617,7 +667,7 @@ def section_compile(rep: Report, budget: Budget, args) -> dict:
     return {}
 
 
-SECTIONS = {"xt": section_xt, "txl": section_txl, "gates": section_gates, "highway": section_highway,
+SECTIONS = {"xt": section_xt, "xt_cpu": section_xt_cpu, "txl": section_txl, "gates": section_gates, "highway": section_highway,
             "data": section_data, "memory": section_memory}
 
 

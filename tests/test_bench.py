@@ -62,3 +62,22 @@ def test_median_ci_uses_the_exact_binomial_ranks():
     assert timing.median_ci([9, 1, 8, 2, 7, 3, 6, 4, 5]) == (2.0, 8.0)
     assert timing.median_ci(range(1, 7)) == (1.0, 6.0)  # n = 6: coverage 1 - 2/64 = 96.9%
     assert timing.median_ci([3.0, 1.0, 2.0, 4.0, 5.0]) is None  # n = 5: even min-max covers only 93.8%
+
+
+def test_cpu_scale_xt_case_has_the_size_of_the_char_ptb_cpu_scale():
+    """Section 1b measures the size the tables spend their hours on: the one in the scale file."""
+    from pathlib import Path
+
+    import yaml
+
+    cfg = yaml.safe_load((Path(__file__).parents[1] / "configs/experiment_scale/ht_char_ptb/cpu.yaml").read_text())
+    assert {k: cfg["model"][k] for k in ("d_model", "n_heads", "d_ff")} == {
+        k: cases.TLM_CPU[k] for k in ("d_model", "n_heads", "d_ff")}
+    assert (cfg["data"]["batch_size"], cfg["data"]["seq_len"]) == (cases.TLM_CPU_DATA["batch"],
+                                                                    cases.TLM_CPU_DATA["seq"])
+    c = cases.build("ours_tlm_xt_cpu")
+    d, f, L, V, T = 128, 512, cases.TLM_CPU["n_layers"], cases.TLM_CPU_DATA["vocab"], cases.TLM_CPU_DATA["seq"]
+    # no biases (LayerNorms included): tied embedding V*d, learned positions T*d, per layer 4d^2 attention +
+    # 2df FFN + two LayerNorm weights, final LayerNorm weight
+    assert c.params == V * d + T * d + L * (4 * d * d + 2 * d * f + 2 * d) + d
+    assert c.items == 32 * 160

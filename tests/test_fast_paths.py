@@ -6,11 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from conftest import needs_mirror
 from highway_repro.data.tokenizers import ByteTokenizer, _byte_counts
 from highway_repro.models import gates, kernels
-from highway_repro.models.r_transformer import RTransformer
+from highway_repro.models.r_transformer import LocalRNN, RTransformer
 from highway_repro.models.transformer_lm import TransformerLM
 from highway_repro.models.transformer_xl import TransformerXL
 
@@ -82,6 +83,51 @@ def test_transformer_lm_and_r_transformer_fused_equal_plain(kind):
                                              emb_dropout=0.0, gate_kind=per_layer, fused=fused)):
         fast, plain = _pair(build)
         _assert_same(_run(fast, [x]), _run(plain, [x]), atol=1e-12)
+
+
+def _local_rnn_reference(x, rnn, window):
+    """The local RNN step by step: for each t, the window x[t-window+1..t] (zeros before the start) fed one
+    position at a time to an nn.GRUCell / nn.LSTMCell holding `rnn`'s own parameter tensors; the last h."""
+    B, T, d = x.shape
+    cell = (nn.LSTMCell if isinstance(rnn, nn.LSTM) else nn.GRUCell)(d, d).to(x.dtype)
+    for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+        setattr(cell, name, getattr(rnn, name + "_l0"))  # the same Parameters: gradients land on rnn
+    outs = []
+    for t in range(T):
+        h = c = x.new_zeros(B, d)
+        for s in range(t - window + 1, t + 1):
+            xs = x[:, s] if s >= 0 else x.new_zeros(B, d)
+            if isinstance(cell, nn.LSTMCell):
+                h, c = cell(xs, (h, c))
+            else:
+                h = cell(xs, h)
+        outs.append(h)
+    return torch.stack(outs, 1)  # (B, T, d)
+
+
+@pytest.mark.parametrize("rnn", ["gru", "lstm"])
+@pytest.mark.parametrize("window", [1, 2, 3, 4])
+@pytest.mark.parametrize("T", [1, 3, 6])
+def test_local_rnn_kernel_and_plain_equal_step_by_step_reference(rnn, window, T):
+    torch.manual_seed(window * 10 + T)
+    fast, plain = _pair(lambda fused: LocalRNN(5, rnn, window, fused=fused))
+    assert fast.fused and not plain.fused
+    x = torch.randn(3, T, 5, dtype=torch.float64, requires_grad=True)
+    out = _local_rnn_reference(x, plain.rnn, window)  # the gradients land on plain's parameters
+    out.pow(2).sum().backward()
+    ref = out.detach(), [p.grad.clone() for p in plain.parameters()] + [x.grad.clone()]
+    _assert_same(_run(fast, [x]), ref, atol=1e-12)
+    _assert_same(_run(plain, [x]), ref, atol=1e-12)
+
+
+def test_local_rnn_kernel_runs_under_bf16_autocast():
+    torch.manual_seed(0)
+    fast, plain = LocalRNN(8, "lstm", 3, fused=True), LocalRNN(8, "lstm", 3)
+    plain.load_state_dict(fast.state_dict())
+    x = torch.randn(2, 5, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = fast(x)
+    torch.testing.assert_close(out.float(), plain(x), atol=3e-2, rtol=0)
 
 
 def _mask(q, k, window=None):

@@ -8,10 +8,12 @@ and gradients (and gradcheck in float64). No model imports this module for anyth
   kinds whose formula is x + sub + term with term one of `GATE_TERMS`.
 - `rel_attention(q, kv, rk, u, v, mask, scale, p_drop)`: the relative multi-head attention of Transformer-XL
   (`transformer_xl.RelMultiHeadAttn`).
+- `local_rnn(x, rnn, window)`: the R-Transformer's local RNN (`r_transformer.LocalRNN`) with each position's
+  input projection computed once (plain autograd, no private operations).
 
-Both use private or low-level operations (aten's sigmoid/tanh backward, `torch._softmax_backward_data`,
-`as_strided`): they are tied to the torch 2.x API and are the first place to look when a torch upgrade
-changes numbers.
+`gate_sum` and `rel_attention` use private or low-level operations (aten's sigmoid/tanh backward,
+`torch._softmax_backward_data`, `as_strided`): they are tied to the torch 2.x API and are the first place to
+look when a torch upgrade changes numbers.
 """
 
 from __future__ import annotations
@@ -169,3 +171,46 @@ class _RelAttnCore(torch.autograd.Function):
         return (dq.view(B, Q, H * dh).to(q_dt), dkv.view(B, K, 2 * H * dh).to(kv_dt),
                 drk.transpose(0, 1).reshape(K, H * dh).to(rk_dt), (dqu.sum((0, 2)) * s).to(u_dt),
                 (dqv.sum(1) * s).to(v_dt), None, None)
+
+
+# ----------------------------------------------------------------------------- R-Transformer local RNN
+
+
+def local_rnn(x: torch.Tensor, rnn: torch.nn.Module, window: int) -> torch.Tensor:
+    """The local RNN of `r_transformer.LocalRNN` (last hidden state of `rnn` over the `window` positions
+    ending at each t, zero-padded before the start), with each position's input projection computed once.
+
+    x (B, T, d); `rnn` the module's single-layer, batch-first nn.GRU or nn.LSTM, whose parameters are used as
+    they are (weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0). The plain path runs the RNN over
+    (B*T, window, d) windows, projecting every position `window` times; here x_j W_ih^T + b_ih is computed
+    once per padded position, (B, T+window-1, G*d), and the window's step j reads the slice [j, j+T) of it,
+    so only h W_hh^T runs per window step. The cell equations are torch's (GRU gates r, z, n with b_hn
+    inside the r * (...) term; LSTM gates i, f, g, o); the first step starts from h = 0 (and c = 0), so
+    its hidden product is just b_hh. Returns (B, T, d).
+    """
+    B, T, d = x.shape
+    k = window
+    w_ih, w_hh, b_ih, b_hh = rnn.weight_ih_l0, rnn.weight_hh_l0, rnn.bias_ih_l0, rnn.bias_hh_l0
+    gi = F.linear(F.pad(x, (0, 0, k - 1, 0)), w_ih, b_ih)  # (B, T+k-1, G*d), padded rows = b_ih
+    # h = None stands for h = 0 (the first step's hidden product is b_hh); with window 1 the one step runs
+    # on a zero h, so weight_hh gets its (zero) gradient as in the plain path rather than none
+    h0 = None if k > 1 else x.new_zeros(B, T, d)
+    if isinstance(rnn, torch.nn.LSTM):
+        h, c = h0, None
+        for j in range(k):
+            g = gi[:, j:j + T] + (b_hh if h is None else F.linear(h, w_hh, b_hh))  # (B, T, 4d)
+            i, f, gg, o = g.chunk(4, dim=-1)
+            c_new = torch.sigmoid(i) * torch.tanh(gg)  # (B, T, d)
+            c = c_new if c is None else torch.sigmoid(f) * c + c_new  # c = 0 at the first step
+            h = torch.sigmoid(o) * torch.tanh(c)
+        return h
+    h = h0
+    for j in range(k):
+        gh = b_hh if h is None else F.linear(h, w_hh, b_hh)  # (G*d,) or (B, T, 3d)
+        i_r, i_z, i_n = gi[:, j:j + T].chunk(3, dim=-1)
+        h_r, h_z, h_n = gh.chunk(3, dim=-1)
+        r = torch.sigmoid(i_r + h_r)
+        z = torch.sigmoid(i_z + h_z)
+        n = torch.tanh(i_n + r * h_n)  # (B, T, d)
+        h = (1 - z) * n if j == 0 else (1 - z) * n + z * h
+    return h

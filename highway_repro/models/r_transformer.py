@@ -23,12 +23,14 @@ R-Transformer's replacement for positional encoding, not a sublayer of the
 Highway Transformer). The gate input is the un-normalised residual stream x, the
 sublayer input, as in the post-LN formula `LN(X + Att(X) + SDU(X))` of the paper;
 only the sublayer itself sees LN(x). Gate kinds / placement / T = transform gate,
-C = 1 - T: see `gates.py`; `fused=True` computes the gates with `kernels.py`.
+C = 1 - T: see `gates.py`; `fused=True` computes the gates and the local RNN with `kernels.py`.
 
 Local RNN: the output at position t is the last hidden state of an RNN run over
 the `window` positions t-window+1..t (zero-padded before the start). It is
 computed for all positions at once: left-pad by window-1, `unfold` into windows
 (B*T, window, d), one batched nn.GRU / nn.LSTM call, keep the last step.
+`fused=True` computes the same with `kernels.local_rnn` (each position's input
+projection once instead of once per window holding it; same parameters).
 
 Choices (as the official R-Transformer code): embeddings not scaled (no position
 signal to balance), init N(0, 0.01); attention / FFN / RNN keep PyTorch's default
@@ -51,7 +53,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from highway_repro import options
-from highway_repro.models import gates
+from highway_repro.models import gates, kernels
 from highway_repro.models.layers import CausalSelfAttention, FeedForward
 
 RNNS = {"gru": nn.GRU, "lstm": nn.LSTM}  # the names: options.RNNS
@@ -83,12 +85,14 @@ NORM_STYLES = {"official": OfficialLayerNorm, "torch": nn.LayerNorm}  # the name
 class LocalRNN(nn.Module):
     """RNN over the `window` positions ending at each t; (B, T, d) -> (B, T, d), no loop over t."""
 
-    def __init__(self, d_model: int, rnn: str = "gru", window: int = 9):
+    def __init__(self, d_model: int, rnn: str = "gru", window: int = 9, fused: bool = False):
         super().__init__()
-        self.window = window
+        self.window, self.fused = window, fused
         self.rnn = RNNS[rnn](d_model, d_model, batch_first=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused:
+            return kernels.local_rnn(x, self.rnn, self.window)  # same numbers, ~window x less input projection
         B, T, C = x.shape
         k = self.window
         x = F.pad(x, (0, 0, k - 1, 0))  # (B, T+k-1, C), zeros before the start
@@ -106,7 +110,7 @@ class Layer(nn.Module):
                  norm_style: str = "official", fused: bool = False):
         super().__init__()
         norm = NORM_STYLES[norm_style]
-        self.rnns = nn.ModuleList(LocalRNN(d_model, rnn, window) for _ in range(rnn_layers))
+        self.rnns = nn.ModuleList(LocalRNN(d_model, rnn, window, fused) for _ in range(rnn_layers))
         self.ln_rnns = nn.ModuleList(norm(d_model) for _ in range(rnn_layers))
         self.drop = nn.Dropout(dropout)
         self.attn = CausalSelfAttention(d_model, n_heads, dropout, attn_dropout, init_std=None)
