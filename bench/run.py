@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from bench import cases, timing
+from highway_repro.engine.loggers import cpu_model
 
 REPO = Path(__file__).resolve().parents[1]
 HF_PYTHON_DEFAULT = REPO / ".venv-bench-hf" / "bin" / "python"
@@ -88,13 +89,7 @@ def _spread(xs) -> str:
 # ----------------------------------------------------------------------------- machine
 
 def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+    return cpu_model() or platform.processor() or "unknown CPU"
 
 
 def _cpu_flags() -> str:

@@ -31,7 +31,8 @@ def write_json_atomic(path: Path, obj) -> None:
     os.replace(tmp, path)
 
 
-def _cpu_model() -> str | None:
+def cpu_model() -> str | None:
+    """The CPU's model name from /proc/cpuinfo (None where there is none); also used by the benchmarks."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -69,7 +70,7 @@ def write_run_info(out_dir: Path, **extra) -> dict:
     if "start_time" in info:
         extra.pop("start_time", None)
     info.update({
-        "machine": platform.machine(), "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(),
+        "machine": platform.machine(), "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
         "torch": torch.__version__, "python": platform.python_version(),
         "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "threads": torch.get_num_threads(), "git_commit": _git_commit(), **extra})
