@@ -596,7 +596,9 @@ def machine(ctx: Ctx) -> dict:
 
     facts = {"python": platform.python_version(), "torch": torch.__version__,
              "torch CUDA build": torch.version.cuda or "none", "cuDNN": torch.backends.cudnn.version(),
-             "CPU cores": os.cpu_count(), "platform": platform.platform()}
+             "CPU cores": os.cpu_count(), "platform": platform.platform(),
+             # NGC containers set the first: fp32 matmuls then run in TF32 whatever the code asks (the "fp32" peak too)
+             **{v: os.environ.get(v, "unset") for v in ("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "NVIDIA_TF32_OVERRIDE")}}
     with contextlib.suppress(Exception):
         kb = int(next(x for x in Path("/proc/meminfo").read_text().splitlines() if x.startswith("MemTotal")).split()[1])
         facts["RAM"] = f"{kb / 2 ** 20:.0f} GiB"
@@ -605,8 +607,7 @@ def machine(ctx: Ctx) -> dict:
         facts.update({"GPU": p.name, "GPU count": torch.cuda.device_count(),
                       "GPU memory": f"{p.total_memory / 2 ** 30:.1f} GiB", "compute capability": f"{p.major}.{p.minor}",
                       "SMs": p.multi_processor_count})
-        with contextlib.suppress(Exception):
-            facts["NCCL"] = ".".join(map(str, torch.cuda.nccl.version()))
+        facts["NCCL"] = nccl_version()
         with contextlib.suppress(Exception):
             r = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm,power.limit",
                                 "--format=csv,noheader"], capture_output=True, text=True, timeout=15)
@@ -625,6 +626,17 @@ def machine(ctx: Ctx) -> dict:
         raise RuntimeError("CUDA is not available: this is a CPU-only torch or no GPU is visible "
                            f"(torch {torch.__version__}, CUDA build {torch.version.cuda}); use --dry-run on CPU")
     return facts
+
+
+def nccl_version() -> str | None:
+    """torch.cuda.nccl.version(): a tuple in recent torch, an int (e.g. 21805) in older ones."""
+    try:
+        import torch
+
+        v = torch.cuda.nccl.version()
+    except Exception:
+        return None
+    return ".".join(map(str, v)) if isinstance(v, (tuple, list)) else str(v)
 
 
 def _mirror_info() -> dict:
@@ -805,8 +817,16 @@ def throughput(ctx: Ctx, case: Case, variant: str, overrides: tuple, precision: 
         items = int(batch[1].numel()) if tr.task.kind == "lm" else int(batch[1].shape[0])
         key = (case.key, variant)
         if key not in ctx.flops:
-            ctx.flops[key] = count_flops(tr)
-        ev = eval_speed(tr, ctx.device)
+            try:  # the speed numbers stand without it
+                ctx.flops[key] = count_flops(tr)
+            except Exception as e:
+                ctx.flops[key] = None
+                ctx.rep.problem(f"flops {case.key} {variant}", f"{type(e).__name__}: {e}"[:300])
+        try:
+            ev = eval_speed(tr, ctx.device)
+        except Exception as e:
+            ev = None
+            ctx.rep.problem(f"eval speed {case.key} {variant} {precision}", f"{type(e).__name__}: {e}"[:300])
         params = sum(p.numel() for p in tr.model.parameters())
     del tr
     shutil.rmtree(out / "ckpt", ignore_errors=True)
@@ -814,7 +834,8 @@ def throughput(ctx: Ctx, case: Case, variant: str, overrides: tuple, precision: 
     peak = ctx.peaks.get("bf16" if precision == "bf16" else ("fp32" if ctx.dry else "tf32"))
     res = {"case": case.key, "variant": variant, "precision": precision, "params": params, "items": items,
            "unit": unit.replace("_per_s", ""), "rate": rate, "step_s": step_s, "flops": ctx.flops[key],
-           "mfu": (ctx.flops[key] / step_s / peak) if peak else None, "mem": mem[0], "mem_reserved": mem[1],
+           "mfu": (ctx.flops[key] / step_s / peak) if peak and ctx.flops[key] else None, "mem": mem[0],
+           "mem_reserved": mem[1],
            "loss_first": float(lines[0]["train/loss"]), "loss_last": float(lines[-1]["train/loss"]),
            "wall_s": wall, "eval": ev, "batch": tuple(batch[0].shape)}
     res["finite"] = math.isfinite(res["loss_last"])
@@ -825,7 +846,8 @@ def throughput(ctx: Ctx, case: Case, variant: str, overrides: tuple, precision: 
         ctx.rep.row("throughput", case.key, variant, precision, metric, res[metric],
                     {"rate": f"{res['unit']}/s", "step_s": "s", "flops": "FLOP", "mem": "B", "mem_reserved": "B",
                      "wall_s": "s"}.get(metric, ""))
-    ctx.rep.row("throughput", case.key, variant, precision, "eval_batch_s", ev["batch_s"], "s", ev["split"])
+    if ev:
+        ctx.rep.row("throughput", case.key, variant, precision, "eval_batch_s", ev["batch_s"], "s", ev["split"])
     say(f"{case.key} {variant} {precision}: {step_s * 1e3:.1f} ms/step, {rate:,.0f} {res['unit']}/s, "
         f"MFU {pct(res['mfu'])}, mem {fmt(mem[0], 2, 'B')}, loss {res['loss_first']:.3f} -> {res['loss_last']:.3f}")
     throughput_section(ctx)
@@ -914,6 +936,17 @@ def official_step400() -> dict:
         return {k: ENWIK8_L6_LOGS[k][i] for k in OFFICIAL_STEP400}
     except Exception:
         return dict(OFFICIAL_STEP400)
+
+
+def curve_need(ctx: Ctx, variant: str) -> float:
+    """Seconds one curve run needs: steps x the measured bf16 step time + 4 validation passes, with a margin
+    (before any measurement: 0.25 s per step, 30 s of evaluation)."""
+    r = ctx.results.get(("txl6", variant, "bf16")) or ctx.results.get(("txl6", "baseline", "bf16"))
+    train = ctx.args.curve_steps * (r["step_s"] if r else 0.25)
+    ev = r.get("eval") if r else None
+    per_pass = (lambda n: min(n, 2)) if ctx.dry else (lambda n: n)  # the dry run caps each pass at 2 batches
+    evals = 4 * per_pass(ev["sizes"]["val"][0]) * ev["batch_s"] if ev and "val" in ev["sizes"] else 30.0
+    return (8 if ctx.dry else 20) + 1.3 * (train + evals)
 
 
 def curve_run(ctx: Ctx, variant: str) -> dict:
@@ -1084,7 +1117,7 @@ def ddp_worker(args) -> int:
         tdist.all_reduce(x)
         result.update({"backend": tdist.get_backend(), "world_size": world, "device": str(dev),
                        "all_reduce_ok": bool((x == world * (world + 1) / 2).all()),
-                       "nccl": ".".join(map(str, torch.cuda.nccl.version())) if backend == "nccl" else None})
+                       "nccl": nccl_version() if backend == "nccl" else None})
         steps, half = (4, 2) if args.dry_run else (16, 8)
         base = ["experiment=ht_enwik8_l6", "data=enwik8_prefix", f"scale={'smoke' if args.dry_run else 'paper'}",
                 f"trainer.device={device}", "trainer.precision=bf16", f"trainer.log_every={half // 2}",
@@ -1210,7 +1243,7 @@ def table_time(p: dict, base: dict | None, gated: dict | None) -> float | None:
         if n == 0:
             continue
         r = r or base or gated
-        if r is None:
+        if r is None or not r.get("eval"):
             return None
         ev = r["eval"]
         scale = {s: (PAPER_EVAL_ITEMS[ev["data_name"]] / items if ev["data_name"] in PAPER_EVAL_ITEMS else 1.0)
@@ -1254,8 +1287,7 @@ def tables_section(ctx: Ctx) -> None:
         "gated/highway rows use the gated variant's step time, baseline/plain rows the baseline's. Data loading is "
         "in the step time (the trainer builds batches in the training process). Not included: start-up, checkpoint "
         "writes, the report. bf16 = `trainer.precision=bf16`; fp32 = the configs' default precision with TF32 "
-        "matmuls (without TF32, slower). With N GPUs: `JOBS=N` runs N jobs at once (about N times faster), or "
-        "torchrun DDP per run (README \"Speed and scale\").", "",
+        "matmuls (without TF32, slower). Ways to go faster: docs/gpu.md.", "",
         *md_table(["command", "grid", "runs", "steps/run", "time bf16", "time fp32/TF32", "peak memory", "note"], rows,
                   "---|---|---:|---:|---:|---:|---:|---")])
 
@@ -1263,7 +1295,7 @@ def tables_section(ctx: Ctx) -> None:
 # ----------------------------------------------------------------------------- --prepare (on the CPU box)
 
 DEP_MODULES = ("hydra", "omegaconf", "antlr4", "yaml", "tqdm", "pytest", "_pytest", "pluggy", "iniconfig",
-               "packaging", "exceptiongroup", "tomli", "py")
+               "packaging", "pygments", "exceptiongroup", "tomli", "py")
 
 
 def prepare_data(src: Path, dst: Path, n_train: int = 3000, n_test: int = 1000) -> dict:
@@ -1466,10 +1498,7 @@ def check(ctx: Ctx, args) -> int:
             run_throughput(ctx, "A")
         if on("curve"):
             for variant in ("baseline", "sdu_tanh"):
-                r = ctx.results.get(("txl6", variant, "bf16")) or ctx.results.get(("txl6", "baseline", "bf16"))
-                step_s = r["step_s"] if r else 0.25
-                phase(ctx, f"curve {variant}", (8 if ctx.dry else 25) + args.curve_steps * step_s * 1.3, curve_run,
-                      variant)
+                phase(ctx, f"curve {variant}", curve_need(ctx, variant), curve_run, variant)
             if ctx.curves:
                 phase(ctx, "curve png", 2, curves_png)
         if on("ddp"):
