@@ -914,7 +914,8 @@ def throughput_jobs(groups: str) -> list[tuple]:
     return jobs
 
 
-def run_throughput(ctx: Ctx, groups: str) -> None:
+def run_throughput(ctx: Ctx, groups: str, reserve: float = 0.0) -> None:
+    """The speed runs of these case groups; each starts only if it fits, with `reserve` seconds kept for later."""
     for case, variant, ov, precision in throughput_jobs(groups):
         if ctx.args.cases and case.key not in ctx.args.cases:
             continue
@@ -923,7 +924,8 @@ def run_throughput(ctx: Ctx, groups: str) -> None:
                                                                      "CPUs without AVX512-BF16 (a CPU limit)")
             continue
         need = 8 if ctx.dry else (30 if case.key == "txl12" else 15)
-        phase(ctx, f"throughput {case.key} {variant} {precision}", need, throughput, case, variant, ov, precision)
+        phase(ctx, f"throughput {case.key} {variant} {precision}", need + reserve, throughput, case, variant, ov,
+              precision)
 
 
 # ----------------------------------------------------------------------------- 5. learning curve
@@ -1020,8 +1022,11 @@ def curve_section(ctx: Ctx) -> None:
 
 def curves_png(ctx: Ctx) -> Path:
     """The PNG of the curves CSV (matplotlib may be missing on the GPU machine: `--plot` draws it later)."""
-    return plot_curves(ctx.rep.out.with_name(ctx.rep.out.name + "_curves.csv"),
-                       ctx.rep.out.with_name(ctx.rep.out.name + "_curves.png"))
+    csv_path = ctx.rep.out.with_name(ctx.rep.out.name + "_curves.csv")
+    if _found("matplotlib") is None:
+        raise RuntimeError(f"matplotlib is missing here: draw it elsewhere with `python scripts/gpu_check.py "
+                           f"--plot {csv_path.name}`")
+    return plot_curves(csv_path, ctx.rep.out.with_name(ctx.rep.out.name + "_curves.png"))
 
 
 def write_curves(out: Path, curves: dict, official: dict) -> None:
@@ -1057,7 +1062,7 @@ def ddp_check(ctx: Ctx) -> dict:
     result = work / "result.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
            str(Path(__file__).resolve()), "--ddp-worker", "--runs", str(work)] + (["--dry-run"] if ctx.dry else [])
-    rc, out = run_child(ctx, cmd, timeout=min(240.0, max(30.0, ctx.left() - 15)))
+    rc, out = run_child(ctx, cmd, timeout=min(150.0, max(30.0, ctx.left() - 15)))  # ~40 s on a GPU
     if not result.exists():
         raise RuntimeError(f"torchrun exited {rc} without a result: {tail(out, 6)}")
     r = json.loads(result.read_text())
@@ -1158,7 +1163,7 @@ def cuda_tests(ctx: Ctx) -> dict:
     xml.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
            f"--junitxml={xml}", *files]
-    rc, out = run_child(ctx, cmd, timeout=min(180.0, max(20.0, ctx.left() - 15)))
+    rc, out = run_child(ctx, cmd, timeout=min(120.0, max(20.0, ctx.left() - 15)))  # ~30 s on a GPU
     if not xml.exists():
         raise RuntimeError(f"pytest exited {rc} without a result: {tail(out, 6)}")
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
@@ -1464,8 +1469,15 @@ def main(argv=None) -> int:
     guard = start_guard(ctx, grace=30.0)
     say(f"{'DRY RUN on CPU' if ctx.dry else 'GPU check'}: budget {ctx.deadline:.0f} s; report {rep.out}.md; "
         f"mirror {os.environ.get('HIGHWAY_DATA_MIRROR', 'not set')}")
-    import torch  # noqa: F401  (seconds: after the module check above)
-
+    try:
+        import torch  # seconds: after the module check above
+    except Exception as e:  # a torch that is there but does not load (a missing CUDA library, ...)
+        rep.problem("preflight", f"import torch failed: {type(e).__name__}: {e}"[:600])
+        say(f"import torch failed: {type(e).__name__}: {e}")
+        guard.cancel()
+        rep.finished = True
+        rep.write()
+        return 2
     threads = torch.get_num_threads()
     if ctx.dry:
         torch.set_num_threads(1)  # tiny models: one thread is fastest and leaves the other cores alone
@@ -1507,7 +1519,7 @@ def check(ctx: Ctx, args) -> int:
         phase(ctx, "cuda tests", 15 if ctx.dry else 40, cuda_tests)
     if ctx.configs_ok:
         if on("throughput"):
-            run_throughput(ctx, "BC")
+            run_throughput(ctx, "BC", reserve=0 if ctx.dry else 8)  # the table times come after
         if on("tables"):
             phase(ctx, "table times", 3, tables_section)
     rep.finished = True
