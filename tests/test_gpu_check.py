@@ -46,8 +46,10 @@ def test_dry_run_writes_every_section_of_the_report(tmp_path, monkeypatch):
     """The GPU run's code path on CPU at smoke sizes, as `make gpu-check DRY=1` runs it, in-process (torchrun is a
     subprocess); two speed cases here, a memory LM and an image net (the others differ by config), without the
     pytest-in-pytest phase and the table times (the tests below cover them)."""
-    for var in ("PYTHONPATH", "HIGHWAY_DATA_OFFLINE"):  # the script sets them for its children
-        monkeypatch.setenv(var, os.environ.get(var, ""))
+    # the script sets these for itself and its children: restored after the test
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setenv("HIGHWAY_DATA_OFFLINE", "1")
+    monkeypatch.setenv("HIGHWAY_DATA_MIRROR", str(mirror()))
     monkeypatch.setattr(sys, "path", list(sys.path))
     out = tmp_path / "report" / "gpu_check"
     assert gc.main(["--dry-run", "--cases", "txl6,mnist_conv", "--skip", "tests,tables", "--data", str(mirror()),
