@@ -15,6 +15,8 @@ import highway_repro
 def _modules():
     yield highway_repro
     for info in pkgutil.walk_packages(highway_repro.__path__, prefix="highway_repro."):
+        if info.name.endswith(".__main__"):  # runs its command line when imported
+            continue
         yield importlib.import_module(info.name)
 
 

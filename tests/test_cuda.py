@@ -1,0 +1,180 @@
+"""Tests that need a CUDA GPU (marker `cuda`): skipped without one; `make gpu-check` runs them on the GPU.
+
+On the device they check what the CPU suite checks on CPU: the Transformer-XL attention core equals the
+explicit formula (fp64) and stays close to fp32 under bf16 autocast; every experiment's model trains a
+step under bf16 autocast with finite fp32 gradients; the deferred NaN check (the CUDA default) stops a
+run exactly as the per-step check; a checkpoint written on the device (memory included) resumes the run.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import EXPERIMENTS, compose, needs_mirror
+from highway_repro.models.transformer_xl import TransformerXL
+
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+DEVICE = "cuda"
+# data meta of the image sets (what the data layer passes to the model); language models get a vocabulary
+IMAGE_META = {"mnist": {"num_classes": 10, "input_shape": (1, 28, 28)},
+              "cifar10": {"num_classes": 10, "input_shape": (3, 32, 32)},
+              "cifar100": {"num_classes": 100, "input_shape": (3, 32, 32)}}
+VOCAB = 50
+
+
+@pytest.mark.parametrize("kw", [{}, {"clamp_len": 3}, {"same_length": True}, {"norm": "pre", "gate_kind": "sdu_tanh"}])
+def test_transformer_xl_core_equals_explicit_attention_on_cuda(kw):
+    """The hand-written training kernel (_RelAttnCore: strided rel-shift view, un-shift in backward) on the device."""
+    torch.manual_seed(0)
+    m = TransformerXL(13, n_layers=2, d_model=16, n_heads=2, d_head=8, d_inner=32, dropout=0.0, tgt_len=6,
+                      mem_len=5, **kw).double().to(DEVICE)
+    with torch.no_grad():
+        m.r_w_bias.normal_(0, 1.0)
+        m.r_r_bias.normal_(0, 1.0)
+    x = torch.randint(0, 13, (2, 6), device=DEVICE)
+    mems = [torch.randn(2, 5, 16, dtype=torch.float64, device=DEVICE) for _ in range(2)]
+    results = []
+    for fused in (True, False):
+        m.set_fused_attention(fused)
+        m.zero_grad()
+        logits, _ = m(x, mems=mems)
+        logits.pow(2).sum().backward()
+        results.append((logits.detach(), [p.grad.clone() for p in m.parameters()]))
+    torch.testing.assert_close(results[0][0], results[1][0], atol=1e-12, rtol=0)
+    for a, b in zip(results[0][1], results[1][1]):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+
+
+def test_transformer_xl_bf16_autocast_close_to_fp32_on_cuda():
+    """Full memory, training path: the bf16 loss within 1% of fp32, gradients fp32, finite, same direction."""
+    torch.manual_seed(0)
+    V = 204
+    m = TransformerXL(V, n_layers=2, d_model=128, n_heads=4, d_head=32, d_inner=256, dropout=0.0, tgt_len=64,
+                      mem_len=64).to(DEVICE)
+    x = torch.randint(0, V, (4, 64), device=DEVICE)
+    y = torch.randint(0, V, (4, 64), device=DEVICE)
+    with torch.no_grad():
+        _, mems = m(x)
+    out = {}
+    for bf16 in (False, True):
+        m.zero_grad()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            logits, _ = m(x, mems=mems)
+        loss = F.cross_entropy(logits.float().reshape(-1, V), y.reshape(-1))
+        loss.backward()
+        out[bf16] = (loss.item(), torch.cat([p.grad.flatten() for p in m.parameters()]),
+                     {p.grad.dtype for p in m.parameters()})
+    assert abs(out[True][0] - out[False][0]) / out[False][0] < 1e-2
+    assert out[True][2] == {torch.float32} and torch.isfinite(out[True][1]).all()
+    assert F.cosine_similarity(out[True][1], out[False][1], dim=0) > 0.99
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_model_trains_a_bf16_step_on_cuda(experiment):
+    """Each experiment's model (smoke size) through its task under bf16 autocast on the device (cuDNN RNNs too)."""
+    from hydra.utils import instantiate
+
+    from highway_repro.engine.tasks import build_task
+
+    cfg = compose([f"experiment={experiment}", "scale=smoke"])
+    meta = IMAGE_META.get(str(cfg.data.name), {"vocab_size": VOCAB})
+    torch.manual_seed(0)
+    model = instantiate(cfg.model, _convert_="all", **meta).to(DEVICE).train()
+    if "vocab_size" in meta:
+        shape = (int(cfg.data.batch_size), int(cfg.data.seq_len))
+        batch = (torch.randint(0, VOCAB, shape, device=DEVICE), torch.randint(0, VOCAB, shape, device=DEVICE))
+        task = build_task("lm")
+    else:
+        batch = (torch.randn(8, *meta["input_shape"], device=DEVICE),
+                 torch.randint(0, meta["num_classes"], (8,), device=DEVICE))
+        task = build_task("classification")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss, sums, _ = task.forward(model, batch)
+    loss.backward()
+    assert torch.isfinite(loss)
+    grads = [(n, p.grad) for n, p in model.named_parameters() if p.requires_grad]
+    assert all(g is not None for _, g in grads), [n for n, g in grads if g is None]
+    assert all(g.dtype == torch.float32 and torch.isfinite(g).all() for _, g in grads)
+
+
+def _run(cfg, out):
+    from highway_repro.train import run
+
+    out.mkdir(parents=True)
+    final = run(cfg, out)
+    lines = [{k: v for k, v in json.loads(x).items() if not k.startswith("perf/")}
+             for x in (out / "metrics.jsonl").read_text().splitlines()]
+    ckpt = torch.load(out / "ckpt" / "last.pt", map_location="cpu", weights_only=False)
+    return {k: v for k, v in final.items() if not k.startswith("time/")}, lines, ckpt
+
+
+def _close(a: dict, b: dict, rel: float) -> bool:
+    if a.keys() != b.keys():
+        return False
+    for k in a:
+        if isinstance(a[k], float) and isinstance(b[k], float):
+            if abs(a[k] - b[k]) > rel * max(abs(a[k]), abs(b[k]), 1e-12):
+                return False
+        elif a[k] != b[k]:
+            return False
+    return True
+
+
+@needs_mirror
+def test_deferred_nan_check_on_cuda_stops_like_the_per_step_check(tmp_path, monkeypatch):
+    """On CUDA the trainer defers the check (no host sync per step): same stop step, error, checkpoint and log
+    as the per-step check, and the deferred path is the one that caught it."""
+    from highway_repro.engine.trainer import Trainer
+
+    forward, check = Trainer._forward, Trainer._check_finite
+    caught = []
+
+    def nan_from_step_5(self, batch, mems, score_len):
+        loss, sums, new_mems = forward(self, batch, mems, score_len)
+        if self.model.training and self.step >= 5:
+            loss = loss * float("nan")
+        return loss, sums, new_mems
+
+    def spy(self):
+        if self._first_bad is not None and int(self._first_bad) < self.cfg.max_steps:
+            caught.append(int(self._first_bad))
+        return check(self)
+
+    monkeypatch.setattr(Trainer, "_forward", nan_from_step_5)
+    monkeypatch.setattr(Trainer, "_check_finite", spy)
+    cfg = compose(["experiment=demo", "scale=smoke", "model.depth=3", "trainer.max_steps=12", "trainer.log_every=4",
+                   "trainer.checkpoint_every=4", "trainer.eval_every=0", "trainer.device=cuda", "logger=jsonl"])
+    outs = {}
+    for defer in (None, False):  # None: the trainer's choice, deferred on CUDA
+        monkeypatch.setattr(Trainer, "defer_nan_check", defer)
+        outs[defer] = _run(cfg, tmp_path / str(defer))
+    final, lines, ckpt = outs[None]
+    assert final["status"] == "diverged" and final["step"] == 5 and "at step 5" in final["error"]
+    assert ckpt["step"] == 4 and all(torch.isfinite(v).all() for v in ckpt["model"].values())
+    assert caught == [5]  # the deferred check found it (the per-step run never leaves a pending step)
+    assert final == outs[False][0] and ckpt["step"] == outs[False][2]["step"]
+    assert [x["step"] for x in lines] == [x["step"] for x in outs[False][1]]
+    assert all(_close(a, b, 1e-5) for a, b in zip(lines, outs[False][1]))
+
+
+@needs_mirror
+def test_checkpoint_on_cuda_resumes_the_run(tmp_path):
+    """Transformer-XL (memory, dropout RNG of the device in the checkpoint): 4 steps straight vs 2 + resume=auto."""
+    base = ["experiment=ht_enwik8_l6", "scale=smoke", "trainer.device=cuda", "trainer.log_every=2",
+            "trainer.checkpoint_every=2", "trainer.eval_every=2", "trainer.eval_max_batches=2",
+            "trainer.final_max_batches=2", "trainer.splits=[val]", "optim.scheduler.kind=constant", "logger=jsonl"]
+    whole, lines, _ = _run(compose(base + ["trainer.max_steps=4"]), tmp_path / "whole")
+    part = tmp_path / "part"
+    _, _, ckpt = _run(compose(base + ["trainer.max_steps=2"]), part)
+    assert ckpt["step"] == 2 and len(ckpt["mems"]) == 6 and ckpt["mems"][0].shape[1] == 16
+    assert "cuda" in ckpt["rng"]
+    from highway_repro.train import run
+
+    resumed = run(compose(base + ["trainer.max_steps=4", "resume=auto"]), part)
+    resumed = {k: v for k, v in resumed.items() if not k.startswith("time/")}
+    assert resumed["status"] == "done" and resumed["step"] == 4
+    assert _close(resumed, whole, 1e-3), (resumed, whole)
