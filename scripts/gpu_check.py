@@ -1042,7 +1042,7 @@ def write_curves(out: Path, curves: dict, official: dict) -> None:
 
 
 def plot_curves(csv_path: Path, png: Path) -> Path:
-    from highway_repro.report import plot_curves as plot
+    from highway_repro.report.plots import Panel, plot
 
     series, reference = {}, {}
     with open(csv_path) as f:
@@ -1052,7 +1052,8 @@ def plot_curves(csv_path: Path, png: Path) -> Path:
             xs, ys = target.setdefault(label, ([], []))
             xs.append(int(r["step"]))
             ys.append(float(r["bpc"]))
-    return plot(series, "bpc", png, title="Transformer-XL 6 layers, enwik8 prefix (indicative)", reference=reference)
+    return plot(png, [Panel("Transformer-XL 6 layers, enwik8 prefix (indicative)", series, "bpc"),
+                      Panel("official training logs (full enwik8), val bpc", reference, "bpc", dashed=True)])
 
 
 # ----------------------------------------------------------------------------- 6. torchrun + nccl
