@@ -83,9 +83,10 @@ HN_FIG1 = TableSpec(
     figure=_fig1_figure)
 
 
-def _table1_paper(field):
+def _paper_accuracy(table, field):
+    """A cell with the paper's accuracy of a row of `table` (papers.HN_TABLE1 / HN_CIFAR): `best`, or `mean_std`."""
     def value(row_id):
-        p = papers.HN_TABLE1.rows.get(row_id)
+        p = table.rows.get(row_id)
         if p is None:
             return None
         return f"{p['mean']:.2f} ± {p['std']:.2f}" if field == "mean_std" else f"{p[field]:.2f}"
@@ -97,8 +98,8 @@ HN_TABLE1 = TableSpec(
     "Highway Networks, Table 1: 10-layer conv net on MNIST",
     keys=("model.width", "model.kind"),
     columns=(params(), count(), stat(TEST_ACC, "test accuracy % (ours, mean ± std)"), best(TEST_ACC),
-             paper("paper best", _table1_paper("best"), "paper_best"),
-             paper("paper mean ± std", _table1_paper("mean_std"), "paper_mean_std")),
+             paper("paper best", _paper_accuracy(papers.HN_TABLE1, "best"), "paper_best"),
+             paper("paper mean ± std", _paper_accuracy(papers.HN_TABLE1, "mean_std"), "paper_mean_std")),
     primary=TEST_ACC,
     claims=tuple(Claim(f"reaches the paper's accuracy ({TEST_ACC.label} >= paper mean - {papers.TABLE1_CLAIM_STDS:g} "
                        f"paper std = {papers.table1_threshold(p):.2f})", row, TEST_ACC, "higher",
@@ -109,22 +110,12 @@ HN_TABLE1 = TableSpec(
     paper=papers.HN_TABLE1, paper_of=lambda row_id, split: (papers.HN_TABLE1.rows.get(row_id) or {}).get("mean"))
 
 
-def _cifar_paper(field):
-    def value(row_id):
-        p = papers.HN_CIFAR.rows.get(row_id)
-        if p is None:
-            return None
-        return f"{p['mean']:.2f} ± {p['std']:.2f}" if field == "mean_std" else f"{p[field]:.2f}"
-
-    return value
-
-
 HN_CIFAR = TableSpec(
     "Highway Networks, Tables 2/3: 19-layer conv net on CIFAR-10",
     keys=("model.kind",), order={"model.kind": ("highway", "plain")},
     columns=(params(), count(), stat(TEST_ACC, "test accuracy % (ours)"),
-             paper("paper best", _cifar_paper("best"), "paper_best"),
-             paper("paper mean ± std", _cifar_paper("mean_std"), "paper_mean_std")),
+             paper("paper best", _paper_accuracy(papers.HN_CIFAR, "best"), "paper_best"),
+             paper("paper mean ± std", _paper_accuracy(papers.HN_CIFAR, "mean_std"), "paper_mean_std")),
     primary=TEST_ACC,
     claims=(Claim(f"reaches about the paper's accuracy ({TEST_ACC.label} >= {papers.CIFAR_CLAIM_AT_LEAST})",
                   ("highway",), TEST_ACC, "higher", papers.CIFAR_CLAIM_AT_LEAST,
