@@ -226,3 +226,28 @@ def test_deferred_nan_check_stops_like_the_per_step_check(tmp_path, monkeypatch)
     assert outs[True][0]["status"] == "diverged" and outs[True][0]["step"] == 5
     assert "at step 5" in outs[True][0]["error"] and outs[True][2] == 4
     assert outs[True] == outs[False]
+
+
+@pytest.mark.parametrize("build", [
+    lambda: TransformerLM(vocab_size=37, n_layers=2, d_model=16, n_heads=2, d_ff=32, dropout=0.0),
+    lambda: RTransformer(vocab_size=37, n_layers=2, d_model=16, n_heads=2, d_ff=32, rnn="gru", window=3,
+                         dropout=0.0, emb_dropout=0.0),
+    lambda: TransformerXL(vocab_size=37, n_layers=2, d_model=16, n_heads=2, d_head=8, d_ff=32, dropout=0.0,
+                          tgt_len=5, mem_len=5),
+])
+def test_head_on_scored_positions_equals_the_slice_of_all_logits(build):
+    # score_len runs the head on the last positions only: the same logits as slicing the full output,
+    # and the same gradients of a loss on them
+    torch.manual_seed(0)
+    model = build()
+    tokens = torch.randint(0, 37, (3, 10))
+    full, _ = model(tokens)
+    part, _ = model(tokens, score_len=4)
+    assert part.shape == (3, 4, 37)
+    torch.testing.assert_close(part, full[:, -4:], atol=1e-6, rtol=0)
+    g_full = torch.autograd.grad(full[:, -4:].logsumexp(-1).sum(), list(model.parameters()), allow_unused=True)
+    g_part = torch.autograd.grad(part.logsumexp(-1).sum(), list(model.parameters()), allow_unused=True)
+    for a, b in zip(g_part, g_full):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=0)

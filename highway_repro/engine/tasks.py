@@ -61,9 +61,11 @@ class LanguageModel:
             x, y, score_len = batch
         else:
             x, y = batch  # (B, T) each
-        logits, new_mems = model(x, mems=state)  # (B, T, V)
         if score_len is not None and score_len < y.shape[1]:
-            logits, y = logits[:, -score_len:], y[:, -score_len:]
+            y = y[:, -score_len:]  # (B, S)
+        else:
+            score_len = None
+        logits, new_mems = model(x, mems=state, score_len=score_len)  # (B, S, V), the head on scored positions only
         nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
         n = y.numel()
         sums = {"nll": nll.detach() * n, "n": torch.tensor(float(n))}

@@ -159,15 +159,19 @@ class RTransformer(nn.Module):
         if tie_embeddings:
             self.head.weight = self.tok_emb.weight  # (V, d), shared
 
-    def forward(self, tokens: torch.Tensor, mems=None):
+    def forward(self, tokens: torch.Tensor, mems=None, score_len: int | None = None):
+        """tokens (B, T) -> logits (B, S, V), None; S = score_len (the last positions, the only ones the
+        head runs on) or T when None."""
         if mems is not None:
             raise ValueError(f"{type(self).__name__} has no memory; mems must be None")
         x = self.drop(self.tok_emb(tokens))  # (B, T, C)
         for layer in self.layers:
             x = layer(x)  # (B, T, C)
+        if score_len is not None:
+            x = x[:, x.shape[1] - score_len:]  # (B, S, C)
         if self.ln_final is not None:
             x = self.ln_final(x)
-        return self.head(x), None  # (B, T, V)
+        return self.head(x), None  # (B, S, V)
 
     def extra_repr(self) -> str:
         return f"norm_style={self.norm_style}, gates: {gates.describe_placement(self.placement)}"

@@ -101,7 +101,9 @@ class TransformerLM(nn.Module):
         if tie_embeddings:
             self.head.weight = self.tok_emb.weight  # (V, d), shared
 
-    def forward(self, tokens: torch.Tensor, mems=None):
+    def forward(self, tokens: torch.Tensor, mems=None, score_len: int | None = None):
+        """tokens (B, T) -> logits (B, S, V), None; S = score_len (the last positions, the only ones the
+        head runs on: on word-level vocabularies the head is most of the step) or T when None."""
         if mems is not None:
             raise ValueError(f"{type(self).__name__} has no memory; mems must be None")
         B, T = tokens.shape
@@ -115,9 +117,11 @@ class TransformerLM(nn.Module):
         x = self.drop(x)  # (B, T, C)
         for layer in self.layers:
             x = layer(x)  # (B, T, C)
+        if score_len is not None:
+            x = x[:, T - score_len:]  # (B, S, C)
         if self.ln_final is not None:
             x = self.ln_final(x)
-        return self.head(x), None  # (B, T, V)
+        return self.head(x), None  # (B, S, V)
 
     def extra_repr(self) -> str:
         return f"norm={self.norm}, pos={self.pos}, gates: {gates.describe_placement(self.placement)}"

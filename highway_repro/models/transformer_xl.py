@@ -269,8 +269,10 @@ class TransformerXL(nn.Module):
                 new_mems.append(cat[:, max(0, cat.size(1) - keep):].detach())
         return logits, new_mems
 
-    def forward(self, tokens: torch.Tensor, mems: list[torch.Tensor] | None = None):
-        """tokens (B, T) int64, mems as documented -> logits (B, T, V), new_mems.
+    def forward(self, tokens: torch.Tensor, mems: list[torch.Tensor] | None = None,
+                score_len: int | None = None):
+        """tokens (B, T) int64, mems as documented -> logits (B, S, V), new_mems; S = score_len (the last
+        positions) or T when None. Every position feeds the memory, so all are computed (the head too).
 
         T longer than the active tgt_len is processed as consecutive segments of tgt_len.
         """
@@ -284,4 +286,5 @@ class TransformerXL(nn.Module):
         for s in range(0, T, self.tgt_len):
             logits, mems = self._segment(tokens[:, s:s + self.tgt_len], mems)
             out.append(logits)
-        return (out[0] if len(out) == 1 else torch.cat(out, dim=1)), mems
+        logits = out[0] if len(out) == 1 else torch.cat(out, dim=1)  # (B, T, V)
+        return (logits if score_len is None else logits[:, T - score_len:]), mems
