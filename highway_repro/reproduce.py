@@ -168,12 +168,33 @@ def _hours(s: float) -> str:
     return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.0f} min"
 
 
-class Progress(threading.Thread):
-    """One line a minute: runs done / total and an ETA from the runs finished so far (else the estimate)."""
+def _last_step(run: Path) -> int:
+    """The step of the last complete line of a run's metrics.jsonl (0 when there is none)."""
+    try:
+        with open(run / "metrics.jsonl", "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 4096))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return 0
+    for line in reversed(lines):
+        try:
+            return int(json.loads(line).get("step", 0))
+        except (ValueError, AttributeError):
+            continue
+    return 0
 
-    def __init__(self, name: str, sweep_dir: Path, names: list[str], jobs: int, est: float | None, every: float = 60):
+
+class Progress(threading.Thread):
+    """One line a minute: runs done / total and an ETA; each tick also keeps the runs finished so far (`on_tick`),
+    so a sweep killed mid-way loses only its unfinished runs. The ETA is the work left (the runs not started, plus
+    the unfinished part of the started ones, by their last logged step of `max_steps`) at the seconds per run of
+    the runs finished in this sweep (else the estimate), shared by `jobs`."""
+
+    def __init__(self, name: str, sweep_dir: Path, names: list[str], jobs: int, est: float | None, every: float = 60,
+                 max_steps: int | None = None, on_tick=None):
         super().__init__(daemon=True)
         self.name_, self.sweep_dir, self.names, self.jobs, self.est, self.every = name, sweep_dir, names, jobs, est, every
+        self.max_steps, self.on_tick = max_steps, on_tick
         self.stop = threading.Event()
         self.start_done = {n for n in names if _status(sweep_dir / n) in FINISHED}
 
@@ -183,12 +204,18 @@ class Progress(threading.Thread):
         left = len(self.names) - len(done) - len(failed)
         new = _run_seconds([self.sweep_dir / n for n in done if n not in self.start_done])
         per = sum(new) / len(new) if new else self.est
-        eta = f"ETA {_hours(left * per / max(1, min(self.jobs, left)))}" if per and left else "ETA unknown"
+        work = float(left)  # in runs
+        if self.max_steps:
+            work -= sum(min(1.0, _last_step(self.sweep_dir / n) / self.max_steps)
+                        for n in self.names if n not in done and n not in failed)
+        eta = f"ETA {_hours(work * per / max(1, min(self.jobs, left)))}" if per and left else "ETA unknown"
         return (f"[{self.name_}] {len(done)}/{len(self.names)} runs done" + (f", {len(failed)} failed" if failed else "")
                 + f", {left} to go; {eta if left else 'finished'} ({time.strftime('%H:%M')})")
 
     def run(self) -> None:
         while not self.stop.wait(self.every):
+            if self.on_tick is not None:
+                self.on_tick()
             print(self.line(), flush=True)
 
 
@@ -229,7 +256,8 @@ def train_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: P
             base += ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={jobs}"]
     else:
         base += [f"hydra.run.dir={sweep_dir}"]
-    progress = Progress(name, sweep_dir, names, jobs, per)
+    progress = Progress(name, sweep_dir, names, jobs, per, max_steps=int(cfg.trainer.max_steps),
+                        on_tick=lambda: keep(sweep_dir, kept, single=not t.sweep) if sweep_dir.exists() else 0)
     progress.start()
     start, status = time.time(), 0
     try:

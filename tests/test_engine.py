@@ -203,3 +203,16 @@ def test_gate_recorder_is_injected_and_records_only_the_chosen_steps(tmp_path):
     assert entered == [True, True]  # steps 3 and 6, in training mode
     assert [x["step"] for x in lines if "gates/layer/mean" in x] == [3, 6]
     assert all(x["gates/layer/mean"] == 0.25 for x in lines if "gates/layer/mean" in x)
+
+
+def test_final_train_split_is_a_full_pass_of_the_final_weights(tmp_path):
+    # splits [train] (Fig. 1's "final training loss"): an evaluation pass with the final weights, not the running
+    # mean of the last log interval; _Images.eval_batches yields its batch 0
+    torch.manual_seed(0)
+    model = torch.nn.Linear(5, 3)
+    final, _ = _fit(tmp_path, model, splits=["train"])
+    x, y = _Images().x[0], _Images().y[0]
+    with torch.no_grad():
+        expected = torch.nn.functional.cross_entropy(model(x), y).item()
+    assert final["train/loss"] == pytest.approx(expected, rel=1e-6)
+    assert final["train/acc"] == pytest.approx((model(x).argmax(-1) == y).float().mean().item())

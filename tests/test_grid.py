@@ -115,6 +115,22 @@ def test_estimate_prefers_kept_runs(tmp_path):
     assert estimate_s(OmegaConf.create({"trainer": {"max_steps": 1}}), tmp_path / "none")[0] is None
 
 
+def test_progress_eta_counts_the_unfinished_part_of_started_runs_and_keeps_finished_runs(tmp_path):
+    from highway_repro.reproduce import Progress, keep
+
+    sweep, kept = tmp_path / "sweep", tmp_path / "kept"
+    _fake_run(sweep / "a", "done", wall=100.0)  # finished before this sweep: not used for the pace
+    _fake_run(sweep / "b", "running")
+    (sweep / "b" / "metrics.jsonl").write_text('{"step": 0}\n{"step": 50}\n{"step": 75, "tr')  # cut last line
+    names = ["a", "b", "c", "d"]  # c, d not started
+    p = Progress("t", sweep, names, jobs=2, est=60.0, max_steps=100, on_tick=lambda: keep(sweep, kept))
+    # work left: b half done (last complete step 50 of 100) + c + d = 2.5 runs x 60 s / 2 jobs = 75 s
+    assert "1/4 runs done, 3 to go; ETA 1 min" in p.line()
+    assert Progress("t", sweep, names, jobs=1, est=600.0, max_steps=100).line().count("ETA 25 min") == 1
+    p.on_tick()
+    assert (kept / "a" / "metrics.json").exists() and not (kept / "b").exists()
+
+
 def test_estimate_only_trains_nothing(tmp_path):
     r = subprocess.run([sys.executable, "-m", "highway_repro.reproduce", "ht_enwik8_l6", "--scale", "cpu",
                         "--estimate", "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "results")],

@@ -430,8 +430,8 @@ class Trainer:
             best = ckpt_lib.load(self.ckpt_dir / "best.pt", map_location=self.device)
             ckpt_lib.load_model_state(self.raw_model, best["model"], "best checkpoint")
             final.update(self.evaluate("val", cap))
-        for split in self.cfg.splits:
-            if split != "val" and split in self.data.splits:
+        for split in self.cfg.splits:  # "train": a full pass replaces the running mean of the last log interval
+            if split != "val" and (split == "train" or split in self.data.splits):
                 final.update(self.evaluate(split, cap))
         self._log({k: v for k, v in final.items() if k.startswith("test/")})
         return final
