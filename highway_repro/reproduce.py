@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from highway_repro.targets import PAPER_TABLES, TARGETS, Target, runs_folder
+from highway_repro.targets import PAPER_TABLES, REPORTS, TARGETS, Target, runs_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = ROOT / "configs"
@@ -54,17 +54,18 @@ def compose_table(t: Target, scale: str, plain: list[str]):
 
     import highway_repro.train  # noqa: F401  (registers the `hp` resolver)
 
-    overrides = [f"experiment={t.experiment}", f"scale={scale}"] + ([f"sweep={t.experiment}"] if t.sweep else [])
+    overrides = [f"experiment={t.experiment}", f"scale={scale}"] + ([f"sweep={t.sweep_file}"] if t.sweep else [])
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         return compose("train", overrides=overrides + plain, return_hydra_config=True)
 
 
-def grids(cfg, extra: list[str]) -> list[list[str]]:
+def grids(cfg, extra: list[str], extra_grids: bool = True) -> list[list[str]]:
     """The sweep's grids as override lists: the scale's `hydra.sweeper.params`, then each of `extra_grids`
-    on top of it; command-line overrides (`extra`) replace a grid's value of the same key."""
+    on top of it (unless `extra_grids` is False); command-line overrides (`extra`) replace a grid's value of the
+    same key."""
     base = {str(k): str(v) for k, v in (cfg.hydra.sweeper.params or {}).items()}
     out = []
-    for g in [{}] + [dict(x) for x in (cfg.get("extra_grids") or [])]:
+    for g in [{}] + [dict(x) for x in ((cfg.get("extra_grids") or []) if extra_grids else [])]:
         out.append([f"{k}={v}" for k, v in {**base, **{str(k): str(v) for k, v in g.items()}}.items()] + extra)
     return out
 
@@ -85,10 +86,11 @@ def dirname(job: list[str], exclude: list[str]) -> str:
 
 def plan(t: Target, scale: str, extra: list[str]) -> tuple[object, list[list[str]], list[str]]:
     """(composed config, grids, job folder names in order, without duplicates)."""
+    extra = ([f"seed={t.seeds[scale]}"] if scale in t.seeds else []) + list(extra)  # a seed= given by hand wins
     plain, _ = _split(extra)
     cfg = compose_table(t, scale, plain)
     exclude = list(cfg.hydra.job.config.override_dirname.exclude_keys)
-    gs = grids(cfg, extra) if t.sweep else [extra]
+    gs = grids(cfg, extra, t.extra_grids) if t.sweep else [extra]
     names = list(dict.fromkeys(dirname(j, exclude) for g in gs for j in (jobs_of(g) if t.sweep else [g])))
     return cfg, gs, names
 
@@ -122,14 +124,15 @@ def keep(sweep_dir: Path, kept: Path, single: bool = False) -> int:
     return n
 
 
-def restore(kept: Path, sweep_dir: Path) -> int:
+def restore(kept: Path, sweep_dir: Path, names: list[str] | None = None) -> int:
     """Put kept runs back into the sweep folder (where it has no finished run of that name), so `resume=auto`
-    skips them instead of training them again. Not for single-run tables: their follow-up step (the gate
+    skips them instead of training them again; `names`: only runs of these folder names (a study reusing the
+    runs of a table of the same experiment). Not for single-run tables: their follow-up step (the gate
     analyses) needs the trained weights, which are not kept, so such a run is trained again."""
     n = 0
     for run in sorted(p.parent for p in kept.glob("*/metrics.json")):
         dst = sweep_dir / run.name
-        if _status(run) not in FINISHED or _status(dst) in FINISHED:
+        if (names is not None and run.name not in names) or _status(run) not in FINISHED or _status(dst) in FINISHED:
             continue
         for f in KEPT_FILES:
             if (run / f).exists():
@@ -233,6 +236,8 @@ def train_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: P
     if fresh and sweep_dir.exists():
         shutil.rmtree(sweep_dir)
     restored = 0 if fresh or not t.sweep else restore(kept, sweep_dir)
+    for other in () if fresh else t.reuse:  # the same experiment: a run of the same folder name is the same run
+        restored += restore(results / runs_folder(other, scale), sweep_dir, names)
     done = [n for n in names if _status(sweep_dir / n if t.sweep else sweep_dir) in FINISHED]
     per, how = estimate_s(cfg, kept)
     todo = len(names) - len(done)
@@ -240,7 +245,8 @@ def train_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: P
     cost = (f"estimated {todo} x {_hours(per)} = {todo * per * threads / 3600:.1f} CPU-hours, "
             f"{_hours(todo * per / max(1, min(jobs, todo)))} wall with {jobs} job(s) ({how})" if per and todo
             else how if todo else "nothing to train")
-    print(f"[{name}] scale={scale}: {len(names)} runs, {len(done)} finished ({restored} restored from {kept}), "
+    source = str(kept) + "".join(f", {results / runs_folder(o, scale)}" for o in t.reuse)
+    print(f"[{name}] scale={scale}: {len(names)} runs, {len(done)} finished ({restored} restored from {source}), "
           f"{todo} to train; {cost}", flush=True)
     if estimate_only or not todo:
         return 0
@@ -250,7 +256,7 @@ def train_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: P
     base = [sys.executable, "-m", "highway_repro.train", f"experiment={t.experiment}", f"scale={scale}",
             "resume=auto", "trainer.progress=false"]
     if t.sweep:
-        base[3:3] = ["-m", f"sweep={t.experiment}"]
+        base[3:3] = ["-m", f"sweep={t.sweep_file}"]
         base += [f"hydra.sweep.dir={sweep_dir}"]
         if jobs > 1:
             base += ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={jobs}"]
@@ -288,12 +294,27 @@ def train_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: P
     return status
 
 
+def _table_runs(name: str, scale: str, runs_root: Path, results: Path) -> list:
+    """The kept runs of a table, plus the failed or unfinished ones of its local sweep folder."""
+    from highway_repro.report import load_runs
+
+    sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
+    runs = {r.path.name: r for r in (load_runs(sweep_dir) if sweep_dir.is_dir() else [])}
+    runs.update({r.path.name: r for r in (load_runs(kept) if kept.is_dir() else [])})
+    return sorted(runs.values(), key=lambda r: r.path.name)
+
+
 def report_table(name: str, scale: str, runs_root: Path, results: Path) -> int:
-    """Build the table from the kept runs (plus failed or unfinished ones of the local sweep folder)."""
+    """Build the table from the kept runs (plus failed or unfinished ones of the local sweep folder); a target
+    with `parts` reads the runs of its parts."""
     t = TARGETS[name]
     sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
     record = _record(kept, False)
     meta = {"commands": record["commands"], "scale": scale, "wall_s": record["wall_s"] or None}
+    if t.parts:
+        records = [_record(results / runs_folder(part, scale), False) for part in t.parts]
+        meta = {"commands": [f"make reproduce-{name.replace('_', '-')} SCALE={scale}"], "scale": scale,
+                "wall_s": sum(r["wall_s"] for r in records) or None}
     if t.after:  # the follow-up step needs the run folder with its checkpoint
         if not (sweep_dir / "ckpt").is_dir():
             print(f"[{name}] no run folder with a checkpoint at {sweep_dir}: kept report left as it is",
@@ -304,16 +325,15 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path) -> int:
         cmd += [a for c in commands for a in ("--command", c)]
         cmd += ["--wall-s", str(meta["wall_s"])] if meta["wall_s"] else []
         return subprocess.call(cmd, cwd=ROOT)
-    from highway_repro.report import build_table, load_runs
+    from highway_repro.report import build_table
 
-    runs = {r.path.name: r for r in (load_runs(sweep_dir) if sweep_dir.is_dir() else [])}
-    runs.update({r.path.name: r for r in (load_runs(kept) if kept.is_dir() else [])})
+    runs = [r for part in (t.parts or (name,)) for r in _table_runs(part, scale, runs_root, results)]
     if not runs:
         print(f"[{name}] no runs under {kept} or {sweep_dir}", file=sys.stderr)
         return 1
     out = results / t.results
     out.parent.mkdir(parents=True, exist_ok=True)
-    print(build_table(name, sorted(runs.values(), key=lambda r: r.path.name), out=out, meta=meta))
+    print(build_table(name, runs, out=out, meta=meta))
     print(f"wrote {out}.md", file=sys.stderr)
     return 0
 
@@ -338,16 +358,21 @@ def main(argv=None) -> int:
         return 0
     if not args.table and not args.all:
         ap.error("name a table (see --list) or give --all")
-    names = PAPER_TABLES if args.all else [args.table]
+    names = (REPORTS if args.report_only else PAPER_TABLES) if args.all else [args.table]
     results = Path(args.results or ("runs/smoke_results" if args.scale == "smoke" else "results"))
     runs_root = Path(args.runs)
     status = 0
     for name in names:
-        if args.all and args.report_only and not (results / runs_folder(name, args.scale)).is_dir():
+        parts = TARGETS[name].parts
+        if args.all and args.report_only and not any((results / runs_folder(n, args.scale)).is_dir()
+                                                     for n in parts or (name,)):
             continue  # make tables: only the tables that have kept runs
-        if not args.report_only:
-            status = train_table(name, args.scale, args.jobs, args.extra, runs_root, results, args.fresh,
-                                 args.estimate) or status
+        for part in parts or (name,):  # a target with parts trains them in turn, then reports each and the whole
+            if not args.report_only:
+                status = train_table(part, args.scale, args.jobs, args.extra, runs_root, results, args.fresh,
+                                     args.estimate) or status
+            if not args.estimate and parts and not args.all:
+                status = report_table(part, args.scale, runs_root, results) or status
         if not args.estimate:
             status = report_table(name, args.scale, runs_root, results) or status
     if not args.estimate:

@@ -3,7 +3,8 @@
 A table is made of config files and one report spec; this list only ties them together:
 
 - `configs/experiment/<experiment>.yaml`: the paper's recipe;
-- `configs/sweep/<experiment>.yaml`: the rows of the table and the paper scale's seeds (`hydra.sweeper.params`);
+- `configs/sweep/<experiment>.yaml` (or `<grid>.yaml`): the rows of the table and the paper scale's seeds
+  (`hydra.sweeper.params`);
 - `configs/experiment_scale/<experiment>/<scale>.yaml` (one per scale, required): what the scale changes,
   its seeds/trials (`hydra.sweeper.params`) and `extra_grids` (more grids into the same sweep folder, e.g.
   a third seed for the paper's main rows only);
@@ -14,7 +15,7 @@ Adding a table = one line here + those files (docs/DESIGN.md walks through it). 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,16 @@ class Target:
     help: str                 # one line for `make help` / `--list`
     sweep: bool = True        # False: a single run (no configs/sweep file)
     after: str | None = None  # a module run on the finished run folder (it writes the report itself)
+    grid: str | None = None   # configs/sweep/<grid>.yaml when it is not the experiment's own (a study's rows)
+    extra_grids: bool = True  # False: only the scale's grid, not its `extra_grids` (a third seed for main rows)
+    seeds: dict = field(default_factory=dict)  # scale -> the seeds of every row ("0,1"), in place of the scale's
+    reuse: tuple = ()         # tables (same experiment) whose kept runs of the same name are reused, not trained
+    parts: tuple = ()         # a report over the runs of these targets (trained in turn), not a sweep of its own
+    study: bool = False       # not a paper table: `make reproduce-all` leaves it out, `make tables` builds it
+
+    @property
+    def sweep_file(self) -> str:
+        return self.grid or self.experiment
 
 
 TARGETS: dict[str, Target] = {
@@ -49,10 +60,27 @@ TARGETS: dict[str, Target] = {
                            "Highway Transformer: 6-layer Transformer-XL on enwik8, gate kinds and placement"),
     "ht_enwik8_l12": Target("ht_enwik8_l12", "highway_transformer/enwik8_l12",
                             "Highway Transformer: 12-layer Transformer-XL on enwik8, placement"),
+    # issue 14's studies, at the cpu scale of the tables they extend, reusing those tables' runs
+    "ht_placement_scan": Target("ht_enwik8_l6", "highway_transformer/placement_scan",
+                                "Study: SDU tanh in exactly one layer k of the 6-layer Transformer-XL, k = 1..6",
+                                grid="ht_placement_scan", extra_grids=False, seeds={"cpu": "0,1"}, reuse=("ht_enwik8_l6",), study=True),
+    "ht_zoo_char_ptb": Target("ht_char_ptb", "highway_transformer/gate_zoo_char_ptb_l3",
+                              "Study (gate zoo, part): every gate kind on Transformer-L3, char-PTB",
+                              grid="ht_gate_zoo", extra_grids=False, seeds={"cpu": "0,1"}, reuse=("ht_char_ptb",), study=True),
+    "ht_zoo_char_ptb_rt": Target("ht_char_ptb_rt", "highway_transformer/gate_zoo_char_ptb_rt",
+                                 "Study (gate zoo, part): every gate kind on R-Transformer-L3, char-PTB",
+                                 grid="ht_gate_zoo", extra_grids=False, seeds={"cpu": "0,1"}, reuse=("ht_char_ptb_rt",), study=True),
+    "ht_zoo_enwik8_l6": Target("ht_enwik8_l6", "highway_transformer/gate_zoo_enwik8_l6",
+                               "Study (gate zoo, part): every gate kind on the 6-layer Transformer-XL, enwik8",
+                               grid="ht_gate_zoo", extra_grids=False, seeds={"cpu": "0,1"}, reuse=("ht_enwik8_l6",), study=True),
+    "ht_gate_zoo": Target("ht_enwik8_l6", "highway_transformer/gate_zoo",
+                          "Study: every gate kind x 3 models, with a parameter-matched baseline",
+                          parts=("ht_zoo_char_ptb", "ht_zoo_char_ptb_rt", "ht_zoo_enwik8_l6"), study=True),
 }
 
-# `make reproduce-all` / `make tables` order: the paper tables (not the demo)
-PAPER_TABLES = [name for name in TARGETS if name != "demo"]
+# `make reproduce-all` order: the paper tables (not the demo, not the studies); `make tables`: every report
+PAPER_TABLES = [name for name, t in TARGETS.items() if name != "demo" and not t.study]
+REPORTS = [name for name in TARGETS if name != "demo"]
 
 
 def runs_folder(name: str, scale: str) -> str:

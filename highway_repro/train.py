@@ -113,6 +113,32 @@ def build_optimizer(cfg: DictConfig, model: "torch.nn.Module"):
     return optimizer, schedule
 
 
+def match_params(cfg: DictConfig, meta: dict) -> int:
+    """`match_params: <gate kind>` (the parameter-matched baseline of the gate zoo, issue 14): set model.d_ff of the
+    ungated model to the width whose parameter count is closest to the same model gated by that kind (same layers
+    and sublayers), found from the counts at d_ff and d_ff + 1 (the count is linear in d_ff). Returns the new d_ff."""
+    from highway_repro.models.placement import GATE_KINDS, is_gated
+
+    kind = str(cfg.match_params)
+    if kind not in GATE_KINDS or not is_gated(kind):
+        raise ConfigError(f"match_params={kind} is not a gate kind (valid: "
+                          f"{', '.join(k for k in GATE_KINDS if is_gated(k))})")
+    if cfg.model.get("gate_kind") != "none" or not isinstance(cfg.model.get("d_ff"), int):
+        raise ConfigError(f"match_params={kind} widens an ungated model with an integer model.d_ff (valid: "
+                          f"model.gate_kind=none; got gate_kind={cfg.model.get('gate_kind')}, "
+                          f"d_ff={cfg.model.get('d_ff')})")
+
+    def count(**over) -> int:
+        return sum(p.numel() for p in _instantiate(OmegaConf.merge(cfg.model, over), **meta).parameters())
+
+    d = int(cfg.model.d_ff)
+    target, p0, p1 = count(gate_kind=kind), count(d_ff=d), count(d_ff=d + 1)
+    cfg.model.d_ff = d + round((target - p0) / (p1 - p0))
+    log.info("match_params=%s: model.d_ff %d -> %d (%s parameters, gated %s)", kind, d, cfg.model.d_ff,
+             f"{count(d_ff=cfg.model.d_ff):,}", f"{target:,}")
+    return int(cfg.model.d_ff)
+
+
 def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
     """Build everything from a composed config and train; returns the final metrics."""
     validate(cfg)
@@ -132,6 +158,8 @@ def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
         if getattr(data, "batch_size", 0) % dist.world_size:
             raise ConfigError(f"data.batch_size={data.batch_size} (the global batch) does not divide over "
                               f"{dist.world_size} processes (valid: a multiple of the world size)")
+    if cfg.get("match_params"):
+        match_params(cfg, data.meta)  # before the config is written: config_resolved.yaml has the widened d_ff
     model = _instantiate(cfg.model, **data.meta)
     task = build_task(data.kind)
     optimizer, schedule = build_optimizer(cfg, model)

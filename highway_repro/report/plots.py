@@ -1,4 +1,4 @@
-"""The one plotting helper: curves against step, in one or more panels, to a PNG."""
+"""The one plotting helper: curves (against step, or another x), in one or more panels, to a PNG."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ class Panel:
     logy: bool = False
     dashed: bool = False  # reference curves (another source): dashed, with markers
     colors: dict = field(default_factory=dict)  # label -> colour, to match series across panels
+    xlabel: str = "step"
 
 
 def plot(path, panels: list[Panel], ncols: int | None = None, panel_size=(7.0, 4.5)) -> Path:
@@ -30,7 +31,7 @@ def plot(path, panels: list[Panel], ncols: int | None = None, panel_size=(7.0, 4
         for label, (xs, ys) in p.series.items():
             style = {"ls": "--", "marker": "o", "ms": 3, "alpha": 0.7} if p.dashed else {"lw": 1.5}
             ax.plot(xs, ys, label=label, color=p.colors.get(label), **style)
-        ax.set_xlabel("step")
+        ax.set_xlabel(p.xlabel)
         ax.set_ylabel(p.ylabel)
         if p.logy:
             ax.set_yscale("log")

@@ -14,9 +14,9 @@ from highway_repro.report import papers
 from highway_repro.report.header import header
 from highway_repro.report.plots import Panel, plot
 from highway_repro.report.runs import Run
-from highway_repro.report.spec import (NA, Claim, Measure, TableSpec, best, best_key, count, delta, mean_curve,
-                                       params, paper, pct, ratio_to_baseline, render, stat, steps_to_reach,
-                                       top_mean)
+from highway_repro.report.spec import (NA, Claim, Column, Measure, TableSpec, best, best_key, count, delta,
+                                       mean_curve, mean_pm, params, paper, pct, ratio_to_baseline, render, stat,
+                                       steps_to_reach, test_claim, top_mean)
 from highway_repro.report.summary import write_claims
 
 # ------------------------------------------------------------------ measures shared by the tables
@@ -152,12 +152,17 @@ HT_ROWS = {  # display order; rows the sweeps add beyond these follow, sorted
     "ht_enwik8_l6": ("baseline", "sdu_sigmoid", "sdu_tanh", "highway", "gated_attn", "tanh_l1_3", "tanh_l3_6",
                      "tanh_attn_only"),
     "ht_enwik8_l12": ("baseline", "tanh_l1", "tanh_l1_2", "sdu_tanh", "sigmoid_l1_2"),
+    "ht_placement_scan": ("baseline", "sdu_tanh") + tuple(f"tanh_l{k}" for k in range(1, 7)),
 }
+ZOO_ROWS = ("baseline", "baseline_matched", "sdu_sigmoid", "sdu_tanh", "highway", "gated_attn")
+ZOO_MODELS = {"ht_char_ptb": "Transformer-L3, char-PTB", "ht_char_ptb_rt": "R-Transformer-L3, char-PTB",
+              "ht_enwik8_l6": "Transformer-XL L6, enwik8 prefix"}
+HT_ROWS.update({f"ht_zoo_{m.removeprefix('ht_')}": ZOO_ROWS for m in ZOO_MODELS})
 
 
-def _variant_label(row) -> str:
-    """The runs' `variant_label` (configs/variant/<name>.yaml), else the variant's name."""
-    v = row.id[0]
+def _variant_label(row, v: str | None = None) -> str:
+    """The runs' `variant_label` (configs/variant/<name>.yaml), else the variant's name (`v`, else the row's id)."""
+    v = v or row.id[0]
     label = next((str(r.get("variant_label")) for r in row.runs if r.get("variant_label")), None)
     return f"{label} (`{v}`)" if label and label != v else f"`{v}`"
 
@@ -211,8 +216,9 @@ def _unigram_note(runs: list[Run], metric: str, base) -> str:
 
 
 def ht_table(name: str, title: str, metric: str, time_column: bool = False,
-             reference_curves: bool = False) -> TableSpec:
-    """A Highway Transformer table: one row per gate variant, claims 'ends lower' and 'converges faster' per row."""
+             reference_curves: bool = False, extra_figure=None) -> TableSpec:
+    """A Highway Transformer table: one row per gate variant, claims 'ends lower' and 'converges faster' per row.
+    `extra_figure(t) -> [Panel]`: panels drawn after the validation curves."""
     pt = papers.HT[name]
     digits = 4 if metric == "bpc" else 2
     val = Measure(f"val/{metric}", f"val {metric}", digits=digits)
@@ -290,7 +296,8 @@ def ht_table(name: str, title: str, metric: str, time_column: bool = False,
         ours = _curve_panel(t.rows, val.key, title.split(": ", 1)[-1].split(" (")[0]
                             + f"\nours: val {metric} by step, mean over seeds", val.key, logy=metric == "ppl")
         if not reference_curves:
-            plot(path, [ours])
+            extra = extra_figure(t) if extra_figure else []
+            plot(path, [ours] + extra, ncols=min(3, 1 + len(extra)))
             return
         label = {row.id[0]: row.label for row in t.rows}
         ours.colors = {row.label: f"C{i % 10}" for i, row in enumerate(t.rows)}
@@ -302,10 +309,96 @@ def ht_table(name: str, title: str, metric: str, time_column: bool = False,
         plot(path, [ours, ref], panel_size=(6.0, 4.5))
 
     return TableSpec(title, keys=("variant",), columns=tuple(columns), primary=test, claims=claims,
-                     floors=tuple(papers.FLOORS[name]), measures={test.key: test}, order={"variant": HT_ROWS[name]},
+                     floors=tuple(papers.FLOORS.get(name, ())), measures={test.key: test},
+                     order={"variant": HT_ROWS[name]},
                      baseline=("baseline",), label=_variant_label, label_header="variant", paper=pt,
                      paper_of=lambda row_id, split: paper_pair(row_id)[0 if split == "val" else 1],
                      notes=notes, figure=figure)
+
+
+def _placement_panels(t) -> list[Panel]:
+    """Final test bpc and mean val bpc over the run (AUC) against the gated layer k, with the baseline and the
+    all-layers row as flat lines; mean over seeds (the error is in the table)."""
+    test, auc = Measure("test/bpc", "test bpc"), Measure("val/bpc", "", how="auc")
+    ks = sorted(int(row.id[0][len("tanh_l"):]) for row in t.rows if row.id[0][len("tanh_l"):].isdigit()
+                and row.id[0].startswith("tanh_l") and row.done)
+    panels = []
+    for m, title in ((test, "final test bpc vs the one gated layer k"),
+                     (auc, "mean val bpc over the run (AUC) vs k")):
+        series = {}
+        if ks:
+            series["SDU tanh in layer k only"] = (ks, [t.by_id[(f"tanh_l{k}",)].mean(m) for k in ks])
+        for rid, label in (("baseline", "baseline (no gate)"), ("sdu_tanh", "SDU tanh, all layers")):
+            row = t.by_id.get((rid,))
+            if row and row.done and ks:
+                series[label] = ([min(ks), max(ks)], [row.mean(m)] * 2)
+        panels.append(Panel(title, series, "bpc", xlabel="gated layer k"))
+    return panels
+
+
+def gate_zoo_table() -> TableSpec:
+    """The gate zoo (issue 14): every gate kind on every model; each gated row against its model's baseline and
+    its parameter-matched baseline (Welch intervals); a pivot of the verdicts per (kind, model) cell."""
+    test = Measure("test/bpc", "test bpc")
+    auc = Measure("val/bpc", "mean val bpc over evals (AUC)", how="auc")
+
+    def label(row) -> str:
+        return f"{ZOO_MODELS.get(row.id[0], row.id[0])}: {_variant_label(row, row.id[1])}"
+
+    def delta_vs(other: str, header: str, name: str) -> Column:
+        def value(row, t):
+            base = t.by_id.get((row.id[0], other))
+            return NA if base is None or base is row else pct(row.mean(test), base.mean(test))
+        return Column(header, value, lambda row, t: {name: value(row, t)})
+
+    def claims(by_id) -> list[Claim]:
+        out = []
+        for (model, v) in by_id:
+            if v in ("baseline", "baseline_matched"):
+                continue
+            out.append(Claim("ends lower than the baseline", (model, v), test, "lower", (model, "baseline"),
+                             paper=v.startswith("sdu_")))
+            out.append(Claim("ends lower than the parameter-matched baseline", (model, v), test, "lower",
+                             (model, "baseline_matched"), paper=False))
+        out += [Claim("ends lower than the baseline", (model, "baseline_matched"), test, "lower",
+                      (model, "baseline"), paper=False) for (model, v) in by_id if v == "baseline_matched"]
+        return out
+
+    def notes(runs, by_id) -> str:
+        spec_claims = claims(by_id)
+        results = {(c.row, c.against[1]): test_claim(c, by_id) for c in spec_claims if c.row in by_id}
+        models = [m for m in ZOO_MODELS if any(k[0] == m for k in by_id)]
+        lines = ["Verdict per cell (test bpc, mean ± std over seeds; the change against the model's baseline and "
+                 "its parameter-matched baseline, each with its 95 % Welch interval of the difference):", "",
+                 "| gate | " + " | ".join(ZOO_MODELS[m] for m in models) + " |", "|---|" + "---|" * len(models)]
+        for v in ZOO_ROWS:
+            cells = []
+            for m in models:
+                row = by_id.get((m, v))
+                if row is None or not row.done:
+                    cells.append(NA)
+                    continue
+                cell = mean_pm(row.values(test), 4)
+                for other, short in (("baseline", "vs base"), ("baseline_matched", "vs matched")):
+                    r = results.get(((m, v), other))
+                    if r and r["ci"] is not None:
+                        cell += (f"; {short} {r['diff']:+.3f} [{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}] "
+                                 f"{r['verdict']}")
+                    elif r and math.isfinite(r["diff"]):
+                        cell += f"; {short} {r['diff']:+.3f} ({r['verdict']})"
+                cells.append(cell)
+            lines.append(f"| `{v}` | " + " | ".join(cells) + " |")
+        return "\n".join(lines) + "\n\n" + "\n".join(_settings([r for r in runs if r.get("name") == m])
+                                                     for m in models)
+
+    return TableSpec("Study: the gate zoo (every gate kind x 3 models, with a parameter-matched baseline)",
+                     keys=("name", "variant"), label=label, label_header="model: variant",
+                     columns=(params(), count(), stat(test), delta_vs("baseline", "Δ test vs baseline", "rel_vs_baseline"),
+                              delta_vs("baseline_matched", "Δ test vs matched baseline", "rel_vs_matched"),
+                              stat(auc)),
+                     primary=test, claims=claims, measures={test.key: test},
+                     order={"name": tuple(ZOO_MODELS), "variant": ZOO_ROWS}, paper=papers.HT["ht_gate_zoo"],
+                     notes=notes)
 
 
 # ================================================================== the registry
@@ -325,6 +418,12 @@ TABLES = {
                              "and placement", "bpc", time_column=True, reference_curves=True),
     "ht_enwik8_l12": ht_table("ht_enwik8_l12", "Highway Transformer: 12-layer Transformer-XL on enwik8 (bpc), gate "
                               "placement", "bpc", time_column=True),
+    "ht_placement_scan": ht_table("ht_placement_scan", "Study: SDU tanh in exactly one layer k of the 6-layer "
+                                  "Transformer-XL on enwik8 (bpc)", "bpc", extra_figure=_placement_panels),
+    "ht_zoo_char_ptb": ht_table("ht_zoo_char_ptb", "Study (gate zoo): Transformer-L3 on char-PTB (bpc)", "bpc"),
+    "ht_zoo_char_ptb_rt": ht_table("ht_zoo_char_ptb_rt", "Study (gate zoo): R-Transformer-L3 on char-PTB (bpc)", "bpc"),
+    "ht_zoo_enwik8_l6": ht_table("ht_zoo_enwik8_l6", "Study (gate zoo): 6-layer Transformer-XL on enwik8 (bpc)", "bpc"),
+    "ht_gate_zoo": gate_zoo_table(),
 }
 
 

@@ -1,0 +1,114 @@
+"""Issue 14's studies: the placement scan and the gate zoo reuse the runs of the tables they extend, and the
+parameter-matched baseline widens the FFN to the gated model's parameter count."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import mirror, needs_mirror
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fake_run(folder: Path, status: str = "done"):
+    folder.mkdir(parents=True)
+    (folder / "metrics.json").write_text(json.dumps({"status": status, "time/wall_s": 1.0}))
+    (folder / "config_resolved.yaml").write_text("seed: 0\n")
+
+
+def test_placement_scan_grid_is_one_gated_layer_per_row_two_seeds():
+    from highway_repro.reproduce import plan
+    from highway_repro.targets import TARGETS
+
+    _, grids, names = plan(TARGETS["ht_placement_scan"], "cpu", [])
+    assert len(grids) == 1  # the scale's extra_grids (a third seed for the tables' main rows) are left out
+    rows = ["baseline", "sdu_tanh"] + [f"tanh_l{k}" for k in range(1, 7)]
+    assert names == [f"seed={s},variant={v}" for v in rows for s in (0, 1)]
+
+
+def test_gate_zoo_parts_cover_every_gate_kind_on_three_models():
+    from highway_repro.models.placement import GATE_KINDS, is_gated
+    from highway_repro.reproduce import plan
+    from highway_repro.targets import TARGETS
+
+    zoo = TARGETS["ht_gate_zoo"]
+    assert {TARGETS[p].experiment for p in zoo.parts} == {"ht_char_ptb", "ht_char_ptb_rt", "ht_enwik8_l6"}
+    for part in zoo.parts:
+        assert TARGETS[part].reuse == (TARGETS[part].experiment,)  # the runs of its own table are reused
+        _, _, names = plan(TARGETS[part], "cpu", [])
+        variants = {n.split("variant=")[1] for n in names}
+        assert {"baseline", "baseline_matched"} <= variants and len(names) == 2 * len(variants)
+        gated = {"sdu_sigmoid": "sdu_sigmoid", "sdu_tanh": "sdu_tanh", "highway": "highway", "gated_attn": "gated_attn"}
+        assert {k for k in GATE_KINDS if is_gated(k)} == {gated[v] for v in variants if v in gated}
+
+
+def test_reuse_restores_only_the_runs_the_study_names(tmp_path):
+    from highway_repro.reproduce import restore
+
+    table = tmp_path / "kept_table"
+    for n in ("seed=0,variant=baseline", "seed=2,variant=baseline", "seed=0,variant=highway"):
+        _fake_run(table / n)
+    _fake_run(table / "seed=1,variant=sdu_tanh", status="failed")  # not finished: trained again
+    study = tmp_path / "sweep"
+    names = ["seed=0,variant=baseline", "seed=1,variant=sdu_tanh", "seed=0,variant=tanh_l1"]
+    assert restore(table, study, names) == 1
+    assert sorted(p.name for p in study.iterdir()) == ["seed=0,variant=baseline"]
+
+
+def test_matched_baseline_widens_the_ffn_to_the_sdu_parameter_count():
+    """An SDU-gated sublayer adds 2d^2 + 2d parameters (its d x 2d projection and 2d bias); widening the FFN by one
+    unit adds 2d + 1 (a column of W1, its bias, a row of W2). With both sublayers of every layer gated, the FFN
+    must grow by 4d(d+1)/(2d+1) = 257 units at d 128 (66,048 vs 66,049 parameters a layer)."""
+    from hydra import compose, initialize_config_dir
+
+    from highway_repro.train import _instantiate, match_params
+
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose("train", overrides=["experiment=ht_char_ptb", "scale=cpu", "variant=baseline_matched"])
+        gated_cfg = compose("train", overrides=["experiment=ht_char_ptb", "scale=cpu", "variant=sdu_tanh"])
+    meta = {"vocab_size": 50}
+    assert cfg.model.d_ff == 512 and match_params(cfg, meta) == 512 + 257 == cfg.model.d_ff
+    count = lambda c: sum(p.numel() for p in _instantiate(c.model, **meta).parameters())  # noqa: E731
+    assert count(cfg) - count(gated_cfg) == cfg.model.n_layers  # one parameter a layer over, as computed above
+
+
+def test_match_params_rejects_a_gated_model_and_an_unknown_kind():
+    from hydra import compose, initialize_config_dir
+
+    from highway_repro.config import ConfigError
+    from highway_repro.train import match_params
+
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose("train", overrides=["experiment=ht_char_ptb", "scale=smoke", "variant=sdu_tanh",
+                                          "match_params=sdu_tanh"])
+        bad = compose("train", overrides=["experiment=ht_char_ptb", "scale=smoke", "variant=baseline_matched",
+                                          "match_params=wide"])
+    with pytest.raises(ConfigError, match="model.gate_kind=none"):
+        match_params(cfg, {"vocab_size": 50})
+    with pytest.raises(ConfigError, match="match_params=wide is not a gate kind"):
+        match_params(bad, {"vocab_size": 50})
+
+
+@needs_mirror
+@pytest.mark.slow
+def test_gate_zoo_smoke_pipeline_reuses_table_runs_and_writes_the_verdict_grid(tmp_path):
+    env = {**os.environ, "HIGHWAY_DATA_MIRROR": str(mirror())}
+    base = [sys.executable, "-m", "highway_repro.reproduce", "--scale", "smoke", "--results",
+            str(tmp_path / "results"), "--runs", str(tmp_path / "runs")]
+    p = subprocess.run(base[:3] + ["ht_char_ptb"] + base[3:], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    p = subprocess.run(base[:3] + ["ht_gate_zoo"] + base[3:], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "[ht_zoo_char_ptb] scale=smoke: 6 runs, 5 finished (5 restored" in p.stdout
+    text = (tmp_path / "results" / "highway_transformer" / "gate_zoo.md").read_text()
+    assert "runs: 18 done, 0 failed, 0 missing" in text and "Verdict per cell" in text
+    for v in ("baseline_matched", "sdu_sigmoid", "sdu_tanh", "highway", "gated_attn"):
+        assert f"| `{v}` |" in text
