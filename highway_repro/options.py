@@ -242,7 +242,7 @@ def check_data(values: Mapping, prefix: str = "data.") -> None:
 # ----------------------------------------------------------------------------- trainer
 
 # The bounds that engine.trainer.TrainerConfig does not check itself (it checks max_steps, log_every, eval_every,
-# checkpoint_every, grad_clip, precision, nan_policy, final_eval). The types of all its fields come from its
+# checkpoint_every, grad_clip, precision, memory_format, nan_policy, final_eval). The types of all its fields come from its
 # annotations (`annotation_rule`).
 TRAINER = {"gate_stats_every": NON_NEGATIVE_INT, "max_bad_steps": NON_NEGATIVE_INT,
            "eval_max_batches": optional(POSITIVE_INT), "final_max_batches": optional(POSITIVE_INT),

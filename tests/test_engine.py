@@ -216,3 +216,37 @@ def test_final_train_split_is_a_full_pass_of_the_final_weights(tmp_path):
         expected = torch.nn.functional.cross_entropy(model(x), y).item()
     assert final["train/loss"] == pytest.approx(expected, rel=1e-6)
     assert final["train/acc"] == pytest.approx((model(x).argmax(-1) == y).float().mean().item())
+
+
+class _Pictures(_Images):
+    """_Images as 2 x 4 x 4 pictures (N C H W)."""
+
+    def __init__(self):
+        super().__init__(B=8, d=32, K=3)
+        self.x = self.x.reshape(4, 8, 2, 4, 4)
+
+
+def test_channels_last_trains_the_same_numbers_in_the_other_layout(tmp_path):
+    from highway_repro.engine.trainer import Trainer, TrainerConfig
+
+    def fit(fmt):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                                    torch.nn.Linear(64, 3))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        cfg = TrainerConfig(max_steps=6, log_every=2, eval_every=0, checkpoint_every=0, progress=False,
+                            device="cpu", memory_format=fmt, splits=["test"])
+        out = tmp_path / fmt
+        out.mkdir()
+        final = Trainer(model, _Pictures(), Classification(), opt, build(opt, max_steps=6), out, JsonlLogger(out),
+                        cfg).fit()
+        return final, model[0].weight
+
+    plain, w_plain = fit("contiguous")
+    last, w_last = fit("channels_last")
+    assert w_last.is_contiguous(memory_format=torch.channels_last) and not w_plain.is_contiguous(
+        memory_format=torch.channels_last)
+    assert last["test/loss"] == pytest.approx(plain["test/loss"], rel=1e-5)
+    torch.testing.assert_close(w_last, w_plain, atol=1e-6, rtol=0)
+    with pytest.raises(Exception, match="memory_format='nhwc' is not allowed"):
+        TrainerConfig(max_steps=1, memory_format="nhwc")

@@ -58,6 +58,7 @@ class TrainerConfig:
     checkpoint_every: int = 500  # 0 = only at the end
     grad_clip: float | None = None
     precision: str = "fp32"  # fp32 | bf16 (autocast)
+    memory_format: str = "contiguous"  # contiguous | channels_last: 4-D weights and inputs (the conv nets: faster on CPU)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     gate_stats_every: int = 0  # 0 = off; else record gate statistics on every n-th step
     nan_policy: str = "stop"  # stop | skip
@@ -72,6 +73,7 @@ class TrainerConfig:
             ("max_steps", self.max_steps >= 1, ">= 1"), ("log_every", self.log_every >= 1, ">= 1"),
             ("eval_every", self.eval_every >= 0, ">= 0"), ("checkpoint_every", self.checkpoint_every >= 0, ">= 0"),
             ("precision", self.precision in ("fp32", "bf16"), "'fp32' or 'bf16'"),
+            ("memory_format", self.memory_format in MEMORY_FORMATS, "'contiguous' or 'channels_last'"),
             ("nan_policy", self.nan_policy in ("stop", "skip"), "'stop' or 'skip'"),
             ("final_eval", self.final_eval in ("last", "best"), "'last' or 'best'"),
             ("grad_clip", self.grad_clip is None or self.grad_clip > 0, "> 0 or null"),
@@ -107,8 +109,13 @@ def _add(acc: dict, sums: dict) -> dict:
     return acc
 
 
-def _to(batch, device):
-    return tuple(b.to(device, non_blocking=True) if torch.is_tensor(b) else b for b in batch)
+MEMORY_FORMATS = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
+
+
+def _to(batch, device, memory_format=torch.contiguous_format):
+    """The batch's tensors on `device`; 4-D ones (images, N C H W) in `memory_format`."""
+    return tuple((b.to(device, non_blocking=True, memory_format=memory_format) if b.dim() == 4
+                  else b.to(device, non_blocking=True)) if torch.is_tensor(b) else b for b in batch)
 
 
 def _detach_mems(mems):
@@ -218,7 +225,7 @@ class Trainer:
                 batch = self.dist.shard(batch, strict=False)
                 if batch[0].shape[0] == 0:
                     continue
-            batch = _to(batch, self.device)
+            batch = _to(batch, self.device, MEMORY_FORMATS[self.cfg.memory_format])
             with self._autocast():
                 _, s, mems = self._forward(batch, mems, score_len)
             _add(sums, s)
@@ -243,7 +250,7 @@ class Trainer:
 
     def fit(self) -> dict:
         cfg = self.cfg
-        self.model.to(self.device)
+        self.model.to(self.device, memory_format=MEMORY_FORMATS[cfg.memory_format])
         old_handlers = self._install_signals()
         bar = None
         if cfg.progress and self.is_main:
@@ -263,7 +270,7 @@ class Trainer:
                 if self.dist is not None:  # this rank's slice of the global batch; dropout RNG from (seed, step, rank)
                     batch = self.dist.shard(batch)
                     self.dist.seed_step(step)
-                batch = _to(batch, self.device)
+                batch = _to(batch, self.device, MEMORY_FORMATS[self.cfg.memory_format])
                 self.model.train()
                 want_gates = cfg.gate_stats_every > 0 and (step + 1) % cfg.gate_stats_every == 0
                 recorder = self.gate_recorder(self.raw_model) if want_gates else None
