@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-all demo bench bench-compile tables reproduce-table reproduce-all parity readme clean
+.PHONY: help setup test test-all demo bench bench-cpu-scale bench-compile tables reproduce-table reproduce-all parity readme clean
 # (not the reproduce-<table> names: make skips pattern rules for .PHONY targets)
 
 help: ## list every target with one line each (the paper tables: reproduce-<table>, from highway_repro/targets.py)
@@ -70,6 +70,10 @@ $(HF_VENV)/.installed:
 bench: setup $(HF_VENV)/.installed ## speed benchmarks vs x-transformers and HF Transformer-XL (results/bench.md, < 15 min)
 	$(BIN)/python -c "import x_transformers" 2>/dev/null || $(BIN)/pip install -q -e ".[bench]"
 	$(BIN)/python -m bench --out results/bench --hf-python $(HF_VENV)/bin/python
+
+bench-cpu-scale: setup ## Transformer-L3 at its cpu-scale size vs x-transformers, 1 thread (results/bench_cpu_scale.md, ~1 min)
+	$(BIN)/python -c "import x_transformers" 2>/dev/null || $(BIN)/pip install -q -e ".[bench]"
+	$(BIN)/python -m bench --sections xt_cpu --threads 1 --clock cpu --budget-min 4 --min-rounds 9 --out results/bench_cpu_scale
 
 bench-compile: setup ## eager vs torch.compile for the benchmark models (results/bench_compile.md, about 10 min, 1 thread)
 	$(BIN)/python -c "import x_transformers" 2>/dev/null || $(BIN)/pip install -q -e ".[bench]"

@@ -672,8 +672,9 @@ def write(rep: Report, info: dict, out: Path, args, wall_s: float) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = "python -m bench " + shlex.join(args.argv)
     only_compile = args.compile and not [x for x in args.sections.split(",") if x.strip()]
+    target = "bench-compile" if only_compile else "bench-cpu-scale" if args.sections == "xt_cpu" else "bench"
     md = ["# Benchmarks" + (": eager vs torch.compile" if only_compile else ""), "",
-          f"Written by `{cmd.strip()}` (`make {'bench-compile' if only_compile else 'bench'}`) in "
+          f"Written by `{cmd.strip()}` (`make {target}`) in "
           f"{wall_s / 60:.1f} min on "
           f"{time.strftime('%Y-%m-%d %H:%M %Z')}. Every figure is a median over rounds after warm-up; every "
           "comparison is a ratio of contenders measured side by side in one process, interleaved round by round "
