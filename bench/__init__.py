@@ -9,7 +9,7 @@ Sections (each writes a part of results/bench.md and rows of results/bench.csv):
 
 1. training throughput of our `transformer_lm` against x-transformers' TransformerWrapper(Decoder)
    at identical size (parameter counts printed), 3. its MFU against a large fp32 matmul;
-1b. the same comparison at the cpu scale of the tables (d 128, batch 32 x 160), one thread;
+1b. the same comparison at the cpu scale of the tables (d 128, batch 16 x 160), one thread;
 4. our Transformer-XL against HF transformers 4.36.2 TransfoXLLMHeadModel (a worker process
    in its own venv, `.venv-bench-hf`), and its MFU;
 2. the cost of each gate kind (step time gated / baseline next to the FLOP ratio) for
