@@ -1208,12 +1208,11 @@ def paper_plan() -> tuple[dict, ...]:
     scale=paper, from the config files as the runner reads them (`highway_repro.reproduce.plan`, what
     `make reproduce-<table> SCALE=paper` runs). Needs no GPU."""
     from highway_repro.reproduce import plan as table_plan
-    from highway_repro.targets import TARGETS
+    from highway_repro.targets import PAPER_TABLES, TARGETS
 
     plan = []
-    for table, t in TARGETS.items():
-        if table == "demo":
-            continue
+    for table in PAPER_TABLES:  # the studies (issue 14) are not paper tables
+        t = TARGETS[table]
         cfg, grids, names = table_plan(t, "paper", [])
         params = dict(o.split("=", 1) for o in grids[0]) if t.sweep else {}
         n_runs = len(names)

@@ -50,21 +50,31 @@ SWEEPS = sorted(p.stem for p in (REPO / "configs" / "sweep").glob("*.yaml"))
 
 @pytest.mark.parametrize("sweep", SWEEPS)
 def test_every_value_of_every_sweep_composes_and_validates(sweep):
-    """A sweep file (`hydra.sweeper.params`) belongs to the experiment of its name; every value it sweeps is set on
-    a key that exists (a config group is composed) and validates and resolves, one key at a time."""
-    import copy
-
+    """A sweep file (`hydra.sweeper.params`) belongs to the experiment of its name, or to the experiments of the
+    studies that use it as their grid (highway_repro/targets.py); every value it sweeps is set on a key that exists
+    (a config group is composed) and validates and resolves, one key at a time, on each of those experiments."""
     import yaml
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import OmegaConf
 
-    assert sweep in EXPERIMENTS, f"configs/sweep/{sweep}.yaml has no experiment configs/experiment/{sweep}.yaml"
+    from highway_repro.targets import TARGETS
+
+    experiments = sorted({t.experiment for t in TARGETS.values() if t.grid == sweep}) or [sweep]
+    assert set(experiments) <= set(EXPERIMENTS), f"configs/sweep/{sweep}.yaml has no experiment (as its name or a grid)"
     params = yaml.safe_load((REPO / "configs" / "sweep" / f"{sweep}.yaml").read_text())["hydra"]["sweeper"]["params"]
     parser = OverridesParser.create()
     overrides = {k: parser.parse_override(f"{k}={v}") for k, v in params.items()}
     grid = {k: list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()] for k, o in overrides.items()}
     assert grid and all(grid.values()), params
-    base = [f"experiment={sweep}", f"sweep={sweep}", "scale=smoke"]
+    for exp in experiments:
+        _sweep_rows_validate(exp, sweep, grid)
+
+
+def _sweep_rows_validate(exp: str, sweep: str, grid: dict) -> None:
+    import copy
+
+    from omegaconf import OmegaConf
+
+    base = [f"experiment={exp}", f"sweep={sweep}", "scale=smoke"]
     cfg = compose(base)
     for key, values in grid.items():
         for v in values:
