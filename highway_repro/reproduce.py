@@ -175,7 +175,7 @@ def _last_step(run: Path) -> int:
     """The step of the last complete line of a run's metrics.jsonl (0 when there is none)."""
     try:
         with open(run / "metrics.jsonl", "rb") as f:
-            f.seek(max(0, f.seek(0, 2) - 4096))
+            f.seek(max(0, f.seek(0, 2) - 262144))  # a line of gate statistics of a deep net is tens of KB
             lines = f.read().decode(errors="replace").splitlines()
     except OSError:
         return 0
@@ -194,22 +194,26 @@ class Progress(threading.Thread):
     the runs finished in this sweep (else the estimate), shared by `jobs`."""
 
     def __init__(self, name: str, sweep_dir: Path, names: list[str], jobs: int, est: float | None, every: float = 60,
-                 max_steps: int | None = None, on_tick=None):
+                 max_steps: int | None = None, on_tick=None, sweep: bool = True):
         super().__init__(daemon=True)
         self.name_, self.sweep_dir, self.names, self.jobs, self.est, self.every = name, sweep_dir, names, jobs, est, every
-        self.max_steps, self.on_tick = max_steps, on_tick
+        self.max_steps, self.on_tick, self.sweep = max_steps, on_tick, sweep
         self.stop = threading.Event()
-        self.start_done = {n for n in names if _status(sweep_dir / n) in FINISHED}
+        self.start_done = {n for n in names if _status(self._folder(n)) in FINISHED}
+
+    def _folder(self, name: str) -> Path:
+        """A job's run folder (a single-run table runs in the sweep folder itself)."""
+        return self.sweep_dir / name if self.sweep else self.sweep_dir
 
     def line(self) -> str:
-        done = [n for n in self.names if _status(self.sweep_dir / n) in FINISHED]
-        failed = [n for n in self.names if _status(self.sweep_dir / n) == "failed"]
+        done = [n for n in self.names if _status(self._folder(n)) in FINISHED]
+        failed = [n for n in self.names if _status(self._folder(n)) == "failed"]
         left = len(self.names) - len(done) - len(failed)
-        new = _run_seconds([self.sweep_dir / n for n in done if n not in self.start_done])
+        new = _run_seconds([self._folder(n) for n in done if n not in self.start_done])
         per = sum(new) / len(new) if new else self.est
         work = float(left)  # in runs
         if self.max_steps:
-            work -= sum(min(1.0, _last_step(self.sweep_dir / n) / self.max_steps)
+            work -= sum(min(1.0, _last_step(self._folder(n)) / self.max_steps)
                         for n in self.names if n not in done and n not in failed)
         eta = f"ETA {_hours(work * per / max(1, min(self.jobs, left)))}" if per and left else "ETA unknown"
         return (f"[{self.name_}] {len(done)}/{len(self.names)} runs done" + (f", {len(failed)} failed" if failed else "")
@@ -263,7 +267,8 @@ def train_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: P
     else:
         base += [f"hydra.run.dir={sweep_dir}"]
     progress = Progress(name, sweep_dir, names, jobs, per, max_steps=int(cfg.trainer.max_steps),
-                        on_tick=lambda: keep(sweep_dir, kept, single=not t.sweep) if sweep_dir.exists() else 0)
+                        on_tick=lambda: keep(sweep_dir, kept, single=not t.sweep) if sweep_dir.exists() else 0,
+                        sweep=t.sweep)
     progress.start()
     start, status = time.time(), 0
     try:

@@ -129,6 +129,12 @@ def test_progress_eta_counts_the_unfinished_part_of_started_runs_and_keeps_finis
     assert Progress("t", sweep, names, jobs=1, est=600.0, max_steps=100).line().count("ETA 25 min") == 1
     p.on_tick()
     assert (kept / "a" / "metrics.json").exists() and not (kept / "b").exists()
+    # a last line longer than 4 KB (gate statistics of a deep net) still counts; a single-run table's folder
+    (sweep / "b" / "metrics.jsonl").write_text('{"step": 50}\n{"step": 75, "g": "' + "x" * 20000 + '"}\n')
+    assert "ETA 1 min" in Progress("t", sweep, names, jobs=2, est=60.0, max_steps=100).line()  # 2.25 runs left
+    single = Progress("t", sweep / "b", ["run"], jobs=1, est=600.0, max_steps=100, sweep=False)
+    assert "0/1 runs done, 1 to go; ETA 2 min" in single.line()  # a quarter of 600 s
+
 
 
 def test_estimate_only_trains_nothing(tmp_path):
