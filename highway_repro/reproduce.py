@@ -315,10 +315,11 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path) -> int:
     t = TARGETS[name]
     sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
     record = _record(kept, False)
-    meta = {"commands": record["commands"], "scale": scale, "wall_s": record["wall_s"] or None}
+    meta = {"commands": record["commands"], "scale": scale, "wall_s": record["wall_s"] or None,
+            "planned": sum(len(plan(TARGETS[p], scale, [])[2]) for p in t.parts or (name,))}
     if t.parts:
         records = [_record(results / runs_folder(part, scale), False) for part in t.parts]
-        meta = {"commands": [f"make reproduce-{name.replace('_', '-')} SCALE={scale}"], "scale": scale,
+        meta = {**meta, "commands": [f"make reproduce-{name.replace('_', '-')} SCALE={scale}"],
                 "wall_s": sum(r["wall_s"] for r in records) or None}
     if t.after:  # the follow-up step needs the run folder with its checkpoint
         if not (sweep_dir / "ckpt").is_dir():

@@ -73,8 +73,11 @@ def header(title: str, runs: list[Run], meta: dict | None = None) -> str:
     n_done = sum(r.done for r in runs)
     n_missing = sum(r.status == "missing" for r in runs)
     s = seeds(runs)
+    planned = meta.get("planned")  # the runs of the table's grid (the runner's plan)
+    todo = planned - len(runs) if planned and planned > len(runs) else 0
     lines.append(f"- scale: {meta.get('scale') or 'unknown'}; seeds: {', '.join(s) or 'unknown'}; runs: {n_done} done, "
-                 f"{len(runs) - n_done - n_missing} failed, {n_missing} missing")
+                 f"{len(runs) - n_done - n_missing} failed, {n_missing} missing"
+                 + (f"; **{todo} of the grid's {planned} runs not trained yet: a partial table**" if todo else ""))
     t = compute_time(runs)
     cpu_h = f"{t['cpu_s'] / 3600:.2f} CPU-hours"
     if t["estimated"]:
