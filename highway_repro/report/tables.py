@@ -320,8 +320,8 @@ def _placement_panels(t) -> list[Panel]:
     """Final test bpc and mean val bpc over the run (AUC) against the gated layer k, with the baseline and the
     all-layers row as flat lines; mean over seeds (the error is in the table)."""
     test, auc = Measure("test/bpc", "test bpc"), Measure("val/bpc", "", how="auc")
-    ks = sorted(int(row.id[0][len("tanh_l"):]) for row in t.rows if row.id[0][len("tanh_l"):].isdigit()
-                and row.id[0].startswith("tanh_l") and row.done)
+    ks = sorted(int(v[len("tanh_l"):]) for (v,), row in t.by_id.items()
+                if v.startswith("tanh_l") and v[len("tanh_l"):].isdigit() and row.done)
     panels = []
     for m, title in ((test, "final test bpc vs the one gated layer k"),
                      (auc, "mean val bpc over the run (AUC) vs k")):
