@@ -198,6 +198,47 @@ def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
     return final
 
 
+# Keys that do not change what a run computes (speed, logging, bookkeeping): a run folder written with other values
+# of these is the same run. The same list as the run-folder name's exclude_keys (configs/train.yaml), plus the
+# scale file's cost estimate and the checkpoint / log cadence (resume is bit-exact at any checkpoint step).
+NOT_RECIPE = ("resume", "threads", "logger", "est_step_s", "trainer.progress", "trainer.device", "trainer.log_every",
+              "trainer.checkpoint_every")
+
+
+def _flat(d, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        out.update(_flat(v, key + ".") if isinstance(v, dict) else {key: v})
+    return out
+
+
+def recipe_diff(there: dict, here: dict) -> list[str]:
+    """The recipe keys whose values differ between a run folder's config_resolved.yaml (`there`) and the config
+    about to run (`here`), as 'key: value there, value here'. Keys of NOT_RECIPE, and keys only one side has (an
+    option added or removed since, whose default keeps the old behaviour), are not compared; with `match_params`
+    set, neither is model.d_ff (the saved config holds the widened width)."""
+    a, b = _flat(there), _flat(here)
+    skip = NOT_RECIPE + (("model.d_ff",) if here.get("match_params") else ())
+    return [f"{k}: {a[k]!r} there, {b[k]!r} here" for k in sorted(a.keys() & b.keys())
+            if a[k] != b[k] and not any(k == s or k.startswith(s + ".") for s in skip)]
+
+
+def check_same_recipe(cfg: DictConfig, out_dir: Path) -> None:
+    """With resume=auto, a run folder that already holds a run (config_resolved.yaml) must hold this recipe:
+    otherwise a finished run of another recipe would be taken as this one's result, or a half-run one continued
+    under another schedule (e.g. a kept run restored after the scale file changed). ConfigError naming the keys."""
+    saved = out_dir / "config_resolved.yaml"
+    if cfg.get("resume") != "auto" or not saved.exists():
+        return
+    diff = recipe_diff(OmegaConf.to_container(OmegaConf.load(saved)), OmegaConf.to_container(cfg, resolve=True))
+    if diff:
+        more = f"; and {len(diff) - 3} more" if len(diff) > 3 else ""
+        raise ConfigError(f"resume=auto: the run folder {out_dir} holds a run of another recipe ({'; '.join(diff[:3])}"
+                          f"{more}) (valid: the same recipe; move that folder away, e.g. under results/archive/, "
+                          f"or pick another hydra.run.dir / reproduce --fresh)")
+
+
 def _summary(final: dict) -> str:
     keys = [k for k in final if k.split("/")[0] in ("train", "val", "test") and isinstance(final[k], float)]
     line = f"[{final.get('status')}] step {final.get('step')}: " + ", ".join(f"{k}={final[k]:.4f}"
@@ -207,10 +248,11 @@ def _summary(final: dict) -> str:
 
 def _user_failure(e: Exception, done: Path, multirun: bool, is_main: bool = True):
     """One of USER_ERRORS: one line on stderr and exit code 2 (HYDRA_FULL_ERROR=1 adds the traceback); in a multirun
-    metrics.json records the error (the report marks this cell with it) and Hydra goes on with the other jobs."""
+    metrics.json (`done`; None: the folder holds another run's, left as it is) records the error (the report marks
+    this cell with it) and Hydra goes on with the other jobs."""
     msg = str(e).splitlines()[0] if str(e) else type(e).__name__
     if multirun:
-        if is_main:
+        if is_main and done is not None:
             write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {msg}"})
         raise e
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
@@ -251,6 +293,10 @@ def main(cfg: DictConfig):
 def _main(cfg: DictConfig, out_dir: Path, multirun: bool, dist=None):
     is_main = dist is None or dist.rank == 0
     done = out_dir / "metrics.json"
+    try:
+        check_same_recipe(cfg, out_dir)
+    except ConfigError as e:
+        return _user_failure(e, None, multirun, is_main)
     if cfg.resume == "auto" and done.exists():
         import json
 

@@ -122,6 +122,37 @@ def test_smoke_run_writes_metrics_and_config(tmp_path):
 
 
 @needs_mirror
+def test_resume_auto_refuses_a_run_folder_of_another_recipe(tmp_path):
+    """A finished run is reused by resume=auto only under the same recipe: speed and logging keys may differ, a
+    changed max_steps is a one-line error naming the key (exit 2) that leaves the folder's metrics as they were."""
+    from highway_repro.config import ConfigError
+    from highway_repro.train import _main, check_same_recipe
+
+    base = ["experiment=demo", "scale=smoke", "resume=auto"]
+    run(compose(base), tmp_path)
+    check_same_recipe(compose(base + ["threads=2", "trainer.log_every=7", "trainer.checkpoint_every=5"]), tmp_path)
+    steps = compose(base).trainer.max_steps
+    with pytest.raises(ConfigError, match=rf"trainer.max_steps: {steps} there, {steps + 1} here"):
+        check_same_recipe(compose(base + [f"trainer.max_steps={steps + 1}"]), tmp_path)
+    before = (tmp_path / "metrics.json").read_bytes()
+    with pytest.raises(SystemExit) as e:
+        _main(compose(base + [f"trainer.max_steps={steps + 1}"]), tmp_path, multirun=False)
+    assert e.value.code == 2 and (tmp_path / "metrics.json").read_bytes() == before
+    check_same_recipe(compose(["experiment=demo", "scale=smoke", f"trainer.max_steps={steps + 1}"]), tmp_path)  # resume=null
+
+
+def test_recipe_diff_skips_new_options_and_the_matched_width():
+    from highway_repro.train import recipe_diff
+
+    there = {"seed": 0, "model": {"d_ff": 769, "d_model": 128}, "trainer": {"max_steps": 10, "progress": True}}
+    here = {"seed": 0, "model": {"d_ff": 512, "d_model": 128}, "trainer": {"max_steps": 10, "progress": False,
+                                                                            "memory_format": "contiguous"}}
+    assert recipe_diff(there, here) == ["model.d_ff: 769 there, 512 here"]
+    assert recipe_diff(there, {**here, "match_params": "sdu_tanh"}) == []
+    assert recipe_diff(there, {**here, "seed": 1}) == ["model.d_ff: 769 there, 512 here", "seed: 0 there, 1 here"]
+
+
+@needs_mirror
 def test_wandb_offline_run_contains_the_metrics(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
