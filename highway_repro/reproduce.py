@@ -309,6 +309,29 @@ def _table_runs(name: str, scale: str, runs_root: Path, results: Path) -> list:
     return sorted(runs.values(), key=lambda r: r.path.name)
 
 
+def other_recipe(part: str, scale: str, runs: list) -> dict[str, str]:
+    """The runs of table `part` that were made with another recipe than the config files now give their job
+    (a scale file changed after they ran): {folder name: the differing keys}. A run without its saved config or
+    overrides is taken as it is."""
+    from omegaconf import OmegaConf
+
+    from highway_repro.train import recipe_diff
+
+    out = {}
+    for r in runs:
+        saved, ov = r.path / "config_resolved.yaml", r.path / ".hydra" / "overrides.yaml"
+        if not (saved.exists() and ov.exists()):
+            continue
+        job = [o for o in OmegaConf.to_container(OmegaConf.load(ov))
+               if o.split("=", 1)[0].lstrip("+~") not in ("experiment", "scale", "sweep") and not o.startswith("hydra")]
+        cfg = compose_table(TARGETS[part], scale, job)
+        here = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True)
+        diff = recipe_diff(OmegaConf.to_container(OmegaConf.load(saved)), here)
+        if diff:
+            out[r.path.name] = "; ".join(diff)
+    return out
+
+
 def report_table(name: str, scale: str, runs_root: Path, results: Path) -> int:
     """Build the table from the kept runs (plus failed or unfinished ones of the local sweep folder); a target
     with `parts` reads the runs of its parts."""
@@ -333,7 +356,12 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path) -> int:
         return subprocess.call(cmd, cwd=ROOT)
     from highway_repro.report import build_table
 
-    runs = [r for part in (t.parts or (name,)) for r in _table_runs(part, scale, runs_root, results)]
+    runs, meta["other_recipe"] = [], {}
+    for part in t.parts or (name,):
+        part_runs = _table_runs(part, scale, runs_root, results)
+        other = other_recipe(part, scale, part_runs)
+        runs += [r for r in part_runs if r.path.name not in other]
+        meta["other_recipe"].update({(f"{part}/{k}" if t.parts else k): v for k, v in other.items()})
     if not runs:
         print(f"[{name}] no runs under {kept} or {sweep_dir}", file=sys.stderr)
         return 1

@@ -153,3 +153,36 @@ def test_make_help_lists_every_table():
     for name in TARGETS:
         if name != "demo":
             assert f"reproduce-{name.replace('_', '-')} " in out, name
+
+
+def test_every_kept_run_matches_the_recipe_of_its_table():
+    """The committed runs under results/<paper>/runs/<table>-<scale>/ were made with the recipe the config files
+    now give their job: a scale file changed without moving its old runs to results/archive/ fails here."""
+    from highway_repro.report import load_runs
+    from highway_repro.reproduce import other_recipe
+    from highway_repro.targets import TARGETS, runs_folder
+
+    checked = 0
+    for name, t in TARGETS.items():
+        for scale in SCALES:
+            kept = REPO / "results" / runs_folder(name, scale)
+            if kept.is_dir() and t.sweep:
+                runs = load_runs(kept)
+                assert other_recipe(name, scale, runs) == {}, name
+                checked += len(runs)
+    assert checked >= 6  # Table 1 at the cpu scale is complete
+
+
+def test_a_kept_run_of_an_older_recipe_is_named_and_left_out():
+    """The archived char-PTB runs (batch 16 x 3,200 steps) are not runs of today's cpu recipe (batch 32 x 3,000)."""
+    from highway_repro.report import load_runs
+    from highway_repro.reproduce import other_recipe
+
+    runs = load_runs(REPO / "results" / "archive" / "cpu-v2" / "highway_transformer" / "ht_char_ptb-cpu")
+    other = other_recipe("ht_char_ptb", "cpu", runs)
+    assert sorted(other) == ["seed=0,variant=baseline", "seed=0,variant=sdu_sigmoid", "seed=1,variant=baseline"]
+    assert all("data.batch_size: 16 there, 32 here" in v and "trainer.max_steps: 3200 there, 3000 here" in v
+               for v in other.values())
+    from highway_repro.report.header import header
+
+    assert "**3 kept runs left out: made with another recipe" in header("t", [], {"other_recipe": other})

@@ -78,6 +78,12 @@ def header(title: str, runs: list[Run], meta: dict | None = None) -> str:
     lines.append(f"- scale: {meta.get('scale') or 'unknown'}; seeds: {', '.join(s) or 'unknown'}; runs: {n_done} done, "
                  f"{len(runs) - n_done - n_missing} failed, {n_missing} missing"
                  + (f"; **{todo} of the grid's {planned} runs not trained yet: a partial table**" if todo else ""))
+    other = meta.get("other_recipe") or {}  # kept runs of an older recipe, left out of the table (the runner)
+    if other:
+        shown = "; ".join(f"`{k}` ({v})" for k, v in list(other.items())[:3]) + ("; ..." if len(other) > 3 else "")
+        lines.append(f"- **{len(other)} kept run{'s' if len(other) > 1 else ''} left out: made with another recipe "
+                     f"than the config files now give** ({shown}); move them under results/archive/ and train "
+                     "the table again")
     t = compute_time(runs)
     cpu_h = f"{t['cpu_s'] / 3600:.2f} CPU-hours"
     if t["estimated"]:
