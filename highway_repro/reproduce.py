@@ -167,6 +167,25 @@ def estimate_s(cfg, kept: Path) -> tuple[float | None, str]:
     return None, "no estimate (no kept runs, no est_step_s in the scale file)"
 
 
+REPEAT_KEYS = ("seed", "trial")  # the keys that repeat one cell of a grid (its rows are the other keys)
+
+
+def _cell(name: str) -> str:
+    """A job folder name without its seed= / trial= parts: the grid cell the run repeats."""
+    return ",".join(p for p in name.split(",") if p.split("=", 1)[0] not in REPEAT_KEYS)
+
+
+def per_run_s(names: list[str], finished: list[Path], fallback: float | None) -> list[float | None]:
+    """Seconds for each of `names` on one thread: the mean of the finished runs (run folders) of its cell, else
+    `fallback`. Cells differ in cost (a depth-100 net against a depth-10 one, gated rows against the baseline), so
+    the runs kept first, often the cheap ones, do not price the rest."""
+    by_cell: dict[str, list[float]] = {}
+    for r in finished:
+        for sec in _run_seconds([r]):
+            by_cell.setdefault(_cell(r.name), []).append(sec)
+    return [sum(v) / len(v) if (v := by_cell.get(_cell(n))) else fallback for n in names]
+
+
 def _hours(s: float) -> str:
     return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.0f} min"
 
@@ -190,8 +209,9 @@ def _last_step(run: Path) -> int:
 class Progress(threading.Thread):
     """One line a minute: runs done / total and an ETA; each tick also keeps the runs finished so far (`on_tick`),
     so a sweep killed mid-way loses only its unfinished runs. The ETA is the work left (the runs not started, plus
-    the unfinished part of the started ones, by their last logged step of `max_steps`) at the seconds per run of
-    the runs finished in this sweep (else the estimate), shared by `jobs`."""
+    the unfinished part of the started ones, by their last logged step of `max_steps`), each run at the mean of the
+    finished runs of its cell (`per_run_s`), else at the pace of the runs finished in this sweep, else the
+    estimate, shared by `jobs`."""
 
     def __init__(self, name: str, sweep_dir: Path, names: list[str], jobs: int, est: float | None, every: float = 60,
                  max_steps: int | None = None, on_tick=None, sweep: bool = True):
@@ -210,12 +230,13 @@ class Progress(threading.Thread):
         failed = [n for n in self.names if _status(self._folder(n)) == "failed"]
         left = len(self.names) - len(done) - len(failed)
         new = _run_seconds([self._folder(n) for n in done if n not in self.start_done])
-        per = sum(new) / len(new) if new else self.est
-        work = float(left)  # in runs
-        if self.max_steps:
-            work -= sum(min(1.0, _last_step(self._folder(n)) / self.max_steps)
-                        for n in self.names if n not in done and n not in failed)
-        eta = f"ETA {_hours(work * per / max(1, min(self.jobs, left)))}" if per and left else "ETA unknown"
+        per = sum(new) / len(new) if new else self.est  # for a cell with no finished run
+        todo = [n for n in self.names if n not in done and n not in failed]
+        secs = per_run_s(todo, [self._folder(n) for n in done], per) if self.sweep else [per] * len(todo)
+        if self.max_steps:  # the unfinished part of started runs
+            secs = [s and s * (1.0 - min(1.0, _last_step(self._folder(n)) / self.max_steps)) for n, s in zip(todo, secs)]
+        known = None if None in secs else sum(secs)
+        eta = f"ETA {_hours(known / max(1, min(self.jobs, left)))}" if known and left else "ETA unknown"
         return (f"[{self.name_}] {len(done)}/{len(self.names)} runs done" + (f", {len(failed)} failed" if failed else "")
                 + f", {left} to go; {eta if left else 'finished'} ({time.strftime('%H:%M')})")
 
@@ -246,8 +267,13 @@ def train_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: P
     per, how = estimate_s(cfg, kept)
     todo = len(names) - len(done)
     threads = int(cfg.get("threads") or 1)
-    cost = (f"estimated {todo} x {_hours(per)} = {todo * per * threads / 3600:.1f} CPU-hours, "
-            f"{_hours(todo * per / max(1, min(jobs, todo)))} wall with {jobs} job(s) ({how})" if per and todo
+    if t.sweep and per:  # each run at the mean of the kept runs of its cell, where it has some
+        secs = per_run_s([n for n in names if n not in done], [p.parent for p in kept.glob("*/metrics.json")], per)
+        total, how = sum(secs), how + ("; each cell's own kept runs where it has some" if secs.count(per) < todo else "")
+    else:
+        total = todo * per if per else None
+    cost = (f"estimated {todo} x {_hours(total / todo)} = {total * threads / 3600:.1f} CPU-hours, "
+            f"{_hours(total / max(1, min(jobs, todo)))} wall with {jobs} job(s) ({how})" if total and todo
             else how if todo else "nothing to train")
     source = str(kept) + "".join(f", {results / runs_folder(o, scale)}" for o in t.reuse)
     print(f"[{name}] scale={scale}: {len(names)} runs, {len(done)} finished ({restored} restored from {source}), "

@@ -137,6 +137,23 @@ def test_progress_eta_counts_the_unfinished_part_of_started_runs_and_keeps_finis
 
 
 
+def test_runs_are_priced_by_the_finished_runs_of_their_own_cell(tmp_path):
+    """A depth-100 net is not priced at the mean of the depth-10 runs that happened to finish first."""
+    from highway_repro.reproduce import Progress, per_run_s
+
+    sweep = tmp_path / "sweep"
+    _fake_run(sweep / "model.depth=10,trial=0", wall=60.0)
+    _fake_run(sweep / "model.depth=10,trial=1", wall=120.0)
+    _fake_run(sweep / "model.depth=100,trial=0", wall=600.0)
+    _fake_run(sweep / "model.depth=100,trial=1", "diverged", wall=1.0)  # stopped early: not a price
+    finished = sorted(sweep.iterdir())
+    todo = ["model.depth=10,trial=2", "model.depth=100,trial=2", "model.depth=50,trial=0"]
+    assert per_run_s(todo, finished, 300.0) == [90.0, 600.0, 300.0]
+    names = [p.name for p in finished] + todo
+    # 90 + 600 + 300 (no depth-50 run finished: the estimate) = 990 s on 1 job
+    assert "4/7 runs done, 3 to go; ETA 16 min" in Progress("t", sweep, names, jobs=1, est=300.0).line()
+
+
 def test_estimate_only_trains_nothing(tmp_path):
     r = subprocess.run([sys.executable, "-m", "highway_repro.reproduce", "ht_enwik8_l6", "--scale", "cpu",
                         "--estimate", "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "results")],
