@@ -203,6 +203,7 @@ def test_hn_table_and_summary_end_to_end(tmp_path):
     assert "| 16 | highway | 39,000 | 3 | 91.00 ± 1.00 | 92.00 | 99.43 | 99.40 ± 0.03 |" in md
     assert "| 32 | highway | 151,690 | 3 | 99.62 ± 0.02 | 99.64 | 99.55 | 99.54 ± 0.02 |" in md
     build_table("ht_char_ptb", load_runs(tmp_path / "runs" / "ht"), tmp_path / "results" / "ht" / "char", meta)
+    build_table("hn_table1", load_runs(tmp_path / "runs" / "hn"), tmp_path / "results" / "archive" / "v0" / "t1", meta)
     path = write_summary(tmp_path / "results")
     assert path == tmp_path / "results" / "summary.csv"
     with open(path, newline="") as fh:
@@ -221,6 +222,8 @@ def test_hn_table_and_summary_end_to_end(tmp_path):
     assert all(r["file"] in ("hn/table1.md", "ht/char.md") for r in rows)
     index = (tmp_path / "results" / "README.md").read_text()
     assert "[Highway Networks, Table 1: 10-layer conv net on MNIST](hn/table1.md) | cpu | 1 / 1 / 0 | 1 of 2 |" in index
+    assert "Superseded (tables of earlier recipes, kept for the record; not in `summary.csv`): " \
+           "[archive/v0/t1.md](archive/v0/t1.md)." in index  # the archived table: indexed, not summarised
     # the README's "at a glance" section is built from summary.csv
     spec = importlib.util.spec_from_file_location("update_readme", REPO / "scripts" / "update_readme.py")
     update_readme = importlib.util.module_from_spec(spec)

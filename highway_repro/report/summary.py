@@ -80,10 +80,14 @@ def _cell(v) -> str:
     return str(v)
 
 
+ARCHIVE = "archive"  # results/archive/: tables and runs of superseded recipes
+
+
 def write_summary(results_root: Path) -> Path:
-    """`<results_root>/summary.csv` from every `*.claims.json` below it, and the index `<results_root>/README.md`."""
+    """`<results_root>/summary.csv` from every `*.claims.json` below it but for `archive/` (tables of superseded
+    recipes, kept for the record: indexed, not summarised), and the index `<results_root>/README.md`."""
     root = Path(results_root)
-    files = sorted(root.rglob("*.claims.json"))
+    files = sorted(f for f in root.rglob("*.claims.json") if f.relative_to(root).parts[0] != ARCHIVE)
     tables, rows = [], []
     for f in files:
         d = json.loads(f.read_text())
@@ -109,8 +113,13 @@ def write_summary(results_root: Path) -> Path:
     listed = {rel for _, rel in tables} | {"README.md"}
     others = [p.relative_to(root).as_posix() for p in sorted(root.rglob("*.md"))]
     others = [o for o in others if o not in listed]
+    archived = [o for o in others if o.startswith(ARCHIVE + "/")]
+    others = [o for o in others if o not in archived]
     if others:
         lines += ["", "Other reports (benchmarks, or tables written before claims files existed): "
                   + ", ".join(f"[{o}]({o})" for o in others) + "."]
+    if archived:
+        lines += ["", "Superseded (tables of earlier recipes, kept for the record; not in `summary.csv`): "
+                  + ", ".join(f"[{o}]({o})" for o in archived) + "."]
     (root / "README.md").write_text("\n".join(lines) + "\n")
     return path
