@@ -236,7 +236,8 @@ def check_same_recipe(cfg: DictConfig, out_dir: Path) -> None:
         more = f"; and {len(diff) - 3} more" if len(diff) > 3 else ""
         raise ConfigError(f"resume=auto: the run folder {out_dir} holds a run of another recipe ({'; '.join(diff[:3])}"
                           f"{more}) (valid: the same recipe; move that folder away, e.g. under results/archive/, "
-                          f"or pick another hydra.run.dir / reproduce --fresh)")
+                          f"or pick another hydra.run.dir / reproduce --fresh; resume=<checkpoint path> continues it "
+                          f"on purpose)")
 
 
 def _summary(final: dict) -> str:
