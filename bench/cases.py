@@ -25,7 +25,7 @@ TLM = {"n_layers": 3, "d_model": 512, "n_heads": 8, "d_ff": 2048}
 TLM_DATA = {"batch": 8, "seq": 256, "vocab": 50}
 # the cpu scale the tables spend their hours on (configs/experiment_scale/ht_char_ptb/cpu.yaml), 1 thread
 TLM_CPU = {"n_layers": 3, "d_model": 128, "n_heads": 4, "d_ff": 512}
-TLM_CPU_DATA = {"batch": 16, "seq": 160, "vocab": 50}
+TLM_CPU_DATA = {"batch": 32, "seq": 160, "vocab": 50}
 TXL = {"n_layers": 3, "d_model": 512, "n_heads": 8, "d_head": 64, "d_ff": 2048, "tgt_len": 256, "mem_len": 256}
 TXL_DATA = {"batch": 8, "vocab": 204}
 RT = {"n_layers": 3, "d_model": 128, "n_heads": 8, "d_ff": 512, "rnn": "lstm", "window": 9}  # configs/model default
