@@ -80,4 +80,4 @@ def test_cpu_scale_xt_case_has_the_size_of_the_char_ptb_cpu_scale():
     # no biases (LayerNorms included): tied embedding V*d, learned positions T*d, per layer 4d^2 attention +
     # 2df FFN + two LayerNorm weights, final LayerNorm weight
     assert c.params == V * d + T * d + L * (4 * d * d + 2 * d * f + 2 * d) + d
-    assert c.items == 16 * 160
+    assert c.items == 32 * 160
