@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-all demo bench bench-cpu-scale bench-compile tables reproduce-table reproduce-all parity readme clean
+.PHONY: help setup test test-all demo bench bench-cpu-scale bench-compile tables reproduce-table reproduce-all estimate-all parity readme clean
 # (not the reproduce-<table> names: make skips pattern rules for .PHONY targets)
 
 help: ## list every target with one line each (the paper tables: reproduce-<table>, from highway_repro/targets.py)
@@ -43,8 +43,11 @@ reproduce-table: setup ## run one table's sweep and report: make reproduce-table
 reproduce-%: setup
 	$(BIN)/python -m highway_repro.reproduce $(subst -,_,$*) --scale $(SCALE) --jobs $(JOBS)
 
-estimate-%: setup ## print a table's plan and its estimated cost, train nothing: make estimate-ht-char-ptb
-	@$(BIN)/python -m highway_repro.reproduce $(subst -,_,$*) --scale $(SCALE) --estimate
+estimate-all: setup ## every paper table's plan and estimated cost, then the total (JOBS=2 as reproduce-all); trains nothing
+	@$(BIN)/python -m highway_repro.reproduce --all --scale $(SCALE) --jobs $(JOBS) --estimate
+
+estimate-%: setup ## print a table's plan and its estimated cost, train nothing: make estimate-ht-char-ptb JOBS=2
+	@$(BIN)/python -m highway_repro.reproduce $(subst -,_,$*) --scale $(SCALE) --jobs $(JOBS) --estimate
 
 reproduce-all: setup ## every paper table at SCALE (JOBS=2 on this 2-core machine)
 	$(BIN)/python -m highway_repro.reproduce --all --scale $(SCALE) --jobs $(JOBS)

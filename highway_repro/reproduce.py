@@ -18,6 +18,7 @@ clone trains only what is missing, and `--report-only` rebuilds every table from
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import os
 import shlex
@@ -170,7 +171,7 @@ def estimate_s(cfg, kept: Path) -> tuple[float | None, str]:
 REPEAT_KEYS = ("seed", "trial")  # the keys that repeat one cell of a grid (its rows are the other keys)
 
 
-def _cell(name: str) -> str:
+def _grid_cell(name: str) -> str:
     """A job folder name without its seed= / trial= parts: the grid cell the run repeats."""
     return ",".join(p for p in name.split(",") if p.split("=", 1)[0] not in REPEAT_KEYS)
 
@@ -182,8 +183,17 @@ def per_run_s(names: list[str], finished: list[Path], fallback: float | None) ->
     by_cell: dict[str, list[float]] = {}
     for r in finished:
         for sec in _run_seconds([r]):
-            by_cell.setdefault(_cell(r.name), []).append(sec)
-    return [sum(v) / len(v) if (v := by_cell.get(_cell(n))) else fallback for n in names]
+            by_cell.setdefault(_grid_cell(r.name), []).append(sec)
+    return [sum(v) / len(v) if (v := by_cell.get(_grid_cell(n))) else fallback for n in names]
+
+
+def wall_s(secs: list[float], jobs: int) -> float:
+    """Wall seconds of runs taking `secs` each, started in order on `jobs` workers, each run on the first worker
+    free (how the joblib launcher hands out a sweep's jobs): 5 equal runs on 2 jobs take 3 runs' time, not 2.5."""
+    free = [0.0] * max(1, jobs)
+    for s in secs:
+        heapq.heapreplace(free, free[0] + s)
+    return max(free)
 
 
 def _hours(s: float) -> str:
@@ -236,7 +246,7 @@ class Progress(threading.Thread):
         if self.max_steps:  # the unfinished part of started runs
             secs = [s and s * (1.0 - min(1.0, _last_step(self._folder(n)) / self.max_steps)) for n, s in zip(todo, secs)]
         known = None if None in secs else sum(secs)
-        eta = f"ETA {_hours(known / max(1, min(self.jobs, left)))}" if known and left else "ETA unknown"
+        eta = f"ETA {_hours(wall_s(secs, self.jobs))}" if known and left else "ETA unknown"
         return (f"[{self.name_}] {len(done)}/{len(self.names)} runs done" + (f", {len(failed)} failed" if failed else "")
                 + f", {left} to go; {eta if left else 'finished'} ({time.strftime('%H:%M')})")
 
@@ -254,7 +264,9 @@ def _record(kept: Path, fresh: bool) -> dict:
 
 
 def train_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Path, results: Path,
-                fresh: bool = False, estimate_only: bool = False) -> int:
+                fresh: bool = False, estimate_only: bool = False, costs: list | None = None) -> int:
+    """Train what is missing of table `name`'s grid (after printing the plan and its cost; `costs` gets
+    (CPU-seconds, wall seconds) of the plan) and keep each finished run under `results`."""
     t = TARGETS[name]
     sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
     cfg, gs, names = plan(t, scale, extra)
@@ -269,11 +281,14 @@ def train_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: P
     threads = int(cfg.get("threads") or 1)
     if t.sweep and per:  # each run at the mean of the kept runs of its cell, where it has some
         secs = per_run_s([n for n in names if n not in done], [p.parent for p in kept.glob("*/metrics.json")], per)
-        total, how = sum(secs), how + ("; each cell's own kept runs where it has some" if secs.count(per) < todo else "")
+        how += "; each cell's own kept runs where it has some" if secs.count(per) < todo else ""
     else:
-        total = todo * per if per else None
+        secs = [per] * todo if per else []
+    total, wall = (sum(secs), wall_s(secs, jobs)) if secs else (None, None)
+    if costs is not None and total:
+        costs.append((total * threads, wall))
     cost = (f"estimated {todo} x {_hours(total / todo)} = {total * threads / 3600:.1f} CPU-hours, "
-            f"{_hours(total / max(1, min(jobs, todo)))} wall with {jobs} job(s) ({how})" if total and todo
+            f"{_hours(wall)} wall with {jobs} job(s) ({how})" if total and todo
             else how if todo else "nothing to train")
     source = str(kept) + "".join(f", {results / runs_folder(o, scale)}" for o in t.reuse)
     print(f"[{name}] scale={scale}: {len(names)} runs, {len(done)} finished ({restored} restored from {source}), "
@@ -422,6 +437,15 @@ def main(argv=None) -> int:
     results = Path(args.results or ("runs/smoke_results" if args.scale == "smoke" else "results"))
     runs_root = Path(args.runs)
     status = 0
+    if args.all and not args.report_only:  # the whole plan and its cost first
+        costs: list = []
+        for name in names:
+            for part in TARGETS[name].parts or (name,):
+                train_table(part, args.scale, args.jobs, args.extra, runs_root, results, args.fresh, True, costs)
+        print(f"[all] scale={args.scale}: estimated {sum(c for c, _ in costs) / 3600:.1f} CPU-hours, "
+              f"{_hours(sum(w for _, w in costs))} wall with {args.jobs} job(s), one table after another", flush=True)
+        if args.estimate:
+            return 0
     for name in names:
         parts = TARGETS[name].parts
         if args.all and args.report_only and not any((results / runs_folder(n, args.scale)).is_dir()

@@ -4,6 +4,7 @@ expands the files into the jobs Hydra runs, and finished runs are kept and resto
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -124,14 +125,15 @@ def test_progress_eta_counts_the_unfinished_part_of_started_runs_and_keeps_finis
     (sweep / "b" / "metrics.jsonl").write_text('{"step": 0}\n{"step": 50}\n{"step": 75, "tr')  # cut last line
     names = ["a", "b", "c", "d"]  # c, d not started
     p = Progress("t", sweep, names, jobs=2, est=60.0, max_steps=100, on_tick=lambda: keep(sweep, kept))
-    # work left: b half done (last complete step 50 of 100) + c + d = 2.5 runs x 60 s / 2 jobs = 75 s
-    assert "1/4 runs done, 3 to go; ETA 1 min" in p.line()
+    # work left: b half done (last complete step 50 of 100): 30 s, then c and d, 60 s each, on 2 jobs: c on the
+    # second job (0-60 s), d on the first once b is done (30-90 s): 90 s
+    assert "1/4 runs done, 3 to go; ETA 2 min" in p.line()
     assert Progress("t", sweep, names, jobs=1, est=600.0, max_steps=100).line().count("ETA 25 min") == 1
     p.on_tick()
     assert (kept / "a" / "metrics.json").exists() and not (kept / "b").exists()
     # a last line longer than 4 KB (gate statistics of a deep net) still counts; a single-run table's folder
     (sweep / "b" / "metrics.jsonl").write_text('{"step": 50}\n{"step": 75, "g": "' + "x" * 20000 + '"}\n')
-    assert "ETA 1 min" in Progress("t", sweep, names, jobs=2, est=60.0, max_steps=100).line()  # 2.25 runs left
+    assert "ETA 1 min" in Progress("t", sweep, names, jobs=2, est=60.0, max_steps=100).line()  # 15 + 60 s: 75 s
     single = Progress("t", sweep / "b", ["run"], jobs=1, est=600.0, max_steps=100, sweep=False)
     assert "0/1 runs done, 1 to go; ETA 2 min" in single.line()  # a quarter of 600 s
 
@@ -154,6 +156,14 @@ def test_runs_are_priced_by_the_finished_runs_of_their_own_cell(tmp_path):
     assert "4/7 runs done, 3 to go; ETA 16 min" in Progress("t", sweep, names, jobs=1, est=300.0).line()
 
 
+def test_wall_time_counts_rounds_of_jobs():
+    from highway_repro.reproduce import wall_s
+
+    assert wall_s([60.0] * 5, 2) == 180.0  # 3 rounds, not 2.5
+    assert wall_s([100.0, 10.0, 10.0, 10.0], 2) == 100.0  # the short runs share the second job
+    assert wall_s([30.0, 20.0], 1) == 50.0 and wall_s([30.0], 4) == 30.0 and wall_s([], 2) == 0.0
+
+
 def test_estimate_only_trains_nothing(tmp_path):
     r = subprocess.run([sys.executable, "-m", "highway_repro.reproduce", "ht_enwik8_l6", "--scale", "cpu",
                         "--estimate", "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "results")],
@@ -161,6 +171,18 @@ def test_estimate_only_trains_nothing(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert "19 runs, 0 finished" in r.stdout and "CPU-hours" in r.stdout
     assert not (tmp_path / "runs").exists()
+    # every table, then the total: the sum of the tables' lines
+    r = subprocess.run([sys.executable, "-m", "highway_repro.reproduce", "--all", "--scale", "cpu", "--jobs", "2",
+                        "--estimate", "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "results")],
+                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    cpu_h = [float(m) for m in re.findall(r"= ([0-9.]+) CPU-hours", r.stdout)]
+    total = re.search(r"\[all\] scale=cpu: estimated ([0-9.]+) CPU-hours", r.stdout)
+    assert len(cpu_h) >= 10 and total and abs(float(total.group(1)) - sum(cpu_h)) < 0.1 * len(cpu_h)
+    # issue 12's budget: each table at most 4.5 h on 2 jobs, from the scale files' measured step costs
+    walls = {t: float(v) * (60 if u == "h" else 1) for t, v, u in
+             re.findall(r"^\[(\w+)\] scale=cpu: \d+ runs.* ([0-9.]+) (h|min) wall with 2 job", r.stdout, re.M)}
+    assert len(walls) == len(cpu_h) and max(walls.values()) <= 4.5 * 60, walls
 
 
 def test_make_help_lists_every_table():
