@@ -1,7 +1,8 @@
 """README.md's "Reproduction at a glance" from results/summary.csv (`make readme`; standard library only).
 
-One line per paper claim (paper value, ours, scale, verdict with its 95 % interval, link to the table), then one
-line per floor of the cpu scale. results/summary.csv is written by `make tables` (highway_repro.report's
+One line per claim (who makes it: `paper`, or `ours` for a check the papers do not state for that table, such as
+their general claim on a table they did not report; paper value, ours, scale, verdict with its 95 % interval, link
+to the table), the paper's claims first, then one line per floor of the cpu scale. results/summary.csv is written by `make tables` (highway_repro.report's
 write_summary), which also writes the index page results/README.md.
 """
 
@@ -29,12 +30,13 @@ def _verdict(r: dict) -> str:
 
 
 def glance(rows: list[dict]) -> str:
-    claims = [r for r in rows if r["kind"] == "claim" and r["paper_claim"] == "yes"]
+    claims = sorted((r for r in rows if r["kind"] == "claim"), key=lambda r: r["paper_claim"] != "yes")  # stable
     floors = [r for r in rows if r["kind"] == "floor"]
-    lines = ["| table | claim | paper | ours | vs | scale | verdict, 95 % CI of what is tested | results |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| table | claim | by | paper | ours | vs | scale | verdict, 95 % CI of what is tested | results |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in claims:
-        lines.append(f"| {r['table']} | {r['row']} {r['claim']} | {_num(r['paper'])} | {_num(r['mean'])} "
+        by = "paper" if r["paper_claim"] == "yes" else "ours"
+        lines.append(f"| {r['table']} | {r['row']} {r['claim']} | {by} | {_num(r['paper'])} | {_num(r['mean'])} "
                      f"({r['metric']}, {r['split']}, n {r['n_seeds']}) | {r['compared_with']} "
                      f"{_num(r['compared_mean']) if r['compared_mean'] else ''} | {r['scale']} | {_verdict(r)} | "
                      f"[{r['file']}](results/{r['file']}) |")
@@ -61,7 +63,8 @@ def main(root: Path = ROOT) -> int:
     head, _, rest = text.partition(BEGIN)
     _, _, tail = rest.partition(END)
     readme.write_text(head + BEGIN + "\n" + body + "\n" + END + tail)
-    print(f"README.md: {sum(r['kind'] == 'claim' and r['paper_claim'] == 'yes' for r in rows)} claims, "
+    print(f"README.md: {sum(r['kind'] == 'claim' and r['paper_claim'] == 'yes' for r in rows)} paper claims, "
+          f"{sum(r['kind'] == 'claim' and r['paper_claim'] != 'yes' for r in rows)} of ours, "
           f"{sum(r['kind'] == 'floor' for r in rows)} floors")
     return 0
 
