@@ -311,20 +311,22 @@ def train_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: P
                         on_tick=lambda: keep(sweep_dir, kept, single=not t.sweep) if sweep_dir.exists() else 0,
                         sweep=t.sweep)
     progress.start()
-    start, status = time.time(), 0
+    start, status, stopped = time.time(), 0, 0
+    old_term = signal.signal(signal.SIGTERM, _raise_stopped)
     try:
         for g in gs:
             cmd = base + g
             print("+", shlex.join(cmd), flush=True)
-            proc = subprocess.Popen(cmd, cwd=ROOT)
+            proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)  # its own group: stopped as a whole
             try:
                 status = proc.wait()
-            except KeyboardInterrupt:
-                proc.send_signal(signal.SIGINT)
-                status = proc.wait()
+            except (KeyboardInterrupt, Stopped) as e:
+                stopped = signal.SIGINT if isinstance(e, KeyboardInterrupt) else e.signum
+                status = stop_sweep(proc, stopped)
             if status:
                 break
     finally:
+        signal.signal(signal.SIGTERM, old_term)
         progress.stop.set()
         sweep_dir.mkdir(parents=True, exist_ok=True)
         n = keep(sweep_dir, kept, single=not t.sweep)
@@ -334,10 +336,47 @@ def train_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: P
         kept.mkdir(parents=True, exist_ok=True)
         (kept / "reproduce.json").write_text(json.dumps(record, indent=1) + "\n")
         print(progress.line(), f"- kept files updated: {n}", flush=True)
+    if stopped:  # the user stopped it: no report, no next table
+        print(f"stopped by signal {stopped}; the same command continues the sweep", file=sys.stderr)
+        raise SystemExit(128 + stopped)
     if status:
         print(f"the sweep exited with status {status}; the report is built from the runs that finished",
               file=sys.stderr)
     return status
+
+
+class Stopped(Exception):
+    """SIGTERM reached the runner (as KeyboardInterrupt is SIGINT)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_stopped(signum, frame):
+    raise Stopped(signum)
+
+
+def stop_sweep(proc: subprocess.Popen, sig: int, grace_s: float = 60.0) -> int:
+    """Stop a sweep (the runner got signal `sig`): SIGTERM to its whole process group each second (each trainer
+    finishes its step, saves a checkpoint and exits; a joblib worker whose trainer stopped would otherwise take
+    the next job handed to it, and an idle worker ends on it), and after `grace_s` or a second signal from the
+    user, SIGKILL to what is left. Signalling only the sweep's main process is not enough: its workers outlive
+    it and go on with their jobs. Returns 128 + sig."""
+    try:
+        deadline = time.time() + grace_s
+        try:
+            while time.time() < deadline:
+                os.killpg(proc.pid, signal.SIGTERM)  # ProcessLookupError once the whole group is gone
+                time.sleep(1.0)
+                proc.poll()  # reap the main process, so that only live processes keep the group
+        except (KeyboardInterrupt, Stopped):
+            pass
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    return 128 + sig
 
 
 def _table_runs(name: str, scale: str, runs_root: Path, results: Path) -> list:

@@ -4,13 +4,16 @@ expands the files into the jobs Hydra runs, and finished runs are kept and resto
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
-from conftest import CONFIG_DIR, EXPERIMENTS, REPO, SCALES, compose
+from conftest import CONFIG_DIR, EXPERIMENTS, REPO, SCALES, compose, needs_mirror
 
 VARIANTS = sorted(p.stem for p in (CONFIG_DIR / "variant").glob("*.yaml"))
 
@@ -225,3 +228,32 @@ def test_a_kept_run_of_an_older_recipe_is_named_and_left_out():
     from highway_repro.report.header import header
 
     assert "**3 kept runs left out: made with another recipe" in header("t", [], {"other_recipe": other})
+
+
+@needs_mirror
+def test_a_stopped_runner_stops_its_whole_sweep(tmp_path):
+    """`kill <runner>` (SIGTERM) mid-sweep: the sweep's joblib workers stop too (they used to outlive the runner and
+    go on with their jobs, so a second runner would race them), the running trainers stop at a step with a
+    checkpoint, the runner exits 143 without a report, and the same command later continues the sweep."""
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    cmd = [sys.executable, "-m", "highway_repro.reproduce", "hn_fig1", "--scale", "smoke", "--jobs", "2",
+           "--runs", str(runs), "--results", str(results), "trainer.max_steps=100000", "trainer.log_every=1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
+    p = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    sweep, deadline = runs / "hn_fig1-smoke", time.time() + 180
+    while not any('"step": 3,' in f.read_text() for f in sweep.glob("*/metrics.jsonl")):
+        assert p.poll() is None and time.time() < deadline, "the sweep did not start"
+        time.sleep(0.5)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 143 and "stopped by signal 15" in err, err[-2000:]
+
+    def sizes():
+        return {f: f.stat().st_size for f in sweep.rglob("*") if f.is_file()}
+
+    before = sizes()
+    time.sleep(6)
+    assert sizes() == before  # no process of the sweep goes on writing
+    status = [json.loads(m.read_text())["status"] for m in sweep.glob("*/metrics.json")]
+    assert "interrupted" in status, status
+    assert not (results / "highway_networks" / "fig1.md").exists()  # stopped: no report

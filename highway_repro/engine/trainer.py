@@ -240,8 +240,9 @@ class Trainer:
 
     # ----------------------------------------------------------------- train
     def _request_stop(self, signum, frame):
-        log.warning("signal %d received: finishing the current step, saving a checkpoint and stopping", signum)
-        self.stop_requested = signum
+        if not self.stop_requested:  # the first signal counts; repeats (a runner stopping its sweep) change nothing
+            log.warning("signal %d received: finishing the current step, saving a checkpoint and stopping", signum)
+            self.stop_requested = signum
 
     def _install_signals(self):
         if threading.current_thread() is not threading.main_thread():
