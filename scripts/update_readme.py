@@ -2,8 +2,8 @@
 
 One line per claim (who makes it: `paper`, or `ours` for a check the papers do not state for that table, such as
 their general claim on a table they did not report; paper value, ours, scale, verdict with its 95 % interval, link
-to the table), the paper's claims first, then one line per floor of the cpu scale. results/summary.csv is written by `make tables` (highway_repro.report's
-write_summary), which also writes the index page results/README.md.
+to the table), the paper's claims first, then one line per floor of the cpu scale. results/summary.csv is written
+by `make tables` (highway_repro.report's write_summary), which also writes the index page results/README.md.
 """
 
 from __future__ import annotations
