@@ -245,8 +245,7 @@ class Progress(threading.Thread):
         secs = per_run_s(todo, [self._folder(n) for n in done], per) if self.sweep else [per] * len(todo)
         if self.max_steps:  # the unfinished part of started runs
             secs = [s and s * (1.0 - min(1.0, _last_step(self._folder(n)) / self.max_steps)) for n, s in zip(todo, secs)]
-        known = None if None in secs else sum(secs)
-        eta = f"ETA {_hours(wall_s(secs, self.jobs))}" if known and left else "ETA unknown"
+        eta = f"ETA {_hours(wall_s(secs, self.jobs))}" if left and None not in secs else "ETA unknown"
         return (f"[{self.name_}] {len(done)}/{len(self.names)} runs done" + (f", {len(failed)} failed" if failed else "")
                 + f", {left} to go; {eta if left else 'finished'} ({time.strftime('%H:%M')})")
 
