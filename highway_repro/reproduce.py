@@ -125,22 +125,23 @@ def keep(sweep_dir: Path, kept: Path, single: bool = False) -> int:
     return n
 
 
-def restore(kept: Path, sweep_dir: Path, names: list[str] | None = None) -> int:
+def restore(kept: Path, sweep_dir: Path, names: list[str] | None = None, dry: bool = False) -> list[str]:
     """Put kept runs back into the sweep folder (where it has no finished run of that name), so `resume=auto`
     skips them instead of training them again; `names`: only runs of these folder names (a study reusing the
-    runs of a table of the same experiment). Not for single-run tables: their follow-up step (the gate
-    analyses) needs the trained weights, which are not kept, so such a run is trained again."""
-    n = 0
+    runs of a table of the same experiment); `dry`: copy nothing (an estimate). Returns the folder names
+    restored. Not for single-run tables: their follow-up step (the gate analyses) needs the trained weights,
+    which are not kept, so such a run is trained again."""
+    out = []
     for run in sorted(p.parent for p in kept.glob("*/metrics.json")):
         dst = sweep_dir / run.name
         if (names is not None and run.name not in names) or _status(run) not in FINISHED or _status(dst) in FINISHED:
             continue
-        for f in KEPT_FILES:
+        for f in () if dry else KEPT_FILES:
             if (run / f).exists():
                 (dst / f).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(run / f, dst / f)
-        n += 1
-    return n
+        out.append(run.name)
+    return out
 
 
 # ------------------------------------------------------------------ estimates and progress
@@ -269,12 +270,13 @@ def train_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: P
     t = TARGETS[name]
     sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
     cfg, gs, names = plan(t, scale, extra)
-    if fresh and sweep_dir.exists():
+    if fresh and sweep_dir.exists() and not estimate_only:  # an estimate deletes and copies nothing
         shutil.rmtree(sweep_dir)
-    restored = 0 if fresh or not t.sweep else restore(kept, sweep_dir)
+    restored = [] if fresh or not t.sweep else restore(kept, sweep_dir, dry=estimate_only)
     for other in () if fresh else t.reuse:  # the same experiment: a run of the same folder name is the same run
-        restored += restore(results / runs_folder(other, scale), sweep_dir, names)
-    done = [n for n in names if _status(sweep_dir / n if t.sweep else sweep_dir) in FINISHED]
+        restored += restore(results / runs_folder(other, scale), sweep_dir, names, dry=estimate_only)
+    done = [n for n in names if n in restored
+            or not (fresh and estimate_only) and _status(sweep_dir / n if t.sweep else sweep_dir) in FINISHED]
     per, how = estimate_s(cfg, kept)
     todo = len(names) - len(done)
     threads = int(cfg.get("threads") or 1)
@@ -290,7 +292,7 @@ def train_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: P
             f"{_hours(wall)} wall with {jobs} job(s) ({how})" if total and todo
             else how if todo else "nothing to train")
     source = str(kept) + "".join(f", {results / runs_folder(o, scale)}" for o in t.reuse)
-    print(f"[{name}] scale={scale}: {len(names)} runs, {len(done)} finished ({restored} restored from {source}), "
+    print(f"[{name}] scale={scale}: {len(names)} runs, {len(done)} finished ({len(restored)} restored from {source}), "
           f"{todo} to train; {cost}", flush=True)
     if estimate_only or not todo:
         return 0

@@ -101,9 +101,10 @@ def test_finished_runs_are_kept_without_checkpoints_and_restored(tmp_path):
     assert not list(kept.rglob("*.pt")) and (kept / "seed=0" / ".hydra" / "overrides.yaml").exists()
     assert keep(sweep, kept) == 0  # unchanged files are not written again
     fresh = tmp_path / "fresh_sweep"
-    assert restore(kept, fresh) == 2
+    assert restore(kept, fresh, dry=True) == ["seed=0", "seed=1"] and not fresh.exists()  # an estimate copies nothing
+    assert restore(kept, fresh) == ["seed=0", "seed=1"]
     assert json.loads((fresh / "seed=1" / "metrics.json").read_text())["status"] == "diverged"
-    assert restore(kept, fresh) == 0  # a finished run in the sweep folder is left alone
+    assert restore(kept, fresh) == []  # a finished run in the sweep folder is left alone
 
 
 def test_estimate_prefers_kept_runs(tmp_path):
@@ -186,6 +187,15 @@ def test_estimate_only_trains_nothing(tmp_path):
     walls = {t: float(v) * (60 if u == "h" else 1) for t, v, u in
              re.findall(r"^\[(\w+)\] scale=cpu: \d+ runs.* ([0-9.]+) (h|min) wall with 2 job", r.stdout, re.M)}
     assert len(walls) == len(cpu_h) and max(walls.values()) <= 4.5 * 60, walls
+    assert not (tmp_path / "runs").exists()  # the kept runs are counted, not copied into sweep folders
+    # --fresh with --estimate prices the whole grid and deletes nothing
+    (tmp_path / "runs" / "hn_table1-cpu").mkdir(parents=True)
+    _fake_run(tmp_path / "runs" / "hn_table1-cpu" / "model.width=16,seed=0")
+    r = subprocess.run([sys.executable, "-m", "highway_repro.reproduce", "hn_table1", "--scale", "cpu", "--fresh",
+                        "--estimate", "--runs", str(tmp_path / "runs")], cwd=REPO, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and "6 runs, 0 finished" in r.stdout, r.stdout + r.stderr[-2000:]
+    assert (tmp_path / "runs" / "hn_table1-cpu" / "model.width=16,seed=0" / "metrics.json").exists()
 
 
 def test_make_help_lists_every_table():

@@ -57,7 +57,7 @@ def test_reuse_restores_only_the_runs_the_study_names(tmp_path):
     _fake_run(table / "seed=1,variant=sdu_tanh", status="failed")  # not finished: trained again
     study = tmp_path / "sweep"
     names = ["seed=0,variant=baseline", "seed=1,variant=sdu_tanh", "seed=0,variant=tanh_l1"]
-    assert restore(table, study, names) == 1
+    assert restore(table, study, names) == ["seed=0,variant=baseline"]
     assert sorted(p.name for p in study.iterdir()) == ["seed=0,variant=baseline"]
 
 
