@@ -7,7 +7,8 @@
 
 The grid is read from the config files (highway_repro/targets.py says which): the sweep file's rows, the
 scale file's seeds/trials and `extra_grids`. Runs go to `runs/sweeps/<table>-<scale>/<overrides>/` with
-`resume=auto`, so running the same command again continues unfinished jobs and skips finished ones.
+`resume=auto`, so running the same command again continues unfinished jobs and skips finished ones. The runs
+of every table named (`--all`: every paper table) go through one queue, `--jobs` at a time (`run_queue`).
 
 Finished runs are kept: their small files (metrics.json, metrics.jsonl, config_resolved.yaml, run_info.json,
 .hydra/overrides.yaml; no checkpoints) are copied to `results/<paper>/runs/<table>-<scale>/<overrides>/`, which
@@ -28,6 +29,8 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from highway_repro.targets import PAPER_TABLES, REPORTS, TARGETS, Target, runs_folder
@@ -257,16 +260,35 @@ class Progress(threading.Thread):
             print(self.line(), flush=True)
 
 
-# ------------------------------------------------------------------ one table
+# ------------------------------------------------------------------ the queue of runs
 def _record(kept: Path, fresh: bool) -> dict:
     f = kept / "reproduce.json"
     return json.loads(f.read_text()) if f.exists() and not fresh else {"commands": [], "wall_s": 0.0}
 
 
-def train_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Path, results: Path,
-                fresh: bool = False, estimate_only: bool = False, costs: list | None = None) -> int:
-    """Train what is missing of table `name`'s grid (after printing the plan and its cost; `costs` gets
-    (CPU-seconds, wall seconds) of the plan) and keep each finished run under `results`."""
+@dataclass(eq=False)  # one object per table: compared and hashed by identity
+class TablePlan:
+    """What a table (or a part of a target with parts) trains: `commands` for the queue, each a Hydra multirun (a
+    whole grid when jobs == 1: Hydra runs its jobs one after another in one process; one run each when jobs > 1,
+    so that the queue keeps every job busy across the end of one table and the start of the next)."""
+    name: str
+    sweep_dir: Path
+    kept: Path
+    single: bool  # a single-run table: its run folder is the sweep folder itself
+    fresh: bool
+    shown: str  # the command as the user gives it, for the table's record
+    commands: list = field(default_factory=list)
+    secs: list = field(default_factory=list)  # one-thread seconds of each run to train
+    threads: int = 1
+    progress: Progress | None = None
+    start: float | None = None
+    left: int = 0  # commands not yet ended
+
+
+def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Path, results: Path,
+               fresh: bool = False, estimate_only: bool = False) -> TablePlan:
+    """Print the plan of table `name` and its cost; put its kept runs back into its sweep folder (not for an
+    estimate, which writes and deletes nothing) and return what is left to train."""
     t = TARGETS[name]
     sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
     cfg, gs, names = plan(t, scale, extra)
@@ -278,71 +300,105 @@ def train_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: P
     done = [n for n in names if n in restored
             or not (fresh and estimate_only) and _status(sweep_dir / n if t.sweep else sweep_dir) in FINISHED]
     per, how = estimate_s(cfg, kept)
-    todo = len(names) - len(done)
+    todo = [n for n in names if n not in done]
     threads = int(cfg.get("threads") or 1)
     if t.sweep and per:  # each run at the mean of the kept runs of its cell, where it has some
-        secs = per_run_s([n for n in names if n not in done], [p.parent for p in kept.glob("*/metrics.json")], per)
-        how += "; each cell's own kept runs where it has some" if secs.count(per) < todo else ""
+        secs = per_run_s(todo, [p.parent for p in kept.glob("*/metrics.json")], per)
+        how += "; each cell's own kept runs where it has some" if secs.count(per) < len(todo) else ""
     else:
-        secs = [per] * todo if per else []
+        secs = [per] * len(todo) if per else []
     total, wall = (sum(secs), wall_s(secs, jobs)) if secs else (None, None)
-    if costs is not None and total:
-        costs.append((total * threads, wall))
-    cost = (f"estimated {todo} x {_hours(total / todo)} = {total * threads / 3600:.1f} CPU-hours, "
+    cost = (f"estimated {len(todo)} x {_hours(total / len(todo))} = {total * threads / 3600:.1f} CPU-hours, "
             f"{_hours(wall)} wall with {jobs} job(s) ({how})" if total and todo
             else how if todo else "nothing to train")
     source = str(kept) + "".join(f", {results / runs_folder(o, scale)}" for o in t.reuse)
     print(f"[{name}] scale={scale}: {len(names)} runs, {len(done)} finished ({len(restored)} restored from {source}), "
-          f"{todo} to train; {cost}", flush=True)
-    if estimate_only or not todo:
-        return 0
+          f"{len(todo)} to train; {cost}", flush=True)
     shown = f"make reproduce-{name.replace('_', '-')} SCALE={scale}" if name != "demo" else "make demo"
     if extra:  # overrides given by hand are part of the command
         shown = shlex.join(["python", "-m", "highway_repro.reproduce", name, "--scale", scale, *extra])
+    p = TablePlan(name, sweep_dir, kept, not t.sweep, fresh, shown, secs=secs if total else [], threads=threads)
+    if estimate_only or not todo:
+        return p
     base = [sys.executable, "-m", "highway_repro.train", f"experiment={t.experiment}", f"scale={scale}",
             "resume=auto", "trainer.progress=false"]
-    if t.sweep:
+    if not t.sweep:
+        p.commands = [base + [f"hydra.run.dir={sweep_dir}"] + gs[0]]
+    else:
         base[3:3] = ["-m", f"sweep={t.sweep_file}"]
         base += [f"hydra.sweep.dir={sweep_dir}"]
-        if jobs > 1:
-            base += ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={jobs}"]
-    else:
-        base += [f"hydra.run.dir={sweep_dir}"]
-    progress = Progress(name, sweep_dir, names, jobs, per, max_steps=int(cfg.trainer.max_steps),
-                        on_tick=lambda: keep(sweep_dir, kept, single=not t.sweep) if sweep_dir.exists() else 0,
-                        sweep=t.sweep)
-    progress.start()
-    start, status, stopped = time.time(), 0, 0
+        if jobs == 1:
+            p.commands = [base + g for g in gs]
+        else:  # one multirun of one job per run to train, in the grid's order
+            exclude = list(cfg.hydra.job.config.override_dirname.exclude_keys)
+            jobs_by_name = {dirname(j, exclude): j for g in gs for j in jobs_of(g)}
+            p.commands = [base + jobs_by_name[n] for n in todo]
+    p.progress = Progress(name, sweep_dir, names, jobs, per, max_steps=int(cfg.trainer.max_steps),
+                          on_tick=lambda: keep(sweep_dir, kept, single=not t.sweep) if sweep_dir.exists() else 0,
+                          sweep=t.sweep)
+    return p
+
+
+def finish_table(p: TablePlan) -> None:
+    """Keep the table's finished runs and add this command and its wall time (first start to last end) to its
+    record."""
+    if p.progress is not None:
+        p.progress.stop.set()
+    p.sweep_dir.mkdir(parents=True, exist_ok=True)
+    n = keep(p.sweep_dir, p.kept, single=p.single)
+    record = _record(p.kept, p.fresh)
+    record["commands"] = list(dict.fromkeys(record["commands"] + [p.shown]))
+    record["wall_s"] = record.get("wall_s", 0.0) + time.time() - (p.start or time.time())
+    p.kept.mkdir(parents=True, exist_ok=True)
+    (p.kept / "reproduce.json").write_text(json.dumps(record, indent=1) + "\n")
+    if p.progress is not None:
+        print(p.progress.line(), f"- kept files updated: {n}", flush=True)
+
+
+def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None) -> int:
+    """Run the commands of every plan, in order, `jobs` at a time: a job that frees up takes the next command,
+    of the same table or the next one. Each command runs in its own process group. A table ends when its last
+    command ends: its runs are kept and `on_table_end(plan)` is called. A failed command does not stop the
+    others. On SIGINT/SIGTERM every running command is stopped (`stop_sweep`), the finished runs are kept, and
+    the runner exits 128 + signal without a report. Returns the first non-zero exit status, else 0."""
+    queue = [(p, cmd) for p in plans for cmd in p.commands]
+    for p in plans:
+        p.left = len(p.commands)
+    live: list[tuple[TablePlan, subprocess.Popen]] = []
+    status, stopped = 0, 0
     old_term = signal.signal(signal.SIGTERM, _raise_stopped)
     try:
-        for g in gs:
-            cmd = base + g
-            print("+", shlex.join(cmd), flush=True)
-            proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)  # its own group: stopped as a whole
-            try:
-                status = proc.wait()
-            except (KeyboardInterrupt, Stopped) as e:
-                stopped = signal.SIGINT if isinstance(e, KeyboardInterrupt) else e.signum
-                status = stop_sweep(proc, stopped)
-            if status:
-                break
+        while queue or live:
+            while queue and len(live) < jobs:
+                p, cmd = queue.pop(0)
+                if p.start is None:
+                    p.start = time.time()
+                    if p.progress is not None:
+                        p.progress.start()
+                print("+", shlex.join(cmd), flush=True)
+                live.append((p, subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)))  # stopped as a group
+            time.sleep(0.5)
+            for p, proc in [x for x in live if x[1].poll() is not None]:
+                live.remove((p, proc))
+                status = status or proc.returncode
+                if proc.returncode:
+                    print(f"[{p.name}] a command exited with status {proc.returncode}; the others go on",
+                          file=sys.stderr, flush=True)
+                p.left -= 1
+                if not p.left:
+                    finish_table(p)
+                    if on_table_end is not None:
+                        on_table_end(p)
+    except (KeyboardInterrupt, Stopped) as e:
+        stopped = signal.SIGINT if isinstance(e, KeyboardInterrupt) else e.signum
+        stop_sweep([proc for _, proc in live], stopped)
+        for p in dict.fromkeys(p for p, _ in live):
+            finish_table(p)
     finally:
         signal.signal(signal.SIGTERM, old_term)
-        progress.stop.set()
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        n = keep(sweep_dir, kept, single=not t.sweep)
-        record = _record(kept, fresh)
-        record["commands"] = list(dict.fromkeys(record["commands"] + [shown]))
-        record["wall_s"] = record.get("wall_s", 0.0) + time.time() - start
-        kept.mkdir(parents=True, exist_ok=True)
-        (kept / "reproduce.json").write_text(json.dumps(record, indent=1) + "\n")
-        print(progress.line(), f"- kept files updated: {n}", flush=True)
     if stopped:  # the user stopped it: no report, no next table
         print(f"stopped by signal {stopped}; the same command continues the sweep", file=sys.stderr)
         raise SystemExit(128 + stopped)
-    if status:
-        print(f"the sweep exited with status {status}; the report is built from the runs that finished",
-              file=sys.stderr)
     return status
 
 
@@ -358,28 +414,35 @@ def _raise_stopped(signum, frame):
     raise Stopped(signum)
 
 
-def stop_sweep(proc: subprocess.Popen, sig: int, grace_s: float = 60.0) -> int:
-    """Stop a sweep (the runner got signal `sig`): SIGTERM to its whole process group each second (each trainer
-    finishes its step, saves a checkpoint and exits; a joblib worker whose trainer stopped would otherwise take
-    the next job handed to it, and an idle worker ends on it), and after `grace_s` or a second signal from the
-    user, SIGKILL to what is left. Signalling only the sweep's main process is not enough: its workers outlive
-    it and go on with their jobs. Returns 128 + sig."""
+def stop_sweep(procs: list[subprocess.Popen], sig: int, grace_s: float = 60.0) -> None:
+    """Stop the running commands (the runner got signal `sig`): SIGTERM to each one's whole process group each
+    second (each trainer finishes its step, saves a checkpoint and exits; a worker of a launcher such as joblib
+    would otherwise take the next job handed to it), and after `grace_s` or a second signal from the user,
+    SIGKILL to what is left. Signalling only a command's main process is not enough: its workers outlive it."""
+    deadline = time.time() + grace_s
+    alive = list(procs)
     try:
-        deadline = time.time() + grace_s
-        try:
-            while time.time() < deadline:
-                os.killpg(proc.pid, signal.SIGTERM)  # ProcessLookupError once the whole group is gone
-                time.sleep(1.0)
+        while alive and time.time() < deadline:
+            for proc in list(alive):
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:  # the whole group is gone
+                    alive.remove(proc)
+            time.sleep(1.0)
+            for proc in alive:
                 proc.poll()  # reap the main process, so that only live processes keep the group
-        except (KeyboardInterrupt, Stopped):
-            pass
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
+    except (KeyboardInterrupt, Stopped):
         pass
-    proc.wait()
-    return 128 + sig
+    for proc in alive:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for proc in procs:
+        proc.wait()
 
 
+# ------------------------------------------------------------------ reports
 def _table_runs(name: str, scale: str, runs_root: Path, results: Path) -> list:
     """The kept runs of a table, plus the failed or unfinished ones of its local sweep folder."""
     from highway_repro.report import load_runs
@@ -459,7 +522,8 @@ def main(argv=None) -> int:
     ap.add_argument("--all", action="store_true", help="every paper table, in order")
     ap.add_argument("--list", action="store_true", help="list the tables")
     ap.add_argument("--scale", default="cpu", choices=SCALES)
-    ap.add_argument("--jobs", type=int, default=1, help="parallel jobs (joblib launcher), each with the scale's threads")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="runs at once (one process each, across tables with --all), each with the scale's threads")
     ap.add_argument("--fresh", action="store_true", help="delete the sweep folder and ignore the kept runs")
     ap.add_argument("--results", default=None, help="results root (default: results/, or runs/smoke_results for smoke)")
     ap.add_argument("--runs", default="runs/sweeps", help="where sweep folders go")
@@ -477,28 +541,38 @@ def main(argv=None) -> int:
     results = Path(args.results or ("runs/smoke_results" if args.scale == "smoke" else "results"))
     runs_root = Path(args.runs)
     status = 0
-    if args.all and not args.report_only:  # the whole plan and its cost first
-        costs: list = []
+    if args.report_only:
         for name in names:
-            for part in TARGETS[name].parts or (name,):
-                train_table(part, args.scale, args.jobs, args.extra, runs_root, results, args.fresh, True, costs)
-        print(f"[all] scale={args.scale}: estimated {sum(c for c, _ in costs) / 3600:.1f} CPU-hours, "
-              f"{_hours(sum(w for _, w in costs))} wall with {args.jobs} job(s), one table after another", flush=True)
+            parts = TARGETS[name].parts
+            if args.all and not any((results / runs_folder(n, args.scale)).is_dir() for n in parts or (name,)):
+                continue  # make tables: only the tables that have kept runs
+            for part in parts if not args.all else ():  # (--all reports the parts under their own names)
+                status = report_table(part, args.scale, runs_root, results) or status
+            status = report_table(name, args.scale, runs_root, results) or status
+    else:  # the plan of every table (a target with parts: of each part) and its cost first, then one queue
+        plans = [plan_table(part, args.scale, args.jobs, args.extra, runs_root, results, args.fresh, args.estimate)
+                 for name in names for part in TARGETS[name].parts or (name,)]
+        if args.all:
+            cpu_s = sum(s * p.threads for p in plans for s in p.secs)
+            wall = wall_s([s for p in plans for s in p.secs], args.jobs)
+            print(f"[all] scale={args.scale}: estimated {cpu_s / 3600:.1f} CPU-hours, {_hours(wall)} wall with "
+                  f"{args.jobs} job(s), the runs of every table in one queue", flush=True)
         if args.estimate:
             return 0
-    for name in names:
-        parts = TARGETS[name].parts
-        if args.all and args.report_only and not any((results / runs_folder(n, args.scale)).is_dir()
-                                                     for n in parts or (name,)):
-            continue  # make tables: only the tables that have kept runs
-        for part in parts or (name,):  # a target with parts trains them in turn, then reports each and the whole
-            if not args.report_only:
-                status = train_table(part, args.scale, args.jobs, args.extra, runs_root, results, args.fresh,
-                                     args.estimate) or status
-            if not args.estimate and parts and not args.all:
-                status = report_table(part, args.scale, runs_root, results) or status
-        if not args.estimate:
-            status = report_table(name, args.scale, runs_root, results) or status
+        with ThreadPoolExecutor(max_workers=1) as reporter:  # one report at a time, while the queue goes on
+            reports = [reporter.submit(report_table, p.name, args.scale, runs_root, results)
+                       for p in plans if not p.commands]
+            try:
+                status = run_queue(plans, args.jobs, on_table_end=lambda p: reports.append(
+                    reporter.submit(report_table, p.name, args.scale, runs_root, results)))
+            except SystemExit:  # stopped: the reports not yet begun are dropped
+                reporter.shutdown(wait=False, cancel_futures=True)
+                raise
+            for name in names:
+                if TARGETS[name].parts:  # the whole, once its parts are reported
+                    reports.append(reporter.submit(report_table, name, args.scale, runs_root, results))
+            for r in reports:
+                status = status or r.result()
     if not args.estimate:
         from highway_repro.report import write_summary
 

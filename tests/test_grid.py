@@ -168,6 +168,32 @@ def test_wall_time_counts_rounds_of_jobs():
     assert wall_s([30.0, 20.0], 1) == 50.0 and wall_s([30.0], 4) == 30.0 and wall_s([], 2) == 0.0
 
 
+def test_the_queue_runs_the_next_table_while_the_last_runs_of_one_end(tmp_path):
+    """`reproduce --all --jobs 2`: a job that frees up takes the next table's run (one table after another left a
+    core idle at each table's odd last run); a failed command stops nothing else; each table is kept and recorded
+    when its last command ends, in the order the tables end."""
+    from highway_repro.reproduce import TablePlan, run_queue
+
+    def cmd(marker, seconds, rc=0):  # writes <marker>.start, sleeps, writes <marker>.end
+        code = (f"import pathlib, sys, time; p = pathlib.Path({str(tmp_path / marker)!r}); "
+                f"p.with_suffix('.start').touch(); time.sleep({seconds}); p.with_suffix('.end').touch(); sys.exit({rc})")
+        return [sys.executable, "-c", code]
+
+    def table(name, commands):
+        return TablePlan(name, tmp_path / "runs" / name, tmp_path / "kept" / name, False, False, f"make {name}",
+                         commands=commands)
+
+    a = table("a", [cmd("a1", 0.2), cmd("a2", 0.2, rc=3), cmd("a3", 3)])
+    b = table("b", [cmd("b1", 0.2)])
+    ended = []
+    assert run_queue([a, b], jobs=2, on_table_end=lambda p: ended.append(p.name)) == 3
+    assert all((tmp_path / f"{m}.end").exists() for m in ("a1", "a2", "a3", "b1"))  # a2 failed: the rest ran
+    assert (tmp_path / "b1.start").stat().st_mtime < (tmp_path / "a3.end").stat().st_mtime  # b ran beside a3
+    assert ended == ["b", "a"]
+    rec = json.loads((tmp_path / "kept" / "a" / "reproduce.json").read_text())
+    assert rec["commands"] == ["make a"] and rec["wall_s"] >= 3.0
+
+
 def test_estimate_only_trains_nothing(tmp_path):
     r = subprocess.run([sys.executable, "-m", "highway_repro.reproduce", "ht_enwik8_l6", "--scale", "cpu",
                         "--estimate", "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "results")],
