@@ -2,6 +2,7 @@
 
     python -m highway_repro.reproduce ht_char_ptb --scale cpu --jobs 2   # train what is missing, then the report
     python -m highway_repro.reproduce ht_char_ptb --scale cpu --estimate # print the plan and its cost, train nothing
+    python -m highway_repro.reproduce ht_word_ptb ht_char_ptb_rt --jobs 2 # two tables, their runs in one queue
     python -m highway_repro.reproduce --all --report-only               # make tables: every report from kept runs
     python -m highway_repro.reproduce --list
 
@@ -518,7 +519,8 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path) -> int:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m highway_repro.reproduce", description=__doc__.split("\n")[0])
-    ap.add_argument("table", nargs="?", choices=sorted(TARGETS))
+    ap.add_argument("args", nargs="*", metavar="table | key=value",
+                    help="one or more tables (see --list; their runs share one queue), then Hydra overrides for all")
     ap.add_argument("--all", action="store_true", help="every paper table, in order")
     ap.add_argument("--list", action="store_true", help="list the tables")
     ap.add_argument("--scale", default="cpu", choices=SCALES)
@@ -529,15 +531,19 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", default="runs/sweeps", help="where sweep folders go")
     ap.add_argument("--report-only", action="store_true", help="only rebuild the report(s) from the kept runs")
     ap.add_argument("--estimate", action="store_true", help="print the plan and its cost; train nothing")
-    ap.add_argument("extra", nargs="*", help="more Hydra overrides")
     args = ap.parse_intermixed_args(argv)
     if args.list:
         for n, t in TARGETS.items():
             print(f"  reproduce-{n.replace('_', '-'):<24} {t.help}")
         return 0
-    if not args.table and not args.all:
-        ap.error("name a table (see --list) or give --all")
-    names = (REPORTS if args.report_only else PAPER_TABLES) if args.all else [args.table]
+    tables = list(dict.fromkeys(a for a in args.args if a in TARGETS))
+    args.extra = [a for a in args.args if a not in TARGETS]
+    for a in args.extra:
+        if "=" not in a and not a.startswith("~"):
+            ap.error(f"table={a!r} is not a table (valid: {', '.join(sorted(TARGETS))}) nor an override key=value")
+    if bool(tables) == args.all:
+        ap.error("name one or more tables (see --list) or give --all, not both")
+    names = (REPORTS if args.report_only else PAPER_TABLES) if args.all else tables
     results = Path(args.results or ("runs/smoke_results" if args.scale == "smoke" else "results"))
     runs_root = Path(args.runs)
     status = 0

@@ -224,6 +224,17 @@ def test_estimate_only_trains_nothing(tmp_path):
     assert (tmp_path / "runs" / "hn_table1-cpu" / "model.width=16,seed=0" / "metrics.json").exists()
 
 
+def test_the_runner_takes_several_tables_and_names_a_wrong_one(tmp_path):
+    base = [sys.executable, "-m", "highway_repro.reproduce", "--scale", "cpu", "--estimate", "--runs",
+            str(tmp_path / "runs"), "--results", str(tmp_path / "results")]
+    r = subprocess.run(base + ["hn_table1", "hn_cifar", "trainer.max_steps=10"], cwd=REPO, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "[hn_table1] scale=cpu: 6 runs" in r.stdout and "[hn_cifar] scale=cpu: 6 runs" in r.stdout
+    r = subprocess.run(base + ["hn_tabel1"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "table='hn_tabel1' is not a table (valid: demo, hn_analysis" in r.stderr, r.stderr
+
+
 def test_make_help_lists_every_table():
     from highway_repro.targets import TARGETS
 
