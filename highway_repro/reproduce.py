@@ -558,11 +558,11 @@ def main(argv=None) -> int:
     else:  # the plan of every table (a target with parts: of each part) and its cost first, then one queue
         plans = [plan_table(part, args.scale, args.jobs, args.extra, runs_root, results, args.fresh, args.estimate)
                  for name in names for part in TARGETS[name].parts or (name,)]
-        if args.all:
+        if len(plans) > 1:
             cpu_s = sum(s * p.threads for p in plans for s in p.secs)
             wall = wall_s([s for p in plans for s in p.secs], args.jobs)
-            print(f"[all] scale={args.scale}: estimated {cpu_s / 3600:.1f} CPU-hours, {_hours(wall)} wall with "
-                  f"{args.jobs} job(s), the runs of every table in one queue", flush=True)
+            print(f"[{'all' if args.all else 'queue'}] scale={args.scale}: estimated {cpu_s / 3600:.1f} CPU-hours, "
+                  f"{_hours(wall)} wall with {args.jobs} job(s), the runs of every table in one queue", flush=True)
         if args.estimate:
             return 0
         with ThreadPoolExecutor(max_workers=1) as reporter:  # one report at a time, while the queue goes on

@@ -231,6 +231,7 @@ def test_the_runner_takes_several_tables_and_names_a_wrong_one(tmp_path):
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "[hn_table1] scale=cpu: 6 runs" in r.stdout and "[hn_cifar] scale=cpu: 6 runs" in r.stdout
+    assert "[queue] scale=cpu: estimated " in r.stdout
     r = subprocess.run(base + ["hn_tabel1"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "table='hn_tabel1' is not a table (valid: demo, hn_analysis" in r.stderr, r.stderr
 
