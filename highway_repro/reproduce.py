@@ -278,6 +278,7 @@ class TablePlan:
     single: bool  # a single-run table: its run folder is the sweep folder itself
     fresh: bool
     shown: str  # the command as the user gives it, for the table's record
+    todo: list = field(default_factory=list)  # folder names of the runs to train
     commands: list = field(default_factory=list)
     secs: list = field(default_factory=list)  # one-thread seconds of each run to train
     threads: int = 1
@@ -287,9 +288,10 @@ class TablePlan:
 
 
 def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Path, results: Path,
-               fresh: bool = False, estimate_only: bool = False) -> TablePlan:
+               fresh: bool = False, estimate_only: bool = False, pending: set = frozenset()) -> TablePlan:
     """Print the plan of table `name` and its cost; put its kept runs back into its sweep folder (not for an
-    estimate, which writes and deletes nothing) and return what is left to train."""
+    estimate, which writes and deletes nothing) and return what is left to train. `pending`: run folder names
+    that a table before it in the queue trains and it reuses (an estimate counts them as restored)."""
     t = TARGETS[name]
     sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
     cfg, gs, names = plan(t, scale, extra)
@@ -298,7 +300,8 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     restored = [] if fresh or not t.sweep else restore(kept, sweep_dir, dry=estimate_only)
     for other in () if fresh else t.reuse:  # the same experiment: a run of the same folder name is the same run
         restored += restore(results / runs_folder(other, scale), sweep_dir, names, dry=estimate_only)
-    done = [n for n in names if n in restored
+    queued = [n for n in names if n in pending and n not in restored]
+    done = [n for n in names if n in restored or n in queued
             or not (fresh and estimate_only) and _status(sweep_dir / n if t.sweep else sweep_dir) in FINISHED]
     per, how = estimate_s(cfg, kept)
     todo = [n for n in names if n not in done]
@@ -313,12 +316,16 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
             f"{_hours(wall)} wall with {jobs} job(s) ({how})" if total and todo
             else how if todo else "nothing to train")
     source = str(kept) + "".join(f", {results / runs_folder(o, scale)}" for o in t.reuse)
-    print(f"[{name}] scale={scale}: {len(names)} runs, {len(done)} finished ({len(restored)} restored from {source}), "
-          f"{len(todo)} to train; {cost}", flush=True)
+    queued_from = f", {len(queued)} to come from {', '.join(t.reuse)} before it in this queue" if queued else ""
+    print(f"[{name}] scale={scale}: {len(names)} runs, {len(done)} finished ({len(restored)} restored from {source}"
+          f"{queued_from}), {len(todo)} to train; {cost}", flush=True)
     shown = f"make reproduce-{name.replace('_', '-')} SCALE={scale}" if name != "demo" else "make demo"
     if extra:  # overrides given by hand are part of the command
         shown = shlex.join(["python", "-m", "highway_repro.reproduce", name, "--scale", scale, *extra])
-    p = TablePlan(name, sweep_dir, kept, not t.sweep, fresh, shown, secs=secs if total else [], threads=threads)
+    p = TablePlan(name, sweep_dir, kept, not t.sweep, fresh, shown, secs=secs if total else [], threads=threads,
+                  todo=todo)
+    if not todo and not estimate_only and sweep_dir.exists():
+        keep(sweep_dir, kept, single=not t.sweep)  # runs that finished after the last keep (a runner killed -9)
     if estimate_only or not todo:
         return p
     base = [sys.executable, "-m", "highway_repro.train", f"experiment={t.experiment}", f"scale={scale}",
@@ -341,36 +348,63 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
 
 
 def finish_table(p: TablePlan) -> None:
-    """Keep the table's finished runs and add this command and its wall time (first start to last end) to its
-    record."""
-    if p.progress is not None:
+    """Keep the table's finished runs and add this command and its time (first start to last end) to its
+    record (`wall_s`, and the interval itself, so that overlapping parts of one target are not counted twice)."""
+    if p.progress is not None and p.progress.is_alive():
         p.progress.stop.set()
+        p.progress.join()  # a tick may be keeping files right now
     p.sweep_dir.mkdir(parents=True, exist_ok=True)
     n = keep(p.sweep_dir, p.kept, single=p.single)
     record = _record(p.kept, p.fresh)
+    start, end = p.start or time.time(), time.time()
     record["commands"] = list(dict.fromkeys(record["commands"] + [p.shown]))
-    record["wall_s"] = record.get("wall_s", 0.0) + time.time() - (p.start or time.time())
+    record["wall_s"] = record.get("wall_s", 0.0) + end - start
+    record["intervals"] = record.get("intervals", []) + [[round(start, 1), round(end, 1)]]
     p.kept.mkdir(parents=True, exist_ok=True)
-    (p.kept / "reproduce.json").write_text(json.dumps(record, indent=1) + "\n")
+    tmp = p.kept / ".reproduce.json.tmp"  # written whole or not at all: the record is committed
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(tmp, p.kept / "reproduce.json")
     if p.progress is not None:
         print(p.progress.line(), f"- kept files updated: {n}", flush=True)
+
+
+class StopRequest:
+    """The signal handler while a queue runs: SIGINT / SIGTERM / SIGHUP are only recorded here (an exception
+    raised at an arbitrary point could leave a started command untracked or a record half written); the queue
+    loop acts on them. A second signal means: kill now."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self):
+        self.signum, self.count = 0, 0
+
+    def __call__(self, signum, frame):
+        self.signum, self.count = self.signum or signum, self.count + 1
+
+
+_FOLLOW_UPS: set = set()  # running follow-up steps of reports (`Target.after`): stopped with the queue
+
+
+def _exit_code(rc: int) -> int:
+    return 128 - rc if rc < 0 else rc  # killed by signal k: 128 + k, as a shell says
 
 
 def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None) -> int:
     """Run the commands of every plan, in order, `jobs` at a time: a job that frees up takes the next command,
     of the same table or the next one. Each command runs in its own process group. A table ends when its last
     command ends: its runs are kept and `on_table_end(plan)` is called. A failed command does not stop the
-    others. On SIGINT/SIGTERM every running command is stopped (`stop_sweep`), the finished runs are kept, and
-    the runner exits 128 + signal without a report. Returns the first non-zero exit status, else 0."""
+    others. On SIGINT/SIGTERM/SIGHUP every running command is stopped (`stop_sweep`), nothing more starts, the
+    finished runs of every started table are kept, and the runner exits 128 + signal; on any other error the
+    running commands are stopped too. Returns the first non-zero exit status, else 0."""
     queue = [(p, cmd) for p in plans for cmd in p.commands]
     for p in plans:
         p.left = len(p.commands)
     live: list[tuple[TablePlan, subprocess.Popen]] = []
-    status, stopped = 0, 0
-    old_term = signal.signal(signal.SIGTERM, _raise_stopped)
+    status, stop = 0, StopRequest()
+    old = {s: signal.signal(s, stop) for s in StopRequest.SIGNALS}
     try:
-        while queue or live:
-            while queue and len(live) < jobs:
+        while (queue or live) and not stop.signum:
+            while queue and len(live) < jobs and not stop.signum:
                 p, cmd = queue.pop(0)
                 if p.start is None:
                     p.start = time.time()
@@ -381,59 +415,49 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None) -> int:
             time.sleep(0.5)
             for p, proc in [x for x in live if x[1].poll() is not None]:
                 live.remove((p, proc))
-                status = status or proc.returncode
-                if proc.returncode:
-                    print(f"[{p.name}] a command exited with status {proc.returncode}; the others go on",
-                          file=sys.stderr, flush=True)
+                rc = _exit_code(proc.returncode)
+                status = status or rc
+                if rc:
+                    print(f"[{p.name}] a command exited with status {rc}; the others go on", file=sys.stderr,
+                          flush=True)
                 p.left -= 1
                 if not p.left:
                     finish_table(p)
                     if on_table_end is not None:
                         on_table_end(p)
-    except (KeyboardInterrupt, Stopped) as e:
-        stopped = signal.SIGINT if isinstance(e, KeyboardInterrupt) else e.signum
-        stop_sweep([proc for _, proc in live], stopped)
-        for p in dict.fromkeys(p for p, _ in live):
-            finish_table(p)
+        if stop.signum:
+            stop_sweep([proc for _, proc in live] + list(_FOLLOW_UPS), stop)
+            for p in plans:
+                if p.start is not None and p.left:  # started, not ended: keep what finished, record the time
+                    finish_table(p)
+    except BaseException:
+        stop_sweep([proc for _, proc in live], stop)  # never leave trainers running unsupervised
+        raise
     finally:
-        signal.signal(signal.SIGTERM, old_term)
-    if stopped:  # the user stopped it: no report, no next table
-        print(f"stopped by signal {stopped}; the same command continues the sweep", file=sys.stderr)
-        raise SystemExit(128 + stopped)
+        for s, h in old.items():
+            signal.signal(s, h)
+    if stop.signum:  # the user stopped it: no report, no next table
+        print(f"stopped by signal {stop.signum}; the same command continues the sweep", file=sys.stderr)
+        raise SystemExit(128 + stop.signum)
     return status
 
 
-class Stopped(Exception):
-    """SIGTERM reached the runner (as KeyboardInterrupt is SIGINT)."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _raise_stopped(signum, frame):
-    raise Stopped(signum)
-
-
-def stop_sweep(procs: list[subprocess.Popen], sig: int, grace_s: float = 60.0) -> None:
-    """Stop the running commands (the runner got signal `sig`): SIGTERM to each one's whole process group each
-    second (each trainer finishes its step, saves a checkpoint and exits; a worker of a launcher such as joblib
-    would otherwise take the next job handed to it), and after `grace_s` or a second signal from the user,
-    SIGKILL to what is left. Signalling only a command's main process is not enough: its workers outlive it."""
+def stop_sweep(procs: list[subprocess.Popen], stop: StopRequest | None = None, grace_s: float = 60.0) -> None:
+    """Stop the running commands: SIGTERM to each one's whole process group each second (each trainer finishes
+    its step, saves a checkpoint and exits; a worker of a launcher such as joblib would otherwise take the next
+    job handed to it), and after `grace_s` or a second signal to the runner (`stop.count`), SIGKILL to what is
+    left. Signalling only a command's main process is not enough: its workers outlive it."""
     deadline = time.time() + grace_s
     alive = list(procs)
-    try:
-        while alive and time.time() < deadline:
-            for proc in list(alive):
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:  # the whole group is gone
-                    alive.remove(proc)
-            time.sleep(1.0)
-            for proc in alive:
-                proc.poll()  # reap the main process, so that only live processes keep the group
-    except (KeyboardInterrupt, Stopped):
-        pass
+    while alive and time.time() < deadline and (stop is None or stop.count < 2):
+        for proc in list(alive):
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:  # the whole group is gone
+                alive.remove(proc)
+        time.sleep(1.0)
+        for proc in alive:
+            proc.poll()  # reap the main process, so that only live processes keep the group
     for proc in alive:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -477,6 +501,17 @@ def other_recipe(part: str, scale: str, runs: list) -> dict[str, str]:
     return out
 
 
+def _wall_of(records: list[dict]) -> float:
+    """The wall time of several tables' records (the parts of one target, whose runs overlap in one queue): the
+    union of their intervals, plus the time of older records that have none."""
+    spans = sorted(tuple(i) for r in records for i in r.get("intervals", []))
+    total, end = 0.0, float("-inf")
+    for a, b in spans:
+        total += max(0.0, b - max(a, end))
+        end = max(end, b)
+    return total + sum(r["wall_s"] - sum(b - a for a, b in r.get("intervals", [])) for r in records)
+
+
 def report_table(name: str, scale: str, runs_root: Path, results: Path) -> int:
     """Build the table from the kept runs (plus failed or unfinished ones of the local sweep folder); a target
     with `parts` reads the runs of its parts."""
@@ -488,7 +523,7 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path) -> int:
     if t.parts:
         records = [_record(results / runs_folder(part, scale), False) for part in t.parts]
         meta = {**meta, "commands": [f"make reproduce-{name.replace('_', '-')} SCALE={scale}"],
-                "wall_s": sum(r["wall_s"] for r in records) or None}
+                "wall_s": _wall_of(records) or None}
     if t.after:  # the follow-up step needs the run folder with its checkpoint
         if not (sweep_dir / "ckpt").is_dir():
             print(f"[{name}] no run folder with a checkpoint at {sweep_dir}: kept report left as it is",
@@ -498,7 +533,12 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path) -> int:
         cmd = [sys.executable, "-m", t.after, str(sweep_dir), "--out", str(results / t.results), "--scale", scale]
         cmd += [a for c in commands for a in ("--command", c)]
         cmd += ["--wall-s", str(meta["wall_s"])] if meta["wall_s"] else []
-        return subprocess.call(cmd, cwd=ROOT)
+        proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)  # a stopped queue stops it too
+        _FOLLOW_UPS.add(proc)
+        try:
+            return _exit_code(proc.wait())
+        finally:
+            _FOLLOW_UPS.discard(proc)
     from highway_repro.report import build_table
 
     runs, meta["other_recipe"] = [], {}
@@ -517,6 +557,73 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path) -> int:
     return 0
 
 
+def _report(name: str, scale: str, runs_root: Path, results: Path) -> int:
+    """report_table for the report thread: an error is printed and counted, and the other reports go on."""
+    try:
+        return report_table(name, scale, runs_root, results)
+    except Exception:
+        import traceback
+
+        traceback.print_exc()
+        print(f"[{name}] the report failed (above); its runs are kept", file=sys.stderr)
+        return 1
+
+
+def train(names: list[str], args, results: Path, runs_root: Path) -> int:
+    """Train what is missing of the tables `names` (a target with parts: each part) in one queue, each table's
+    report as soon as its runs end. The plan of every table and its cost first. A table that reuses the runs of
+    another one named here (a study) waits for it: it is planned, and its runs queued, once that table ends, so
+    that runs of the same folder name are restored, not trained twice."""
+    tables = list(dict.fromkeys(p for n in names for p in TARGETS[n].parts or (n,)))
+    first = [n for n in tables if not set(TARGETS[n].reuse) & set(tables)]
+    stages = [first, [n for n in tables if n not in first]]
+
+    def plans_of(stage: list[str], estimate: bool, pending: dict) -> list[TablePlan]:
+        return [plan_table(n, args.scale, args.jobs, args.extra, runs_root, results, args.fresh, estimate,
+                           {r for o in TARGETS[n].reuse for r in pending.get(o, ())}) for n in stage]
+
+    plans = plans_of(stages[0], args.estimate, {})
+    pending = {p.name: set(p.todo) for p in plans}  # what the first stage trains (an estimate counts it as reused)
+    later = plans_of(stages[1], True, pending) if stages[1] else []  # the second stage's plan, as it will be
+    every = plans + later
+    if len(every) > 1:
+        cpu_s = sum(s * p.threads for p in every for s in p.secs)
+        wall = wall_s([s for p in every for s in p.secs], args.jobs)
+        unknown = [p.name for p in every if p.todo and not p.secs]
+        print(f"[{'all' if args.all else 'queue'}] scale={args.scale}: estimated {cpu_s / 3600:.1f} CPU-hours, "
+              f"{_hours(wall)} wall with {args.jobs} job(s), the runs of every table in one queue"
+              + (f" (without {', '.join(unknown)}: no estimate)" if unknown else ""), flush=True)
+    if args.estimate:
+        return 0
+    status = 0
+    with ThreadPoolExecutor(max_workers=1) as reporter:  # one report at a time, while the queue goes on
+        reports = []
+
+        def report(p: TablePlan) -> None:
+            reports.append(reporter.submit(_report, p.name, args.scale, runs_root, results))
+
+        try:
+            for i, stage in enumerate(stages):
+                if i and not stage:
+                    break
+                if i:
+                    print(f"[queue] {', '.join(stage)}: the tables whose runs they reuse have ended", flush=True)
+                    plans = plans_of(stage, False, {})
+                for p in plans:
+                    if not p.commands:
+                        report(p)
+                status = run_queue(plans, args.jobs, on_table_end=report) or status
+        except SystemExit:  # stopped: the reports not yet begun are dropped
+            reporter.shutdown(wait=False, cancel_futures=True)
+            raise
+        for name in names:
+            if TARGETS[name].parts:  # the whole, once its parts are reported
+                reports.append(reporter.submit(_report, name, args.scale, runs_root, results))
+        for r in reports:
+            status = status or r.result()
+    return status
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m highway_repro.reproduce", description=__doc__.split("\n")[0])
     ap.add_argument("args", nargs="*", metavar="table | key=value",
@@ -532,6 +639,8 @@ def main(argv=None) -> int:
     ap.add_argument("--report-only", action="store_true", help="only rebuild the report(s) from the kept runs")
     ap.add_argument("--estimate", action="store_true", help="print the plan and its cost; train nothing")
     args = ap.parse_intermixed_args(argv)
+    if args.jobs < 1:
+        ap.error(f"--jobs={args.jobs}: runs at once, at least 1")
     if args.list:
         for n, t in TARGETS.items():
             print(f"  reproduce-{n.replace('_', '-'):<24} {t.help}")
@@ -555,30 +664,8 @@ def main(argv=None) -> int:
             for part in parts if not args.all else ():  # (--all reports the parts under their own names)
                 status = report_table(part, args.scale, runs_root, results) or status
             status = report_table(name, args.scale, runs_root, results) or status
-    else:  # the plan of every table (a target with parts: of each part) and its cost first, then one queue
-        plans = [plan_table(part, args.scale, args.jobs, args.extra, runs_root, results, args.fresh, args.estimate)
-                 for name in names for part in TARGETS[name].parts or (name,)]
-        if len(plans) > 1:
-            cpu_s = sum(s * p.threads for p in plans for s in p.secs)
-            wall = wall_s([s for p in plans for s in p.secs], args.jobs)
-            print(f"[{'all' if args.all else 'queue'}] scale={args.scale}: estimated {cpu_s / 3600:.1f} CPU-hours, "
-                  f"{_hours(wall)} wall with {args.jobs} job(s), the runs of every table in one queue", flush=True)
-        if args.estimate:
-            return 0
-        with ThreadPoolExecutor(max_workers=1) as reporter:  # one report at a time, while the queue goes on
-            reports = [reporter.submit(report_table, p.name, args.scale, runs_root, results)
-                       for p in plans if not p.commands]
-            try:
-                status = run_queue(plans, args.jobs, on_table_end=lambda p: reports.append(
-                    reporter.submit(report_table, p.name, args.scale, runs_root, results)))
-            except SystemExit:  # stopped: the reports not yet begun are dropped
-                reporter.shutdown(wait=False, cancel_futures=True)
-                raise
-            for name in names:
-                if TARGETS[name].parts:  # the whole, once its parts are reported
-                    reports.append(reporter.submit(report_table, name, args.scale, runs_root, results))
-            for r in reports:
-                status = status or r.result()
+    else:
+        status = train(names, args, results, runs_root)
     if not args.estimate:
         from highway_repro.report import write_summary
 

@@ -29,7 +29,7 @@ class Target:
     extra_grids: bool = True  # False: only the scale's grid, not its `extra_grids` (a third seed for main rows)
     seeds: dict = field(default_factory=dict)  # scale -> the seeds of every row ("0,1"), in place of the scale's
     reuse: tuple = ()         # tables (same experiment) whose kept runs of the same name are reused, not trained
-    parts: tuple = ()         # a report over the runs of these targets (trained in turn), not a sweep of its own
+    parts: tuple = ()         # a report over the runs of these targets (trained in one queue), not a sweep of its own
     study: bool = False       # not a paper table: `make reproduce-all` leaves it out, `make tables` builds it
 
     @property

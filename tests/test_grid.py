@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -168,30 +169,76 @@ def test_wall_time_counts_rounds_of_jobs():
     assert wall_s([30.0, 20.0], 1) == 50.0 and wall_s([30.0], 4) == 30.0 and wall_s([], 2) == 0.0
 
 
+def _marker_cmd(folder, marker, seconds, rc=0):
+    """A command that writes <marker>.start, sleeps, writes <marker>.end and exits with `rc`."""
+    code = (f"import pathlib, sys, time; p = pathlib.Path({str(folder / marker)!r}); "
+            f"p.with_suffix('.start').touch(); time.sleep({seconds}); p.with_suffix('.end').touch(); sys.exit({rc})")
+    return [sys.executable, "-c", code]
+
+
+def _plan(tmp_path, name, commands):
+    from highway_repro.reproduce import TablePlan
+
+    return TablePlan(name, tmp_path / "runs" / name, tmp_path / "kept" / name, False, False, f"make {name}",
+                     commands=commands)
+
+
 def test_the_queue_runs_the_next_table_while_the_last_runs_of_one_end(tmp_path):
     """`reproduce --all --jobs 2`: a job that frees up takes the next table's run (one table after another left a
-    core idle at each table's odd last run); a failed command stops nothing else; each table is kept and recorded
-    when its last command ends, in the order the tables end."""
-    from highway_repro.reproduce import TablePlan, run_queue
+    core idle at each table's odd last run); never more than `jobs` at once; a failed command stops nothing else;
+    each table is kept and recorded when its last command ends, with its own first-start-to-last-end time."""
+    from highway_repro.reproduce import run_queue
 
-    def cmd(marker, seconds, rc=0):  # writes <marker>.start, sleeps, writes <marker>.end
-        code = (f"import pathlib, sys, time; p = pathlib.Path({str(tmp_path / marker)!r}); "
-                f"p.with_suffix('.start').touch(); time.sleep({seconds}); p.with_suffix('.end').touch(); sys.exit({rc})")
-        return [sys.executable, "-c", code]
+    def t(m, end):
+        return (tmp_path / f"{m}.{end}").stat().st_mtime
 
-    def table(name, commands):
-        return TablePlan(name, tmp_path / "runs" / name, tmp_path / "kept" / name, False, False, f"make {name}",
-                         commands=commands)
-
-    a = table("a", [cmd("a1", 0.2), cmd("a2", 0.2, rc=3), cmd("a3", 3)])
-    b = table("b", [cmd("b1", 0.2)])
+    a = _plan(tmp_path, "a", [_marker_cmd(tmp_path, "a1", 0.3), _marker_cmd(tmp_path, "a2", 0.3, rc=3),
+                              _marker_cmd(tmp_path, "a3", 3)])
+    b = _plan(tmp_path, "b", [_marker_cmd(tmp_path, "b1", 0.2)])
     ended = []
     assert run_queue([a, b], jobs=2, on_table_end=lambda p: ended.append(p.name)) == 3
     assert all((tmp_path / f"{m}.end").exists() for m in ("a1", "a2", "a3", "b1"))  # a2 failed: the rest ran
-    assert (tmp_path / "b1.start").stat().st_mtime < (tmp_path / "a3.end").stat().st_mtime  # b ran beside a3
+    assert t("b1", "start") < t("a3", "end")  # b ran beside a3
+    assert t("a3", "start") >= min(t("a1", "end"), t("a2", "end"))  # a third one waited for a free job
+    assert t("b1", "start") >= min(t("a1", "end"), t("a2", "end"))
     assert ended == ["b", "a"]
-    rec = json.loads((tmp_path / "kept" / "a" / "reproduce.json").read_text())
-    assert rec["commands"] == ["make a"] and rec["wall_s"] >= 3.0
+    rec_a, rec_b = (json.loads((tmp_path / "kept" / n / "reproduce.json").read_text()) for n in "ab")
+    assert rec_a["commands"] == ["make a"] and rec_a["wall_s"] >= 3.0
+    assert rec_b["wall_s"] < rec_a["wall_s"] - 1.0 and len(rec_b["intervals"]) == 1  # b's own start and end
+
+
+def test_a_stopped_queue_stops_every_table_and_keeps_what_finished(tmp_path):
+    """SIGTERM to the runner while two tables' commands run: both are stopped (their processes end before they
+    write .end), nothing more starts, both tables are recorded, no table-end callback (no report), exit 143."""
+    from highway_repro.reproduce import run_queue
+
+    a = _plan(tmp_path, "a", [_marker_cmd(tmp_path, "a1", 0.1), _marker_cmd(tmp_path, "a2", 30)])
+    b = _plan(tmp_path, "b", [_marker_cmd(tmp_path, "b1", 30), _marker_cmd(tmp_path, "b2", 0.1)])
+    c = _plan(tmp_path, "c", [_marker_cmd(tmp_path, "c1", 0.1)])
+
+    def stop_when_both_run():
+        while not ((tmp_path / "a2.start").exists() and (tmp_path / "b1.start").exists()):
+            time.sleep(0.1)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=stop_when_both_run, daemon=True).start()
+    ended, t0 = [], time.time()
+    with pytest.raises(SystemExit) as e:
+        run_queue([a, b, c], jobs=2, on_table_end=lambda p: ended.append(p.name))
+    assert e.value.code == 143 and time.time() - t0 < 25
+    assert not any((tmp_path / f"{m}.end").exists() for m in ("a2", "b1"))
+    assert not any((tmp_path / f"{m}.start").exists() for m in ("b2", "c1"))  # nothing more started
+    assert ended == []
+    assert all((tmp_path / "kept" / n / "reproduce.json").exists() for n in "ab")
+    assert not (tmp_path / "kept" / "c").exists()
+
+
+def test_wall_time_of_overlapping_parts_counts_each_second_once():
+    from highway_repro.reproduce import _wall_of
+
+    recs = [{"wall_s": 10.0, "intervals": [[0.0, 10.0]]}, {"wall_s": 10.0, "intervals": [[8.0, 18.0]]},
+            {"wall_s": 5.0}]  # a record from before intervals were kept
+    assert _wall_of(recs) == 18.0 + 5.0
 
 
 def test_estimate_only_trains_nothing(tmp_path):
@@ -234,6 +281,17 @@ def test_the_runner_takes_several_tables_and_names_a_wrong_one(tmp_path):
     assert "[queue] scale=cpu: estimated " in r.stdout
     r = subprocess.run(base + ["hn_tabel1"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "table='hn_tabel1' is not a table (valid: demo, hn_analysis" in r.stderr, r.stderr
+    r = subprocess.run(base + ["hn_table1", "--jobs", "0"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--jobs=0: runs at once, at least 1" in r.stderr, r.stderr
+    # a study named with the table it reuses: planned after it, the shared runs not trained twice; a part named
+    # twice (alone and in its target) planned once
+    r = subprocess.run(base + ["ht_zoo_enwik8_l6", "ht_enwik8_l6", "ht_gate_zoo", "--jobs", "2"], cwd=REPO,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.index("[ht_enwik8_l6]") < r.stdout.index("[ht_zoo_enwik8_l6]")
+    assert r.stdout.count("[ht_zoo_enwik8_l6] scale=cpu") == 1
+    assert "12 runs, 10 finished (0 restored from" in r.stdout
+    assert "10 to come from ht_enwik8_l6 before it in this queue), 2 to train" in r.stdout
 
 
 def test_make_help_lists_every_table():
@@ -280,9 +338,10 @@ def test_a_kept_run_of_an_older_recipe_is_named_and_left_out():
 
 @needs_mirror
 def test_a_stopped_runner_stops_its_whole_sweep(tmp_path):
-    """`kill <runner>` (SIGTERM) mid-sweep: the sweep's joblib workers stop too (they used to outlive the runner and
-    go on with their jobs, so a second runner would race them), the running trainers stop at a step with a
-    checkpoint, the runner exits 143 without a report, and the same command later continues the sweep."""
+    """`kill <runner>` (SIGTERM) mid-sweep: every process of the running commands stops too (a launcher's workers
+    used to outlive the runner and go on with their jobs, so a second runner would race them), the running
+    trainers stop at a step with a checkpoint, the runner exits 143 without a report, and the same command later
+    continues the sweep."""
     runs, results = tmp_path / "runs", tmp_path / "results"
     cmd = [sys.executable, "-m", "highway_repro.reproduce", "hn_fig1", "--scale", "smoke", "--jobs", "2",
            "--runs", str(runs), "--results", str(results), "trainer.max_steps=100000", "trainer.log_every=1"]
