@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from highway_repro.engine.loggers import write_json_atomic
 from highway_repro.targets import PAPER_TABLES, REPORTS, TARGETS, Target, runs_folder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -361,9 +362,7 @@ def finish_table(p: TablePlan) -> None:
     record["wall_s"] = record.get("wall_s", 0.0) + end - start
     record["intervals"] = record.get("intervals", []) + [[round(start, 1), round(end, 1)]]
     p.kept.mkdir(parents=True, exist_ok=True)
-    tmp = p.kept / ".reproduce.json.tmp"  # written whole or not at all: the record is committed
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    os.replace(tmp, p.kept / "reproduce.json")
+    write_json_atomic(p.kept / "reproduce.json", record)  # whole or not at all: the record is committed
     if p.progress is not None:
         print(p.progress.line(), f"- kept files updated: {n}", flush=True)
 
@@ -603,9 +602,7 @@ def train(names: list[str], args, results: Path, runs_root: Path) -> int:
             reports.append(reporter.submit(_report, p.name, args.scale, runs_root, results))
 
         try:
-            for i, stage in enumerate(stages):
-                if i and not stage:
-                    break
+            for i, stage in enumerate(s for s in stages if s):
                 if i:
                     print(f"[queue] {', '.join(stage)}: the tables whose runs they reuse have ended", flush=True)
                     plans = plans_of(stage, False, {})
