@@ -223,11 +223,11 @@ def _last_step(run: Path) -> int:
 
 
 class Progress(threading.Thread):
-    """One line a minute: runs done / total and an ETA; each tick also keeps the runs finished so far (`on_tick`),
-    so a sweep killed mid-way loses only its unfinished runs. The ETA is the work left (the runs not started, plus
-    the unfinished part of the started ones, by their last logged step of `max_steps`), each run at the mean of the
-    finished runs of its cell (`per_run_s`), else at the pace of the runs finished in this sweep, else the
-    estimate, shared by `jobs`."""
+    """One line a minute: runs done / total and an ETA; each tick also calls `on_tick` (the runner's `_tick`: keep
+    the runs finished so far and record the time), so a sweep killed mid-way loses only its unfinished runs. The
+    ETA is the work left (the runs not started, plus the unfinished part of the started ones, by their last logged
+    step of `max_steps`), each run at the mean of the finished runs of its cell (`per_run_s`), else at the pace of
+    the runs finished in this sweep, else the estimate, shared by `jobs`."""
 
     def __init__(self, name: str, sweep_dir: Path, names: list[str], jobs: int, est: float | None, every: float = 60,
                  max_steps: int | None = None, on_tick=None, sweep: bool = True):
@@ -285,6 +285,7 @@ class TablePlan:
     threads: int = 1
     progress: Progress | None = None
     start: float | None = None
+    base: dict | None = None  # the table's record as it was when the table started
     left: int = 0  # commands not yet ended
 
 
@@ -343,26 +344,44 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
             jobs_by_name = {dirname(j, exclude): j for g in gs for j in jobs_of(g)}
             p.commands = [base + jobs_by_name[n] for n in todo]
     p.progress = Progress(name, sweep_dir, names, jobs, per, max_steps=int(cfg.trainer.max_steps),
-                          on_tick=lambda: keep(sweep_dir, kept, single=not t.sweep) if sweep_dir.exists() else 0,
-                          sweep=t.sweep)
+                          on_tick=lambda: _tick(p), sweep=t.sweep)
     return p
+
+
+def _tick(p: TablePlan) -> None:
+    """A progress tick: keep the runs finished so far and record the table's time up to now, so that a runner
+    killed -9 (a machine that goes away) loses neither its finished runs nor more than a tick of its time."""
+    if p.sweep_dir.exists():
+        keep(p.sweep_dir, p.kept, single=p.single)
+    if p.start is not None:
+        record_time(p, time.time())
+
+
+def record_time(p: TablePlan, end: float) -> None:
+    """Write the table's record: the one it had when the table started, plus this command and its time from
+    the first start to `end` (`wall_s`, and the interval itself, so that overlapping parts of one target are not
+    counted twice). Written again at each tick and at the end: the last write holds."""
+    if p.start is None:
+        p.start = end
+    if p.base is None:
+        p.base = _record(p.kept, p.fresh)
+    record = dict(p.base)
+    record["commands"] = list(dict.fromkeys(p.base["commands"] + [p.shown]))
+    record["wall_s"] = p.base.get("wall_s", 0.0) + end - p.start
+    record["intervals"] = p.base.get("intervals", []) + [[round(p.start, 1), round(end, 1)]]
+    p.kept.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(p.kept / "reproduce.json", record)  # whole or not at all: the record is committed
 
 
 def finish_table(p: TablePlan) -> None:
     """Keep the table's finished runs and add this command and its time (first start to last end) to its
-    record (`wall_s`, and the interval itself, so that overlapping parts of one target are not counted twice)."""
+    record (`record_time`)."""
     if p.progress is not None and p.progress.is_alive():
         p.progress.stop.set()
         p.progress.join()  # a tick may be keeping files right now
     p.sweep_dir.mkdir(parents=True, exist_ok=True)
     n = keep(p.sweep_dir, p.kept, single=p.single)
-    record = _record(p.kept, p.fresh)
-    start, end = p.start or time.time(), time.time()
-    record["commands"] = list(dict.fromkeys(record["commands"] + [p.shown]))
-    record["wall_s"] = record.get("wall_s", 0.0) + end - start
-    record["intervals"] = record.get("intervals", []) + [[round(start, 1), round(end, 1)]]
-    p.kept.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(p.kept / "reproduce.json", record)  # whole or not at all: the record is committed
+    record_time(p, time.time())
     if p.progress is not None:
         print(p.progress.line(), f"- kept files updated: {n}", flush=True)
 
@@ -406,7 +425,7 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None) -> int:
             while queue and len(live) < jobs and not stop.signum:
                 p, cmd = queue.pop(0)
                 if p.start is None:
-                    p.start = time.time()
+                    p.start, p.base = time.time(), _record(p.kept, p.fresh)
                     if p.progress is not None:
                         p.progress.start()
                 print("+", shlex.join(cmd), flush=True)

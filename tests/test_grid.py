@@ -207,6 +207,38 @@ def test_the_queue_runs_the_next_table_while_the_last_runs_of_one_end(tmp_path):
     assert rec_b["wall_s"] < rec_a["wall_s"] - 1.0 and len(rec_b["intervals"]) == 1  # b's own start and end
 
 
+def test_the_record_holds_the_time_so_far_while_a_table_runs(tmp_path):
+    """A runner killed -9 (the machine goes away) runs no finish step: each progress tick writes the table's
+    record with its time up to the tick, on top of the record the table had when it started (never adding the
+    same interval twice); the end writes the final one."""
+    from highway_repro.reproduce import Progress, _tick, run_queue
+
+    a = _plan(tmp_path, "a", [_marker_cmd(tmp_path, "a1", 2.0)])
+    a.kept.mkdir(parents=True)
+    (a.kept / "reproduce.json").write_text(json.dumps({"commands": ["make a"], "wall_s": 100.0,
+                                                       "intervals": [[0.0, 100.0]]}))
+    a.progress = Progress("a", a.sweep_dir, [], jobs=1, est=None, every=0.2, on_tick=lambda: _tick(a))
+    seen = []
+
+    def read_while_it_runs():
+        while not (tmp_path / "a1.end").exists():
+            rec = json.loads((a.kept / "reproduce.json").read_text())
+            if len(rec["intervals"]) == 2:
+                seen.append(rec)
+            time.sleep(0.1)
+
+    reader = threading.Thread(target=read_while_it_runs, daemon=True)
+    reader.start()
+    assert run_queue([a], jobs=1) == 0
+    reader.join()
+    assert len(seen) >= 3  # the ticks of the 2 s run, each a whole record
+    assert seen[-1]["wall_s"] > seen[0]["wall_s"] > 100.0 and seen[0]["intervals"][0] == [0.0, 100.0]
+    final = json.loads((a.kept / "reproduce.json").read_text())
+    assert len(final["intervals"]) == 2 and final["commands"] == ["make a"]
+    start, end = final["intervals"][1]
+    assert 2.0 <= end - start < 10 and abs(final["wall_s"] - 100.0 - (end - start)) < 0.2
+
+
 def test_a_stopped_queue_stops_every_table_and_keeps_what_finished(tmp_path):
     """SIGTERM to the runner while two tables' commands run: both are stopped (their processes end before they
     write .end), nothing more starts, both tables are recorded, no table-end callback (no report), exit 143."""
