@@ -675,8 +675,9 @@ def main(argv=None) -> int:
     if args.report_only:
         for name in names:
             parts = TARGETS[name].parts
-            if args.all and not any((results / runs_folder(n, args.scale)).is_dir() for n in parts or (name,)):
-                continue  # make tables: only the tables that have kept runs
+            if args.all and not any(any((results / runs_folder(n, args.scale)).glob("*/metrics.json"))
+                                    for n in parts or (name,)):
+                continue  # make tables: only the tables that have kept runs (not only the record of a stopped start)
             for part in parts if not args.all else ():  # (--all reports the parts under their own names)
                 status = report_table(part, args.scale, runs_root, results) or status
             status = report_table(name, args.scale, runs_root, results) or status

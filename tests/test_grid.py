@@ -396,3 +396,17 @@ def test_a_stopped_runner_stops_its_whole_sweep(tmp_path):
     status = [json.loads(m.read_text())["status"] for m in sweep.glob("*/metrics.json")]
     assert "interrupted" in status, status
     assert not (results / "highway_networks" / "fig1.md").exists()  # stopped: no report
+
+
+def test_make_tables_skips_a_table_with_only_the_record_of_a_stopped_start(tmp_path):
+    """A queue stopped before any run of a table ended leaves that table's record (its wall time) and no kept run:
+    `make tables` (--all --report-only) reports only the tables that have kept runs, and does not fail on it."""
+    kept = tmp_path / "results" / "highway_transformer" / "runs" / "ht_char_ptb_rt-cpu"
+    kept.mkdir(parents=True)
+    (kept / "reproduce.json").write_text(json.dumps({"commands": ["make reproduce-ht-char-ptb-rt SCALE=cpu"],
+                                                     "wall_s": 60.0, "intervals": [[0.0, 60.0]]}))
+    r = subprocess.run([sys.executable, "-m", "highway_repro.reproduce", "--all", "--report-only", "--scale", "cpu",
+                        "--results", str(tmp_path / "results"), "--runs", str(tmp_path / "runs")],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "no runs under" not in r.stderr and (tmp_path / "results" / "summary.csv").exists()
