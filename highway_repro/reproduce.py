@@ -360,11 +360,8 @@ def _tick(p: TablePlan) -> None:
 def record_time(p: TablePlan, end: float) -> None:
     """Write the table's record: the one it had when the table started, plus this command and its time from
     the first start to `end` (`wall_s`, and the interval itself, so that overlapping parts of one target are not
-    counted twice). Written again at each tick and at the end: the last write holds."""
-    if p.start is None:
-        p.start = end
-    if p.base is None:
-        p.base = _record(p.kept, p.fresh)
+    counted twice). Written again at each tick and at the end: the last write holds. `p.start` and `p.base`
+    are set by the runner when the table's first command starts."""
     record = dict(p.base)
     record["commands"] = list(dict.fromkeys(p.base["commands"] + [p.shown]))
     record["wall_s"] = p.base.get("wall_s", 0.0) + end - p.start
