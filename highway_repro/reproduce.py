@@ -683,7 +683,8 @@ def main(argv=None) -> int:
     if not args.estimate:
         from highway_repro.report import write_summary
 
-        print(f"wrote {write_summary(results)}", file=sys.stderr)
+        expected = {n: f"{TARGETS[n].help} (`make reproduce-{n.replace('_', '-')}`)" for n in REPORTS}
+        print(f"wrote {write_summary(results, expected)}", file=sys.stderr)
     return status
 
 

@@ -202,9 +202,11 @@ def test_hn_table_and_summary_end_to_end(tmp_path):
     md = build_table("hn_table1", load_runs(tmp_path / "runs" / "hn"), tmp_path / "results" / "hn" / "table1", meta)
     assert "| 16 | highway | 39,000 | 3 | 91.00 ± 1.00 | 92.00 | 99.43 | 99.40 ± 0.03 |" in md
     assert "| 32 | highway | 151,690 | 3 | 99.62 ± 0.02 | 99.64 | 99.55 | 99.54 ± 0.02 |" in md
-    build_table("ht_char_ptb", load_runs(tmp_path / "runs" / "ht"), tmp_path / "results" / "ht" / "char", meta)
+    build_table("ht_char_ptb", load_runs(tmp_path / "runs" / "ht"), tmp_path / "results" / "ht" / "char",
+                {**meta, "planned": 20})  # the grid has runs not trained yet
     build_table("hn_table1", load_runs(tmp_path / "runs" / "hn"), tmp_path / "results" / "archive" / "v0" / "t1", meta)
-    path = write_summary(tmp_path / "results")
+    expected = {n: f"{n} (`make reproduce-{n.replace('_', '-')}`)" for n in ("hn_table1", "ht_char_ptb", "hn_cifar")}
+    path = write_summary(tmp_path / "results", expected)
     assert path == tmp_path / "results" / "summary.csv"
     with open(path, newline="") as fh:
         rows = list(csv.DictReader(fh))
@@ -221,9 +223,12 @@ def test_hn_table_and_summary_end_to_end(tmp_path):
     assert verdicts == {"width=16, kind=highway": "DID NOT HOLD", "width=32, kind=highway": "HELD"}
     assert all(r["file"] in ("hn/table1.md", "ht/char.md") for r in rows)
     index = (tmp_path / "results" / "README.md").read_text()
-    assert "[Highway Networks, Table 1: 10-layer conv net on MNIST](hn/table1.md) | cpu | 1 / 1 / 0 | 1 of 2 |" in index
+    assert "[Highway Networks, Table 1: 10-layer conv net on MNIST](hn/table1.md) | cpu | 6 | 1 / 1 / 0 | 1 of 2 |" in index
     assert "Superseded (tables of earlier recipes, kept for the record; not in `summary.csv`): " \
            "[archive/v0/t1.md](archive/v0/t1.md)." in index  # the archived table: indexed, not summarised
+    assert "(ht/char.md) | cpu | 14 of 20 (partial) |" in index  # 12 done, 1 failed, 1 missing
+    not_made = next(ln for ln in index.splitlines() if ln.startswith("Not made yet"))
+    assert not_made == "Not made yet (no kept run, so no table file): hn_cifar (`make reproduce-hn-cifar`)."
     # the README's "at a glance" section is built from summary.csv
     spec = importlib.util.spec_from_file_location("update_readme", REPO / "scripts" / "update_readme.py")
     update_readme = importlib.util.module_from_spec(spec)

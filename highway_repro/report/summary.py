@@ -1,5 +1,5 @@
 """Claim rows: `<out>.claims.json` beside each table, `results/summary.csv` over all of them, and the index
-page `results/README.md` (issue 12 item 7).
+page `results/README.md` (issue 12 item 7), which also names the expected tables not made yet.
 
 A claims file holds one entry per table row (kind `row`: the table's main number, its 95 % interval, the paper's
 number, the floor and whether it is met) and one per claim or floor (kind `claim` / `floor`: the tested
@@ -62,12 +62,16 @@ def claim_rows(name: str, t: Rendered, scale: str | None) -> list[dict]:
     return out
 
 
-def write_claims(name: str, t: Rendered, out: Path, meta: dict) -> Path:
-    """`<out>.claims.json`: {table, title, scale, file (the table's .md, relative to this file), rows}."""
+def write_claims(name: str, t: Rendered, out: Path, meta: dict, runs: int | None = None) -> Path:
+    """`<out>.claims.json`: {table, title, scale, file (the table's .md, relative to this file), runs (the runs
+    of the table: done, failed or missing), runs_planned (the runs of its grid, from the runner's plan; None
+    when unknown), rows}."""
     out = Path(out)
     path = out.with_name(out.name + ".claims.json")
     path.write_text(json.dumps({"table": name, "title": t.spec.title, "scale": meta.get("scale"),
-                                "file": out.name + ".md", "rows": claim_rows(name, t, meta.get("scale"))},
+                                "file": out.name + ".md", "runs": runs,
+                                "runs_planned": meta.get("planned"),
+                                "rows": claim_rows(name, t, meta.get("scale"))},
                                indent=1) + "\n")
     return path
 
@@ -83,9 +87,11 @@ def _cell(v) -> str:
 ARCHIVE = "archive"  # results/archive/: tables and runs of superseded recipes
 
 
-def write_summary(results_root: Path) -> Path:
+def write_summary(results_root: Path, expected: dict | None = None) -> Path:
     """`<results_root>/summary.csv` from every `*.claims.json` below it but for `archive/` (tables of superseded
-    recipes, kept for the record: indexed, not summarised), and the index `<results_root>/README.md`."""
+    recipes, kept for the record: indexed, not summarised), and the index `<results_root>/README.md`.
+    `expected`: table name -> how to make it (the runner passes every report it knows); the index names those
+    without a claims file."""
     root = Path(results_root)
     files = sorted(f for f in root.rglob("*.claims.json") if f.relative_to(root).parts[0] != ARCHIVE)
     tables, rows = [], []
@@ -104,12 +110,19 @@ def write_summary(results_root: Path) -> Path:
              "Every table of the two papers as reproduced here; each file names the command that made it, the scale, "
              "seeds, wall time, CPU-hours and machine. `summary.csv` has one line per table row, claim and floor "
              "(written by `python -m highway_repro.report --summary results`).", "",
-             "| table | scale | claims held / did not hold / not resolved | floors met |", "|---|---|---|---|"]
+             "| table | scale | runs | claims held / did not hold / not resolved | floors met |",
+             "|---|---|---|---|---|"]
     for d, rel in tables:
         v = Counter(r["verdict"] for r in d["rows"] if r["kind"] == "claim")
         fl = [r["floor_met"] for r in d["rows"] if r["kind"] == "floor"]
-        lines.append(f"| [{d['title']}]({rel}) | {d.get('scale') or '?'} | {v[stats.HELD]} / {v[stats.NOT_HELD]} / "
-                     f"{v[stats.NOT_RESOLVED]} | {f'{sum(fl)} of {len(fl)}' if fl else '—'} |")
+        n, planned = d.get("runs"), d.get("runs_planned")
+        runs = "not recorded" if n is None else f"{n} of {planned} (partial)" if planned and planned > n else str(n)
+        lines.append(f"| [{d['title']}]({rel}) | {d.get('scale') or '?'} | {runs} | {v[stats.HELD]} / "
+                     f"{v[stats.NOT_HELD]} / {v[stats.NOT_RESOLVED]} | {f'{sum(fl)} of {len(fl)}' if fl else '—'} |")
+    made = {d["table"] for d, _ in tables}
+    missing = [how for n, how in (expected or {}).items() if n not in made]
+    if missing:
+        lines += ["", "Not made yet (no kept run, so no table file): " + "; ".join(missing) + "."]
     listed = {rel for _, rel in tables} | {"README.md"}
     others = [p.relative_to(root).as_posix() for p in sorted(root.rglob("*.md"))]
     others = [o for o in others if o not in listed]

@@ -443,5 +443,5 @@ def build_table(name: str, runs: list[Run], out: Path, meta: dict) -> str:
         text += f"\n![{fig.name}]({fig.name})\n"
     out.with_name(out.name + ".md").write_text(text)
     out.with_name(out.name + ".csv").write_text(csv_text)
-    write_claims(name, t, out, meta)
+    write_claims(name, t, out, meta, runs=len(runs))
     return text
