@@ -109,7 +109,7 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
     lines = ["# Results", "",
              "Every table of the two papers as reproduced here; each file names the command that made it, the scale, "
              "seeds, wall time, CPU-hours and machine. `summary.csv` has one line per table row, claim and floor "
-             "(written by `python -m highway_repro.report --summary results`).", "",
+             "(written by `make tables`).", "",
              "| table | scale | runs | claims held / did not hold / not resolved | floors met |",
              "|---|---|---|---|---|"]
     for d, rel in tables:
