@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from highway_repro.engine.loggers import write_json_atomic
-from highway_repro.targets import PAPER_TABLES, REPORTS, TARGETS, Target, runs_folder
+from highway_repro.targets import PAPER_TABLES, REPORTS, TARGETS, Target, make_target, runs_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = ROOT / "configs"
@@ -321,7 +321,7 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     queued_from = f", {len(queued)} to come from {', '.join(t.reuse)} before it in this queue" if queued else ""
     print(f"[{name}] scale={scale}: {len(names)} runs, {len(done)} finished ({len(restored)} restored from {source}"
           f"{queued_from}), {len(todo)} to train; {cost}", flush=True)
-    shown = f"make reproduce-{name.replace('_', '-')} SCALE={scale}" if name != "demo" else "make demo"
+    shown = f"make {make_target(name)} SCALE={scale}" if name != "demo" else "make demo"
     if extra:  # overrides given by hand are part of the command
         shown = shlex.join(["python", "-m", "highway_repro.reproduce", name, "--scale", scale, *extra])
     p = TablePlan(name, sweep_dir, kept, not t.sweep, fresh, shown, secs=secs if total else [], threads=threads,
@@ -537,14 +537,14 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path) -> int:
             "planned": sum(len(plan(TARGETS[p], scale, [])[2]) for p in t.parts or (name,))}
     if t.parts:
         records = [_record(results / runs_folder(part, scale), False) for part in t.parts]
-        meta = {**meta, "commands": [f"make reproduce-{name.replace('_', '-')} SCALE={scale}"],
+        meta = {**meta, "commands": [f"make {make_target(name)} SCALE={scale}"],
                 "wall_s": _wall_of(records) or None}
     if t.after:  # the follow-up step needs the run folder with its checkpoint
         if not (sweep_dir / "ckpt").is_dir():
             print(f"[{name}] no run folder with a checkpoint at {sweep_dir}: kept report left as it is",
                   file=sys.stderr)
             return 0
-        commands = meta["commands"] or [f"make reproduce-{name.replace('_', '-')} SCALE={scale}"]
+        commands = meta["commands"] or [f"make {make_target(name)} SCALE={scale}"]
         cmd = [sys.executable, "-m", t.after, str(sweep_dir), "--out", str(results / t.results), "--scale", scale]
         cmd += [a for c in commands for a in ("--command", c)]
         cmd += ["--wall-s", str(meta["wall_s"])] if meta["wall_s"] else []
@@ -656,7 +656,7 @@ def main(argv=None) -> int:
         ap.error(f"--jobs={args.jobs}: runs at once, at least 1")
     if args.list:
         for n, t in TARGETS.items():
-            print(f"  reproduce-{n.replace('_', '-'):<24} {t.help}")
+            print(f"  {make_target(n):<34} {t.help}")
         return 0
     tables = list(dict.fromkeys(a for a in args.args if a in TARGETS))
     args.extra = [a for a in args.args if a not in TARGETS]
@@ -683,7 +683,7 @@ def main(argv=None) -> int:
     if not args.estimate:
         from highway_repro.report import write_summary
 
-        expected = {n: f"{TARGETS[n].help} (`make reproduce-{n.replace('_', '-')}`)" for n in REPORTS}
+        expected = {n: f"{TARGETS[n].help} (`make {make_target(n)}`)" for n in REPORTS}
         print(f"wrote {write_summary(results, expected)}", file=sys.stderr)
     return status
 

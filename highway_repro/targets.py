@@ -83,6 +83,11 @@ PAPER_TABLES = [name for name, t in TARGETS.items() if name != "demo" and not t.
 REPORTS = [name for name in TARGETS if name != "demo"]
 
 
+def make_target(name: str) -> str:
+    """The Makefile target of table `name`: ht_char_ptb -> reproduce-ht-char-ptb (one pattern rule for all)."""
+    return f"reproduce-{name.replace('_', '-')}"
+
+
 def runs_folder(name: str, scale: str) -> str:
     """Where the finished runs of a table are kept, relative to the results root: <paper>/runs/<name>-<scale>."""
     return f"{TARGETS[name].results.split('/')[0]}/runs/{name}-{scale}"
