@@ -147,6 +147,34 @@ def _fit(tmp_path, model, max_steps=4, gate_recorder=None, **cfg):
     return final, [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
 
 
+class _ImagesWithVal(_Images):
+    splits = ("val", "test")
+
+
+def test_best_checkpoint_is_chosen_on_the_evaluation_subset_at_every_step(tmp_path):
+    """trainer.final_eval=best with capped intermediate evaluations (eval_max_batches): the last step is judged on
+    that same subset, not on the full pass that gives the final numbers (a full val pass is not comparable with a
+    third of it: the first third may be harder or easier). Scripted losses: subset 2.0 at step 2; at step 4 the
+    subset says 2.5 (worse) while the full pass says 1.0, so the step-2 weights must stay the best."""
+    from highway_repro.engine import checkpoint as ck
+    from highway_repro.engine.trainer import Trainer, TrainerConfig
+
+    model = torch.nn.Linear(5, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    cfg = TrainerConfig(max_steps=4, log_every=2, eval_every=2, eval_max_batches=1, checkpoint_every=0,
+                        progress=False, device="cpu", final_eval="best")
+    trainer = Trainer(model, _ImagesWithVal(), Classification(), opt, build(opt, max_steps=4), tmp_path,
+                      JsonlLogger(tmp_path), cfg)
+    scripted = {(2, 1): 2.0, (4, 1): 2.5, (4, None): 1.0}  # (step, max_batches) -> val loss
+    trainer.evaluate = lambda split, max_batches=None: {f"{split}/loss": scripted.get((trainer.step, max_batches), 9.0)}
+    final = trainer.fit()
+    assert ck.load(tmp_path / "ckpt" / "best.pt")["step"] == 2 and final["best/val_loss"] == 2.0
+    # uncapped intermediate evaluations: the final full pass is the same measurement and may win
+    trainer.cfg = TrainerConfig(**{**cfg.__dict__, "eval_max_batches": None, "max_steps": 6})
+    scripted.update({(6, None): 1.5})
+    assert trainer.fit()["best/val_loss"] == 1.5 and ck.load(tmp_path / "ckpt" / "best.pt")["step"] == 6
+
+
 def test_step_flops_of_a_linear_layer():
     """forward x W^T: 2*B*d*K; backward: the weight gradient 2*B*d*K (the input needs none); bias adds are free."""
     from highway_repro.engine.flops import StepFlops

@@ -414,15 +414,21 @@ class Trainer:
         log.error("%s: stopping; the last good checkpoint is kept in %s", msg, self.ckpt_dir)
         raise Diverged(msg)
 
-    def _validate(self, max_batches=None) -> dict:
+    def _keep_if_best(self, val_loss: float) -> None:
+        """Save `best.pt` when `val_loss` (always measured on the intermediate evaluations' subset,
+        the first `eval_max_batches` batches, so that every step is judged on the same data) beats the best."""
+        if val_loss < self.best_val:
+            self.best_val = val_loss
+            self.save("best")
+
+    def _validate(self, max_batches=None, select: bool = True) -> dict:
         metrics = {}
         if "val" in self.data.splits:
             metrics.update(self.evaluate("val", max_batches))
             val_loss = metrics["val/loss"]
             self.schedule.on_eval(val_loss)
-            if val_loss < self.best_val:
-                self.best_val = val_loss
-                self.save("best")
+            if select:
+                self._keep_if_best(val_loss)
             metrics["val/best_loss"] = self.best_val
         if self.cfg.eval_train:
             metrics.update(self.evaluate("train", max_batches))
@@ -432,8 +438,12 @@ class Trainer:
         return metrics
 
     def _final_eval(self) -> dict:
-        cap = self.cfg.final_max_batches
-        final = {**self.last_train, **self._validate(cap)}
+        cap, sub = self.cfg.final_max_batches, self.cfg.eval_max_batches
+        same_data = cap == sub  # the final val pass sees exactly what the intermediate ones saw
+        if self.cfg.final_eval == "best" and not same_data and "val" in self.data.splits:
+            self._keep_if_best(self.evaluate("val", sub)["val/loss"])  # the last step, judged like the others
+        # (with final_eval=last and a capped subset, best.pt and best/val_loss cover the intermediate evaluations)
+        final = {**self.last_train, **self._validate(cap, select=same_data)}
         if self.cfg.final_eval == "best" and (self.ckpt_dir / "best.pt").exists():
             best = ckpt_lib.load(self.ckpt_dir / "best.pt", map_location=self.device)
             ckpt_lib.load_model_state(self.raw_model, best["model"], "best checkpoint")

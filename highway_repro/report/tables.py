@@ -277,7 +277,10 @@ def ht_table(name: str, title: str, metric: str, time_column: bool = False,
         return out
 
     def notes(runs, by_id) -> str:
-        text = (f"Columns: val/test {metric} after the last step, complete passes over the splits in stream order "
+        best = any(r.config.get("trainer", {}).get("final_eval") == "best" for r in runs)
+        weights = ("of the best-validation weights (trainer.final_eval=best; the best step is judged on the "
+                   "intermediate evaluations' val subset, the last step too)" if best else "after the last step")
+        text = (f"Columns: val/test {metric} {weights}, complete passes over the splits in stream order "
                 "(with memory for Transformer-XL), mean ± std over seeds. Δ = relative change against our baseline "
                 f"(negative = better). AUC = mean validation {auc_label} over every evaluation of the run "
                 "(intermediate evaluations use the first `eval_max_batches` batches; lower = converges faster); steps "
