@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from highway_repro.engine.loggers import write_json_atomic
+from highway_repro.errors import ConfigError, HighwayError
 from highway_repro.targets import PAPER_TABLES, REPORTS, TARGETS, Target, make_target, runs_folder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -305,6 +306,8 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     queued = [n for n in names if n in pending and n not in restored]
     done = [n for n in names if n in restored or n in queued
             or not (fresh and estimate_only) and _status(sweep_dir / n if t.sweep else sweep_dir) in FINISHED]
+    if not fresh:
+        _refuse_other_recipe(name, scale, [n for n in done if n not in queued], sweep_dir, results)
     per, how = estimate_s(cfg, kept)
     todo = [n for n in names if n not in done]
     threads = int(cfg.get("threads") or 1)
@@ -516,6 +519,24 @@ def other_recipe(part: str, scale: str, runs: list) -> dict[str, str]:
     return out
 
 
+def _refuse_other_recipe(name: str, scale: str, done: list[str], sweep_dir: Path, results: Path) -> None:
+    """ConfigError when a finished run that table `name` would count as done (in its sweep folder, or kept and
+    restored or about to be) was made with another recipe than the config files now give its job: such a run
+    would be neither trained again nor reported (`report_table` leaves it out), a hole in the table."""
+    from types import SimpleNamespace
+
+    t = TARGETS[name]
+    folders = [[sweep_dir / n if t.sweep else sweep_dir, results / runs_folder(name, scale) / n]
+               + [results / runs_folder(o, scale) / n for o in t.reuse] for n in done]
+    found = [next((d for d in ds if (d / "config_resolved.yaml").exists()), None) for ds in folders]
+    other = other_recipe(name, scale, [SimpleNamespace(path=d) for d in found if d is not None])
+    if other:
+        first, keys = next(iter(other.items()))
+        raise ConfigError(f"[{name}] {len(other)} finished run(s) were made with another recipe than the config "
+                          f"files now give (e.g. {first}: {keys}); move them under results/archive/ and out of "
+                          f"{sweep_dir} to train them again, or start the table anew with --fresh")
+
+
 def _wall_of(records: list[dict]) -> float:
     """The wall time of several tables' records (the parts of one target, whose runs overlap in one queue): the
     union of their intervals, plus the time of older records that have none."""
@@ -679,7 +700,11 @@ def main(argv=None) -> int:
                 status = report_table(part, args.scale, runs_root, results) or status
             status = report_table(name, args.scale, runs_root, results) or status
     else:
-        status = train(names, args, results, runs_root)
+        try:
+            status = train(names, args, results, runs_root)
+        except HighwayError as e:  # a user mistake: one line, no traceback
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     if not args.estimate:
         from highway_repro.report import write_summary
 

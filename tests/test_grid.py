@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -366,6 +367,24 @@ def test_a_kept_run_of_an_older_recipe_is_named_and_left_out():
     from highway_repro.report.header import header
 
     assert "**3 kept runs left out: made with another recipe" in header("t", [], {"other_recipe": other})
+
+
+def test_a_sweep_refuses_kept_runs_of_an_older_recipe(tmp_path, capsys):
+    """Kept runs of an older recipe would be counted as done (never trained again) and left out of the report:
+    a hole in the table. The runner stops before training, naming the table, a run and the changed keys."""
+    from highway_repro import reproduce
+    from highway_repro.targets import runs_folder
+
+    kept = tmp_path / "results" / runs_folder("ht_char_ptb", "cpu")
+    shutil.copytree(REPO / "results" / "archive" / "cpu-v2" / "highway_transformer" / "ht_char_ptb-cpu", kept)
+    with pytest.raises(reproduce.ConfigError, match=r"\[ht_char_ptb\] 3 finished run\(s\) .*seed=0,variant=baseline: "
+                       r".*data.batch_size: 16 there, 32 here"):
+        reproduce.plan_table("ht_char_ptb", "cpu", 2, [], tmp_path / "runs", tmp_path / "results", estimate_only=True)
+    assert reproduce.main(["ht_char_ptb", "--estimate", "--runs", str(tmp_path / "runs"),
+                           "--results", str(tmp_path / "results")]) == 2
+    assert capsys.readouterr().err.startswith("error: [ht_char_ptb] 3 finished run(s)")
+    assert reproduce.plan_table("ht_char_ptb", "cpu", 2, [], tmp_path / "runs", tmp_path / "results", fresh=True,
+                                estimate_only=True).todo  # --fresh ignores them
 
 
 @needs_mirror
