@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import pytest
 import torch
@@ -175,6 +176,29 @@ def test_best_checkpoint_is_chosen_on_the_evaluation_subset_at_every_step(tmp_pa
     assert trainer.fit()["best/val_loss"] == 1.5 and ck.load(tmp_path / "ckpt" / "best.pt")["step"] == 6
 
 
+def test_run_times_include_the_final_evaluation(tmp_path):
+    """time/wall_s and time/cpu_s of a finished run cover its final val/test passes: a final evaluation that
+    burns 0.3 CPU-seconds shows in both, and in time/final_eval_s."""
+    from highway_repro.engine.trainer import Trainer, TrainerConfig
+
+    model = torch.nn.Linear(5, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    trainer = Trainer(model, _Images(), Classification(), opt, build(opt, max_steps=2), tmp_path,
+                      JsonlLogger(tmp_path), TrainerConfig(max_steps=2, log_every=1, eval_every=0, checkpoint_every=0,
+                                                           progress=False, device="cpu"))
+
+    def busy_evaluate(split, max_batches=None):
+        t0 = time.process_time()
+        while time.process_time() - t0 < 0.3:
+            pass
+        return {f"{split}/loss": 1.0}
+
+    trainer.evaluate = busy_evaluate
+    final = trainer.fit()
+    assert final["time/final_eval_s"] >= 0.3 and final["time/wall_s"] >= final["time/final_eval_s"]
+    assert final["time/cpu_s"] >= 0.3
+
+
 def test_step_flops_of_a_linear_layer():
     """forward x W^T: 2*B*d*K; backward: the weight gradient 2*B*d*K (the input needs none); bias adds are free."""
     from highway_repro.engine.flops import StepFlops
@@ -202,7 +226,7 @@ def test_training_logs_throughput_flops_mfu_and_cpu_time(tmp_path):
     for x in logged:  # FLOPs per sample of a linear classifier: 4 * d * K (see above)
         assert x["perf/flops_per_s"] / x["perf/samples_per_s"] == pytest.approx(4 * d * K)
         assert x["perf/mfu"] == pytest.approx(x["perf/flops_per_s"] / 1e9)
-    assert final["time/cpu_s"] >= 0 and final["time/wall_s"] >= 0
+    assert final["time/cpu_s"] > 0 and final["time/wall_s"] > 0
     _, lines = _fit(tmp_path / "no_peak", torch.nn.Linear(d, K))  # CPU: no datasheet peak, no MFU
     assert not any("perf/mfu" in x for x in lines) and any("perf/flops_per_s" in x for x in lines)
 

@@ -353,7 +353,11 @@ class Trainer:
             self.save("last")
             self.status = "interrupted"
             return self._finish({"signal": int(self.stop_requested)})
+        eval_start = time.perf_counter()
         final = self._final_eval()
+        # the run's times include its final passes (the last val/test of a small net can be 10 % of its run)
+        final["time/final_eval_s"] = round(time.perf_counter() - eval_start, 2)
+        self.wall_time, self.cpu_time = time.perf_counter() - start_wall, cpu_seconds() - start_cpu
         self.save("last")
         self.status = "done"
         return self._finish(final)

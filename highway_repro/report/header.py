@@ -35,12 +35,13 @@ def _threads(r: Run) -> tuple[int, bool]:
 def compute_time(runs: list[Run]) -> dict:
     """Training wall time and CPU time summed over the runs that recorded one."""
     wall = cpu = 0.0
-    estimated = unknown_threads = 0
+    estimated = unknown_threads = without_final = 0
     for r in runs:
         w = r.metric("time/wall_s")
         if not math.isfinite(w):
             continue
         wall += w
+        without_final += r.done and not math.isfinite(r.metric("time/final_eval_s"))  # made before 2026-12-02
         c = r.metric("time/cpu_s")
         if math.isfinite(c):
             cpu += c
@@ -49,7 +50,8 @@ def compute_time(runs: list[Run]) -> dict:
             cpu += w * n
             estimated += 1
             unknown_threads += not known
-    return {"wall_s": wall, "cpu_s": cpu, "estimated": estimated, "unknown_threads": unknown_threads}
+    return {"wall_s": wall, "cpu_s": cpu, "estimated": estimated, "unknown_threads": unknown_threads,
+            "without_final": without_final}
 
 
 def machine(info: dict) -> str:
@@ -92,7 +94,9 @@ def header(title: str, runs: list[Run], meta: dict | None = None) -> str:
                                   t["unknown_threads"] else "") + ")")
     wall = f"- wall time: {duration(meta['wall_s'])} for the command{'s' if len(commands) > 1 else ''}; " \
         if meta.get("wall_s") is not None else "- wall time: "
-    lines.append(wall + f"training {duration(t['wall_s'])} summed over runs, {cpu_h}")
+    lines.append(wall + f"training {duration(t['wall_s'])} summed over runs, {cpu_h}"
+                 + (f" ({t['without_final']} of the runs, made before 2026-12-02, leave their final val/test passes "
+                    "out of these times: 8-10 % of a run on two Transformer-XL L6 runs)" if t["without_final"] else ""))
     infos = [r.run_info for r in runs if r.run_info]
     machines = Counter(machine(i) for i in infos)
     if machines:
