@@ -153,6 +153,13 @@ def test_enwik8_l6_table_has_time_column_and_paper_reference(tmp_path):
     assert "time/step vs baseline" in text and "1.000x (21.16 h)" in text
     assert "1.24339" in text and "PAPER SCALE" not in text  # the label lives in the figure
     assert (tmp_path / "t.png").exists()
+    claims = {(c["row"].rsplit("(", 1)[-1].rstrip(")"), c["claim"].split(";")[0]): c["paper_claim"]
+              for c in json.loads((tmp_path / "t.claims.json").read_text())["rows"] if c["kind"] == "claim"}
+    assert claims[("sdu_sigmoid", "ends lower than the baseline")] is True  # paper -2.6 % on test
+    # the paper's 'layers 3-6' (1.277 against 1.276) most likely trained the baseline: no paper claim of
+    # 'ends higher'; the row tests the general claim, as ours
+    assert claims[("tanh_l3_6", "ends lower than the baseline")] is False
+    assert ("tanh_l3_6", "ends higher than the baseline") not in claims
 
 
 def test_targets_name_their_experiment_and_results():

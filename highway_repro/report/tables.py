@@ -266,7 +266,7 @@ def ht_table(name: str, title: str, metric: str, time_column: bool = False,
             if row_id == ("baseline",):
                 continue
             p = paper_pair(row_id)
-            rel, lower = paper_rel(row_id)
+            rel, lower = (None, None) if row_id[0] in pt.no_claim_rows else paper_rel(row_id)
             side = "lower" if lower in (True, None) else "higher"
             m = claim_measure(row_id)
             out.append(Claim(f"ends {side} than the baseline", row_id, m, side, ("baseline",),
