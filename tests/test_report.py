@@ -329,3 +329,17 @@ def test_train_writes_run_info(tmp_path):
     info = json.loads((tmp_path / "run_info.json").read_text())
     assert out["status"] == "done" and info["start_time"] <= info["end_time"] and info["threads"] >= 1
     assert load_runs(tmp_path)[0].run_info == info
+
+
+def test_fig1_best_curves_keep_the_last_logged_training_loss(tmp_path, monkeypatch):
+    """The best-run panels of Fig. 1 plot every logged running mean of the training loss up to the last step
+    (max_steps 16,000 at the cpu scale; the trainer logs at the last step): the final full pass over the training
+    set is not in the log, so no point is to be dropped."""
+    from highway_repro.report import tables
+
+    panels = []
+    monkeypatch.setattr(tables, "plot", lambda path, ps, **kw: panels.extend(ps))
+    runs = load_runs(REPO / "results" / "highway_networks" / "runs" / "hn_fig1-cpu")
+    build_table("hn_fig1", runs, tmp_path / "fig1", {})
+    best = [p for p in panels if p.title.endswith(": best")]
+    assert best and all(xs[-1] == 16000 for p in best for xs, _ in p.series.values())

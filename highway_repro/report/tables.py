@@ -47,9 +47,9 @@ def _fig1_figure(t, path):
             ranked = row.ranked(TRAIN_LOSS) if row else []
             if not ranked:
                 continue
-            hist = ranked[0][1].history_values("train/loss")
-            if hist:  # the last point is the loss on the whole training set, not a running mean
-                bp.series[k] = tuple(map(list, zip(*(hist[:-1] or hist))))
+            hist = ranked[0][1].history_values("train/loss", only_training=True)  # running means, as logged
+            if hist:
+                bp.series[k] = tuple(map(list, zip(*hist)))
             tp.series[k] = mean_curve([r for _, r in ranked[:papers.FIG1_TOP_K]], "train/loss", only_training=True)
             bp.colors[k] = tp.colors[k] = colors[k]
         best_panels.append(bp)
