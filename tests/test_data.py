@@ -26,6 +26,7 @@ import torch
 from highway_repro import data
 from highway_repro.data import sources, text, vision
 from highway_repro.data.tokenizers import EOS, ByteTokenizer, CharTokenizer, SentencePieceTokenizer, WordTokenizer
+from highway_repro.errors import ConfigError
 from conftest import mirror, needs_mirror, write_sums
 
 MIRROR = mirror()
@@ -52,9 +53,9 @@ class FakeTok:
 def test_unknown_name_and_options():
     with pytest.raises(ValueError, match=r"'nope'.*valid names: mnist, cifar10"):
         data.build("nope")
-    with pytest.raises(TypeError, match=r"'ptb_word'.*unknown option\(s\) colour.*valid options"):
+    with pytest.raises(ConfigError, match=r"^data.colour=1: not an option of data set 'ptb_word' \(valid: .*vocab_size"):
         data.build("ptb_word", colour=1)
-    with pytest.raises(TypeError, match="newlines"):
+    with pytest.raises(ConfigError, match="data.newlines='drop'"):
         data.build("ptb_char", newlines="drop")
     assert set(data.names()) == {"mnist", "cifar10", "cifar100", "ptb_word", "ptb_char", "ptb_char_raw",
                                  "enwik8", "enwik8_prefix"}

@@ -13,6 +13,8 @@ Every returned object has ``kind``, ``meta``, ``splits``, ``train_batch(step)``,
 
 from __future__ import annotations
 
+from highway_repro.errors import ConfigError
+
 from . import sources, text, vision
 from .sources import ChecksumError, DataError, DataNotFoundError
 from .text import LM_OPTIONS, LMData
@@ -39,14 +41,14 @@ def names() -> list[str]:
 
 
 def build(name: str, **kwargs) -> ImageData | LMData:
-    """The data set ``name`` with the given options (unknown names/options raise with the valid ones)."""
+    """The data set ``name`` with the given options (unknown names/options: a one-line error naming the valid ones)."""
     if name not in REGISTRY:
         raise DataError(f"unknown data set {name!r}; valid names: {', '.join(REGISTRY)}")
     builder, options = REGISTRY[name]
     unknown = sorted(set(kwargs) - set(options))
     if unknown:
-        raise TypeError(f"data set {name!r}: unknown option(s) {', '.join(unknown)}; valid options: "
-                        f"{', '.join(options)}")
+        given = ", ".join(f"data.{k}={kwargs[k]!r}" for k in unknown)
+        raise ConfigError(f"{given}: not an option of data set {name!r} (valid: {', '.join(options)})")
     return builder(**kwargs)
 
 
