@@ -174,6 +174,11 @@ def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
         log.info("model: %s, %s parameters", type(model).__name__, f"{n_params:,}")
     logger_kwargs = OmegaConf.to_container(cfg.logger, resolve=True)
     kind = logger_kwargs.pop("kind")
+    if kind == "wandb" and cfg.resume == "auto" and is_main:  # a resumed run goes on logging into its W&B run
+        from highway_repro.engine import checkpoint as ckpt_lib
+
+        previous = ckpt_lib.load_latest(out_dir / "ckpt") or {}
+        logger_kwargs.setdefault("resume_id", previous.get("extra", {}).get("logger_run_id"))
     logger = build_logger(kind if is_main else "jsonl", out_dir, config=resolved, **logger_kwargs)
     if dist is not None:
         model = dist.wrap(model)

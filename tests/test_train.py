@@ -167,6 +167,18 @@ def test_wandb_offline_run_contains_the_metrics(tmp_path, monkeypatch):
 
 
 @needs_mirror
+def test_a_resumed_run_logs_into_its_wandb_run(tmp_path, monkeypatch):
+    """resume=auto continues the W&B run its checkpoint names (the offline run folders end in the run id)."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = compose(["experiment=demo", "scale=smoke", "logger=wandb", "logger.name=resumed", "resume=auto"])
+    run(cfg, tmp_path)
+    run(cfg, tmp_path)  # from its last checkpoint: only the final evaluation again
+    ids = {p.name.rsplit("-", 1)[-1] for p in (tmp_path / "wandb").glob("offline-run-*")}
+    assert len(list((tmp_path / "wandb").glob("offline-run-*"))) == 2 and len(ids) == 1
+
+
+@needs_mirror
 @pytest.mark.slow  # the same pipeline is covered for every Highway Networks target in test_hn_pipelines.py
 def test_reproduce_smoke_sweep_and_report(tmp_path):
     r = subprocess.run([sys.executable, "-m", "highway_repro.reproduce", "demo", "--scale", "smoke",
