@@ -27,7 +27,14 @@ def test_every_experiment_has_every_scale(experiment):
 
 
 def test_every_scale_of_the_root_config_is_a_scale():
-    assert set(SCALES) >= {"paper", "cpu", "smoke"}  # SCALES is read from configs/scale/
+    """The root config's default scale is one of configs/scale/, and every scale composes with its name."""
+    import yaml
+
+    defaults = yaml.safe_load((CONFIG_DIR / "train.yaml").read_text())["defaults"]
+    default = next(d["scale"] for d in defaults if isinstance(d, dict) and "scale" in d)
+    assert default in SCALES and set(SCALES) >= {"paper", "cpu", "smoke"}
+    for scale in SCALES:
+        assert compose(["experiment=demo", f"scale={scale}"]).scale_name == scale
 
 
 def test_a_missing_scale_file_is_an_error(tmp_path):
@@ -41,9 +48,17 @@ def test_a_missing_scale_file_is_an_error(tmp_path):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_every_variant_file_names_itself_and_sets_the_gate(variant):
-    cfg = compose(["experiment=ht_enwik8_l6", "scale=smoke", f"variant={variant}"])
-    assert cfg.variant == variant and cfg.variant_label
-    assert cfg.model.gate_kind == ("none" if variant == "baseline" else cfg.model.gate_kind) != ""
+    """Each variant file sets its own name, a label and a gate kind of the registry (none only for the baselines),
+    and the composed config keeps that gate kind."""
+    import yaml
+
+    from highway_repro.models.placement import GATE_KINDS
+
+    own = yaml.safe_load((CONFIG_DIR / "variant" / f"{variant}.yaml").read_text())
+    assert own["variant"] == variant and own["variant_label"]
+    kind = own["model"]["gate_kind"]
+    assert kind in GATE_KINDS and (kind == "none") == variant.startswith("baseline"), (variant, kind)
+    assert compose(["experiment=ht_enwik8_l6", "scale=smoke", f"variant={variant}"]).model.gate_kind == kind
 
 
 def test_every_swept_variant_exists():
