@@ -15,8 +15,8 @@ PYTEST_ARGS ?=
 
 help: ## list every target with one line each (the paper tables: reproduce-<table>, from highway_repro/targets.py)
 	@grep -E '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-26s %s\n", $$1, $$2}'
-	@python3 -c "import sys; sys.path.insert(0, '.'); from highway_repro.targets import TARGETS; \
-	[print(f'  reproduce-{n.replace(\"_\", \"-\"):<16} {t.help}') for n, t in TARGETS.items() if n != 'demo']"
+	@python3 -c "import sys; sys.path.insert(0, '.'); from highway_repro.targets import TARGETS, make_target; \
+	[print(f'  {make_target(n):<26} {t.help}') for n, t in TARGETS.items() if n != 'demo']"
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

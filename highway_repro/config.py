@@ -1,8 +1,9 @@
 """Config validation before any work: one-line errors naming the field, the value and what is allowed.
 
-`validate(cfg)` runs on the composed config before data or model are built, and before torch is imported
-(this module, `highway_repro.options` and `highway_repro.models.placement` are pure Python; `train.py` imports
-torch after validation), so a bad value fails in about a second with exit code 2 instead of a deep traceback.
+`validate(cfg)` runs on the composed config before data or model are built; its model and data checks run
+before torch is imported (this module, `highway_repro.options` and `highway_repro.models.placement` are pure
+Python), the trainer's last (TrainerConfig imports torch), so a bad value fails in seconds with exit code 2
+instead of a deep traceback.
 It holds no rules of its own: the model, data and gate-placement rules are those of `highway_repro.options`
 and `models.placement`, which the model constructors call too; the trainer's are those of
 `engine.trainer.TrainerConfig` (checked last, it imports torch) plus `options.TRAINER`.

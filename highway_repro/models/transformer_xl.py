@@ -33,7 +33,7 @@ Relative attention (paper section 3.3), per head, query position i, key position
 u = `r_w_bias`, v = `r_r_bias` are global (shared by all layers, as the official PyTorch
 enwik8 runs: `untie_r` off), shape (n_heads, d_head). R is the sinusoid of Vaswani et al.
 over the distance i - j, clamped to `clamp_len` when clamp_len > 0. BD is computed for all
-K distances at once and aligned with `_rel_shift`. Scores are scaled by 1/sqrt(d_head),
+K distances at once and aligned with `layers.rel_shift`. Scores are scaled by 1/sqrt(d_head),
 the causal mask over [mem; current] is built per call (`layers.rel_shift`, `layers.sinusoidal_positions`).
 
 Memory layout (`mems`, `new_mems`): a list of `n_layers` tensors, entry l of shape
