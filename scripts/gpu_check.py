@@ -43,7 +43,6 @@ import csv
 import datetime
 import functools
 import gc
-import importlib
 import importlib.util
 import json
 import math
@@ -470,61 +469,13 @@ def _to(batch, device):
     return tuple(b.to(device) if torch.is_tensor(b) else b for b in batch)
 
 
-def _counter_module():
-    """The project's FLOP-formula module (highway_repro/engine/flops.py, earlier highway_repro/bench/flops.py)."""
-    for name in ("highway_repro.engine.flops", "highway_repro.bench.flops", "bench.flops"):
-        try:
-            return importlib.import_module(name)
-        except ImportError:
-            continue
-    return None
-
-
-def rnn_flops(inp_shape, weights, stride: int, batch_sizes=()) -> int:
-    """FLOPs of one cuDNN RNN call (`aten._cudnn_rnn`): 2 * tokens * G * (in + hidden) per layer and
-    direction, G = the gate rows of w_ih (4H LSTM, 3H GRU); tokens = T * N (or the packed length).
-    `weights` is the flat list, `stride` tensors per layer and direction with w_ih, w_hh first.
-    The same formula as the project's CPU one (oneDNN `mkldnn_rnn_layer`); backward is twice it."""
-    tokens = int(inp_shape[0]) if len(batch_sizes) else int(inp_shape[0]) * int(inp_shape[1])
-    total = 0
-    for i in range(0, len(weights) - stride + 1, stride):
-        w_ih, w_hh = weights[i], weights[i + 1]
-        total += 2 * tokens * int(w_ih.shape[0]) * (int(w_ih.shape[1]) + int(w_hh.shape[1]))
-    return total
-
-
-_REGISTERED = False
-
-
 def register_flop_formulas() -> str:
-    """The project's formulas (CPU flash attention, oneDNN RNNs) plus cuDNN RNNs, which torch's counter lacks."""
-    global _REGISTERED
-    mod = _counter_module()
-    if mod is not None and hasattr(mod, "register"):
-        mod.register()
-    if not _REGISTERED:
-        _REGISTERED = True
-        import torch
-        from torch.utils import flop_counter as fc
+    """The project's FLOP formulas (highway_repro/engine/flops.py: CPU flash attention, oneDNN and cuDNN RNNs,
+    which torch's counter lacks), as the trainer counts them."""
+    from highway_repro.engine import flops
 
-        aten = torch.ops.aten
-        fwd, bwd = getattr(aten, "_cudnn_rnn", None), getattr(aten, "_cudnn_rnn_backward", None)
-        if fwd is not None and fwd not in fc.flop_registry:
-            @fc.register_flop_formula(fwd, get_raw=True)
-            def _cudnn_rnn(*args, out_val=None, **kwargs) -> int:
-                # input, weight, weight_stride0, weight_buf, hx, cx, mode, hidden, proj, layers, batch_first,
-                # dropout, train, bidirectional, batch_sizes, ...
-                sizes = args[14] if len(args) > 14 else kwargs.get("batch_sizes", ())
-                return rnn_flops(args[0].shape, args[1], int(args[2]), sizes or ())
-
-        if bwd is not None and bwd not in fc.flop_registry:
-            @fc.register_flop_formula(bwd, get_raw=True)
-            def _cudnn_rnn_backward(*args, out_val=None, **kwargs) -> int:
-                # input, weight, weight_stride0, weight_buf, hx, cx, output, grad_output, grad_hy, grad_cy,
-                # mode, hidden, proj, layers, batch_first, dropout, train, bidirectional, batch_sizes, ...
-                sizes = args[18] if len(args) > 18 else kwargs.get("batch_sizes", ())
-                return 2 * rnn_flops(args[0].shape, args[1], int(args[2]), sizes or ())
-    return mod.__name__ if mod is not None else "torch.utils.flop_counter only"
+    flops.register()
+    return flops.__name__
 
 
 def count_flops(tr) -> int:

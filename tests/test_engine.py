@@ -218,15 +218,15 @@ def test_step_flops_of_a_linear_layer():
     assert skipped.flops == 0 and len(counter.by_shape) == 1
 
 
-def test_training_logs_throughput_flops_mfu_and_cpu_time(tmp_path):
+def test_training_logs_throughput_flops_and_mfu(tmp_path):
     d, K = 5, 3
-    final, lines = _fit(tmp_path, torch.nn.Linear(d, K), peak_flops=1e9)
+    _, lines = _fit(tmp_path, torch.nn.Linear(d, K), peak_flops=1e9)
     logged = [x for x in lines if "train/loss" in x]
     assert [x["step"] for x in logged] == [2, 4]
     for x in logged:  # FLOPs per sample of a linear classifier: 4 * d * K (see above)
         assert x["perf/flops_per_s"] / x["perf/samples_per_s"] == pytest.approx(4 * d * K)
         assert x["perf/mfu"] == pytest.approx(x["perf/flops_per_s"] / 1e9)
-    assert final["time/cpu_s"] > 0 and final["time/wall_s"] > 0
+    # (a run's CPU and wall time: test_run_times_include_the_final_evaluation)
     _, lines = _fit(tmp_path / "no_peak", torch.nn.Linear(d, K))  # CPU: no datasheet peak, no MFU
     assert not any("perf/mfu" in x for x in lines) and any("perf/flops_per_s" in x for x in lines)
 

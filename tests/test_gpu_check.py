@@ -120,16 +120,18 @@ def test_cudnn_rnn_flop_formula_counts_what_the_cpu_formula_counts():
     """2 * tokens * G * (in + hidden) per layer: LSTM G = 4H, GRU G = 3H; torch's counter lacks cuDNN RNNs."""
     from torch.utils.flop_counter import FlopCounterMode
 
+    from highway_repro.engine.flops import cudnn_rnn_flops
+
     torch.manual_seed(0)
     lstm = torch.nn.LSTM(3, 5, num_layers=2, batch_first=True)
     x = torch.randn(2, 7, 3)
     weights = [p for p in lstm._flat_weights]  # per layer: w_ih, w_hh, b_ih, b_hh
     expected = 2 * 7 * 2 * 20 * (3 + 5) + 2 * 7 * 2 * 20 * (5 + 5)
-    assert gc.rnn_flops(x.shape, weights, 4) == expected
+    assert cudnn_rnn_flops(x.shape, weights, 4) == expected
     gru = torch.nn.GRU(3, 5, bias=False)
-    assert gc.rnn_flops((7, 2, 3), list(gru._flat_weights), 2) == 2 * 14 * 15 * 8
-    assert gc.rnn_flops((14, 3), list(gru._flat_weights), 2, batch_sizes=(2,) * 7) == 2 * 14 * 15 * 8  # packed
-    gc.register_flop_formulas()
+    assert cudnn_rnn_flops((7, 2, 3), list(gru._flat_weights), 2) == 2 * 14 * 15 * 8
+    assert cudnn_rnn_flops((14, 3), list(gru._flat_weights), 2, batch_sizes=(2,) * 7) == 2 * 14 * 15 * 8  # packed
+    assert gc.register_flop_formulas() == "highway_repro.engine.flops"
     with FlopCounterMode(display=False) as counter:
         lstm(x)
     assert counter.get_total_flops() == expected  # the project's CPU formula agrees

@@ -8,7 +8,8 @@ The trainer and the benchmarks (`bench/`) count the same way: `torch.utils.flop_
   masked half is never computed), so MFU is not flattered by work that is skipped.
 - oneDNN RNN layers (`mkldnn_rnn_layer`, the CPU LSTM / GRU of the R-Transformer's local RNN):
   2 * T * N * G * (input + hidden) per direction and layer, G = 4H (LSTM) or 3H (GRU);
-  backward twice that.
+  backward twice that. cuDNN RNN calls (`_cudnn_rnn`, the GPU's) by the same formula
+  (`cudnn_rnn_flops`).
 
 Elementwise work (activations, norms, the optimizer step) is not counted, as in the MFU of
 nanoGPT and PaLM. MFU = counted FLOP/s / `peak_flops(device, precision)`: the datasheet's dense
@@ -40,6 +41,18 @@ PEAK_FLOPS = {
 
 def _shape(t):
     return tuple(t.shape)
+
+
+def cudnn_rnn_flops(inp_shape, weights, stride: int, batch_sizes=()) -> int:
+    """FLOPs of one cuDNN RNN call (`aten._cudnn_rnn`): 2 * tokens * G * (in + hidden) per layer and direction,
+    tokens = T * N (or the packed length). `weights`: the flat list, `stride` tensors per layer and direction
+    with w_ih, w_hh first."""
+    tokens = int(inp_shape[0]) if len(batch_sizes) else int(inp_shape[0]) * int(inp_shape[1])
+    total = 0
+    for i in range(0, len(weights) - stride + 1, stride):
+        w_ih, w_hh = weights[i], weights[i + 1]
+        total += 2 * tokens * int(w_ih.shape[0]) * (int(w_ih.shape[1]) + int(w_hh.shape[1]))
+    return total
 
 
 def register() -> None:
@@ -81,6 +94,23 @@ def register() -> None:
                      hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, workspace,
                      *args, out_val=None, **kwargs) -> int:
             return 2 * rnn_flops(inp, w1, w2, batch_first)
+
+    cudnn_fwd, cudnn_bwd = getattr(aten, "_cudnn_rnn", None), getattr(aten, "_cudnn_rnn_backward", None)
+    if cudnn_fwd is not None and cudnn_fwd not in fc.flop_registry:
+        @fc.register_flop_formula(cudnn_fwd, get_raw=True)
+        def _cudnn_rnn(*args, out_val=None, **kwargs) -> int:
+            # input, weight, weight_stride0, weight_buf, hx, cx, mode, hidden, proj, layers, batch_first,
+            # dropout, train, bidirectional, batch_sizes, ...
+            sizes = args[14] if len(args) > 14 else kwargs.get("batch_sizes", ())
+            return cudnn_rnn_flops(args[0].shape, args[1], int(args[2]), sizes or ())
+
+    if cudnn_bwd is not None and cudnn_bwd not in fc.flop_registry:
+        @fc.register_flop_formula(cudnn_bwd, get_raw=True)
+        def _cudnn_rnn_backward(*args, out_val=None, **kwargs) -> int:
+            # input, weight, weight_stride0, weight_buf, hx, cx, output, grad_output, grad_hy, grad_cy,
+            # mode, hidden, proj, layers, batch_first, dropout, train, bidirectional, batch_sizes, ...
+            sizes = args[18] if len(args) > 18 else kwargs.get("batch_sizes", ())
+            return 2 * cudnn_rnn_flops(args[0].shape, args[1], int(args[2]), sizes or ())
 
 
 def peak_flops(device: torch.device, precision: str) -> float | None:
