@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -11,7 +12,6 @@ import pytest
 
 from conftest import REPO, compose, needs_mirror
 from highway_repro import report
-from highway_repro.report.cli import aggregate
 from highway_repro.train import run
 
 VOLATILE = ("perf/", "time/")
@@ -209,16 +209,16 @@ def test_report_mean_std_and_failed_cells(tmp_path):
                   [{"step": 1, "val/loss": loss + 1}, {"step": 2, "val/loss": loss}])
     _fake_job(tmp_path, "j3", ["model.kind=c", "seed=0"], {"status": "failed", "error": "ValueError: boom"})
     _fake_job(tmp_path, "j4", ["model.kind=d", "seed=0"], None)
-    runs = report.load_runs(tmp_path)
-    rows = {r["key"]["model.kind"]: r for r in aggregate(runs, ["model.kind"], ["val/loss"])}
-    assert rows["a"]["n"] == 2 and rows["a"]["val/loss"][:2] == (2.0, pytest.approx(2 ** 0.5))
-    assert "ValueError: boom" in rows["c"]["failed"][0] and rows["c"]["n"] == 0
-    assert "no metrics.json" in rows["d"]["failed"][0]
     out = tmp_path / "out" / "t"
     assert report.main([str(tmp_path), "--group-by", "model.kind", "--metrics", "val/loss", "--curve", "val/loss",
                         "--out", str(out)]) == 0
     md = out.with_suffix(".md").read_text()
-    assert "| a | 2 | 2.0000 ± 1.4142 |" in md and "boom" in md
+    assert "| a | 2 | 2.0000 ± 1.4142 |" in md and "| b | 1 | 2.0000 |" in md  # std of (1, 3): sqrt 2
+    assert "| c | 0 (1 failed) | failed: j3: ValueError: boom |" in md and "no metrics.json" in md
+    rows = {r["model.kind"]: r for r in csv.DictReader(out.with_suffix(".csv").read_text().splitlines())}
+    assert (rows["a"]["n"], float(rows["a"]["val/loss_mean"]), float(rows["a"]["val/loss_std"])) == (
+        "2", 2.0, pytest.approx(2 ** 0.5))
+    assert rows["c"]["n"] == "0" and "ValueError: boom" in rows["c"]["failed"]
     assert out.with_suffix(".png").exists()
 
 

@@ -11,15 +11,12 @@ Failed jobs keep their row: the cell says why instead of being dropped.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 from pathlib import Path
 
-from highway_repro.report import stats
 from highway_repro.report.header import header
 from highway_repro.report.plots import Panel, plot
 from highway_repro.report.runs import Run, load_runs
-from highway_repro.report.spec import mean_curve, mean_pm
+from highway_repro.report.spec import Measure, TableSpec, count, mean_curve, render, stat
 from highway_repro.report.summary import write_summary
 from highway_repro.report.tables import TABLES, build_table
 
@@ -30,42 +27,12 @@ def varying_keys(runs: list[Run]) -> list[str]:
     return [k for k in keys if k != "seed" and len({r.overrides.get(k) for r in runs}) > 1]
 
 
-def aggregate(runs: list[Run], group_by: list[str], metrics: list[str]) -> list[dict]:
-    """One row per group: key, n finished, the failed runs' errors, and per metric (mean, std, values)."""
-    groups: dict[tuple, list[Run]] = {}
-    for r in runs:
-        groups.setdefault(tuple(str(r.get(k, "")) for k in group_by), []).append(r)
-    rows = []
-    for key, members in groups.items():
-        done = [r for r in members if r.done]
-        row = {"key": dict(zip(group_by, key)), "n": len(done), "runs": members,
-               "failed": [f"{r.path.name}: {r.error}" for r in members if not r.done]}
-        for m in metrics:
-            vals = [r.metric(m) for r in done if r.metric(m) == r.metric(m)]
-            row[m] = (*stats.mean_std(vals), vals)
-        rows.append(row)
-    return rows
-
-
-def to_markdown(rows: list[dict], group_by: list[str], metrics: list[str], digits: int = 4) -> str:
-    head = [*group_by, "n", *metrics, "failed"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in rows:
-        cells = [row["key"][k] for k in group_by] + [str(row["n"])]
-        cells += [mean_pm(row[m][2], digits) for m in metrics]
-        cells.append("; ".join(row["failed"]).replace("|", "/"))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def to_csv(rows: list[dict], group_by: list[str], metrics: list[str]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow([*group_by, "n", *[f"{m}_{s}" for m in metrics for s in ("mean", "std")], "failed"])
-    for row in rows:
-        w.writerow([row["key"][k] for k in group_by] + [row["n"]]
-                   + [v for m in metrics for v in row[m][:2]] + ["; ".join(row["failed"])])
-    return buf.getvalue()
+def generic_spec(group_by: list[str], metrics: list[str]) -> TableSpec:
+    """The table of any sweep: one row per value of the `group_by` keys, n finished runs, and per metric the mean
+    ± std over the row's finished runs (failed runs keep their row and say why)."""
+    measures = [Measure(m, m) for m in metrics]
+    return TableSpec("Report", keys=tuple(group_by), columns=(count(), *(stat(m) for m in measures)),
+                     primary=measures[0])
 
 
 def main(argv=None) -> int:
@@ -97,21 +64,19 @@ def main(argv=None) -> int:
         print(build_table(args.table, runs, Path(args.out), meta))
     else:
         group_by = args.group_by.split(",") if args.group_by else varying_keys(runs)
-        metrics = args.metrics.split(",")
-        rows = aggregate(runs, group_by, metrics)
-        md = to_markdown(rows, group_by, metrics)
+        t, md, csv_text = render(generic_spec(group_by, args.metrics.split(",")), runs)
         print(md)
         if args.out:
             out = Path(args.out)
             out.parent.mkdir(parents=True, exist_ok=True)
             out.with_name(out.name + ".md").write_text(header("Report", runs, meta) + md)
-            out.with_name(out.name + ".csv").write_text(to_csv(rows, group_by, metrics))
+            out.with_name(out.name + ".csv").write_text(csv_text)
             if args.curve:
                 series = {}
-                for row in rows:
-                    xs, ys = mean_curve(row["runs"], args.curve)
+                for row in t.rows:
+                    xs, ys = mean_curve(row.runs, args.curve)
                     if xs:
-                        series[", ".join(f"{k.split('.')[-1]}={v}" for k, v in row["key"].items()) or "run"] = (xs, ys)
+                        series[row.label or "run"] = (xs, ys)
                 plot(out.with_name(out.name + ".png"), [Panel("", series, args.curve)])
     if args.summary:
         write_summary(Path(args.summary))
