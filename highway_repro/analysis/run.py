@@ -23,7 +23,8 @@ from highway_repro.engine import checkpoint as ckpt_lib
 from highway_repro.report import build_table, load_runs
 
 
-def load_run(run_dir: Path):
+def load_trained(run_dir: Path):
+    """(resolved config, data, model with the weights of ckpt/last.pt) of a run folder."""
     cfg = yaml.safe_load((run_dir / "config_resolved.yaml").read_text())
     data = instantiate(cfg["data"], _convert_="all")
     model = instantiate(cfg["model"], _convert_="all", **data.meta)
@@ -44,7 +45,7 @@ def main(argv=None) -> int:
     run_dir, out = Path(args.run_dir), Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    cfg, data, model = load_run(run_dir)
+    cfg, data, model = load_trained(run_dir)
     xs, ys = zip(*data.eval_batches("train"))
     x, y = torch.cat(xs), torch.cat(ys)
     if args.max_examples:
