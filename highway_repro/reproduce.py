@@ -152,20 +152,30 @@ def restore(kept: Path, sweep_dir: Path, names: list[str] | None = None, dry: bo
 
 # ------------------------------------------------------------------ estimates and progress
 def _run_seconds(runs: list[Path]) -> list[float]:
+    """Wall seconds of each finished run with its cores to itself, as the budgets assume (jobs x threads = cores):
+    a CPU run's CPU time / its threads, which a machine shared with other work does not inflate (its wall time
+    does: the same Transformer-XL run took 2,197 s of wall time and 1,720 CPU-s beside a third process); a GPU
+    run's wall time."""
     out = []
     for r in runs:
         try:
             m = json.loads((r / "metrics.json").read_text())
+            info = json.loads((r / "run_info.json").read_text()) if (r / "run_info.json").exists() else {}
         except (OSError, ValueError):
             continue
-        if m.get("status") == "done" and m.get("time/wall_s"):
+        if m.get("status") != "done":
+            continue
+        threads = info.get("threads") if isinstance(info.get("threads"), int) and info["threads"] > 0 else 1
+        if m.get("time/cpu_s") and not info.get("cuda_device"):
+            out.append(float(m["time/cpu_s"]) / threads)
+        elif m.get("time/wall_s"):
             out.append(float(m["time/wall_s"]))
     return out
 
 
 def estimate_s(cfg, kept: Path) -> tuple[float | None, str]:
-    """Seconds one run of this table takes on one thread: the mean of its kept runs, else the scale file's
-    `est_step_s` (measured seconds per step) x max_steps."""
+    """Wall seconds one run of this table takes with its threads to itself: the mean of its kept runs
+    (`_run_seconds`), else the scale file's `est_step_s` (measured CPU-seconds per step) x max_steps."""
     done = _run_seconds([p.parent for p in kept.glob("*/metrics.json")])
     if done:
         return sum(done) / len(done), f"mean of {len(done)} kept runs"

@@ -94,11 +94,14 @@ def test_grid_of_enwik8_l6_at_cpu_scale():
                      "model.depth=4,model.kind=residual,trial=0"]
 
 
-def _fake_run(folder, status="done", wall=10.0):
+def _fake_run(folder, status="done", wall=10.0, cpu=None, info=None):
     folder.mkdir(parents=True)
     (folder / ".hydra").mkdir()
     (folder / ".hydra" / "overrides.yaml").write_text("- seed=0\n")
-    (folder / "metrics.json").write_text(json.dumps({"status": status, "time/wall_s": wall}))
+    times = {"time/wall_s": wall, **({"time/cpu_s": cpu} if cpu is not None else {})}
+    (folder / "metrics.json").write_text(json.dumps({"status": status, **times}))
+    if info is not None:
+        (folder / "run_info.json").write_text(json.dumps(info))
     (folder / "metrics.jsonl").write_text('{"step": 0}\n')
     (folder / "config_resolved.yaml").write_text("seed: 0\n")
     (folder / "ckpt").mkdir()
@@ -135,6 +138,19 @@ def test_estimate_prefers_kept_runs(tmp_path):
     _fake_run(tmp_path / "b", wall=10.0)
     assert estimate_s(cfg, tmp_path)[0] == 20.0
     assert estimate_s(OmegaConf.create({"trainer": {"max_steps": 1}}), tmp_path / "none")[0] is None
+
+
+def test_kept_runs_are_priced_by_their_cpu_time_per_thread(tmp_path):
+    """A CPU run's price is its CPU time / its threads, not its wall time, which a machine shared with other work
+    inflates (the L6 run that took 2,197 s of wall time beside a third process used 1,720 CPU-s); a GPU run's
+    CPU time says nothing of its GPU time: its wall time."""
+    from highway_repro.reproduce import _run_seconds
+
+    _fake_run(tmp_path / "shared", wall=2197.0, cpu=1720.0, info={"threads": 1})
+    _fake_run(tmp_path / "four", wall=100.0, cpu=360.0, info={"threads": 4})
+    _fake_run(tmp_path / "gpu", wall=50.0, cpu=48.0, info={"threads": 1, "cuda_device": "NVIDIA H200"})
+    _fake_run(tmp_path / "old", wall=30.0)  # no CPU time recorded
+    assert _run_seconds([tmp_path / n for n in ("shared", "four", "gpu", "old")]) == [1720.0, 90.0, 50.0, 30.0]
 
 
 def test_progress_eta_counts_the_unfinished_part_of_started_runs_and_keeps_finished_runs(tmp_path):
