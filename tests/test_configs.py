@@ -87,6 +87,19 @@ def _sweep_rows_validate(exp: str, sweep: str, grid: dict) -> None:
             OmegaConf.to_container(row, resolve=True, throw_on_missing=True)
 
 
+def test_every_trainer_option_and_word_ptb_option_is_in_its_config_file():
+    """Each TrainerConfig field, and each word-PTB option the README names (data.vocab_size with sentencepiece),
+    can be set on the command line without Hydra's `+`: the config file lists it."""
+    import dataclasses
+
+    from highway_repro.engine.trainer import TrainerConfig
+
+    cfg = compose(["trainer.peak_flops=1e12", "data=ptb_word", "data.tokenizer=sentencepiece",
+                   "data.vocab_size=4000", "data.sp_model_type=bpe"])
+    assert set(cfg.trainer) == {f.name for f in dataclasses.fields(TrainerConfig)}
+    assert cfg.trainer.peak_flops == 1e12 and cfg.data.vocab_size == 4000
+
+
 def test_hp_resolver_is_seeded_per_trial():
     a = compose(["experiment=hn_fig1", "trial=3"])
     b = compose(["experiment=hn_fig1", "trial=3"])
