@@ -92,8 +92,14 @@ def test_paper_scale_values():
     assert (w.model.d_model, w.model.rnn, w.model.window, w.model.dropout, w.model.emb_dropout) == (128, "lstm", 9, 0.35, 0.15)
     assert (w.data.seq_len, w.data.score_len, w.data.eval_batch_size) == (80, 40, 10)
     assert w.trainer.max_steps == 145100 and w.trainer.grad_clip == 0.35 and w.optim.scheduler.factor == 0.5
-    rt = _compose(["experiment=ht_char_ptb_rt", "scale=paper"])
-    assert (rt.model.d_model, rt.model.rnn, rt.model.window) == (512, "gru", 7)
+    assert w.optim.optimizer._target_ == "torch.optim.SGD" and w.optim.optimizer.lr == 2.0  # P5
+    assert "momentum" not in w.optim.optimizer and w.model.d_ff == 4 * w.model.d_model  # plain SGD; R6
+    rt = _compose(["experiment=ht_char_ptb_rt", "scale=paper"])  # P6
+    assert (rt.model.d_model, rt.model.rnn, rt.model.window, rt.model.d_ff) == (512, "gru", 7, 2048)
+    assert (rt.model.dropout, rt.model.emb_dropout) == (0.15, 0.15)
+    assert (rt.data.seq_len, rt.data.score_len, rt.data.eval_batch_size) == (400, 320, 1)
+    assert rt.optim.optimizer._target_ == "torch.optim.SGD" and rt.optim.optimizer.lr == 2.0
+    assert rt.trainer.grad_clip == 0.15
     e = _compose(["experiment=ht_enwik8_l6", "scale=paper"])
     assert e.data.name == "enwik8" and e.optim.optimizer.lr == 2.5e-4 and e.optim.scheduler.kind == "cosine"
     assert (e.model.tgt_len, e.model.mem_len, e.model.eval_tgt_len, e.model.eval_mem_len) == (512, 512, 128, 896)
