@@ -174,7 +174,8 @@ def test_a_resumed_run_logs_into_its_wandb_run(tmp_path, monkeypatch):
     cfg = compose(["experiment=demo", "scale=smoke", "logger=wandb", "logger.name=resumed", "resume=auto"])
     run(cfg, tmp_path)
     run(cfg, tmp_path)  # from its last checkpoint: only the final evaluation again
-    ids = {p.name.rsplit("-", 1)[-1] for p in (tmp_path / "wandb").glob("offline-run-*")}
+    # offline-run-<date>_<time>-<id>, with "-1" appended when both start in the same second
+    ids = {p.name.split("-")[3] for p in (tmp_path / "wandb").glob("offline-run-*")}
     assert len(list((tmp_path / "wandb").glob("offline-run-*"))) == 2 and len(ids) == 1
 
 
