@@ -510,20 +510,28 @@ def other_recipe(part: str, scale: str, runs: list) -> dict[str, str]:
     """The runs of table `part` that were made with another recipe than the config files now give their job
     (a scale file changed after they ran): {folder name: the differing keys}. A run without its saved config or
     overrides is taken as it is."""
+    import yaml
     from omegaconf import OmegaConf
 
     from highway_repro.train import recipe_diff
 
-    out = {}
+    out, cells = {}, {}  # one composition per grid cell; a run's seed / trial is set on a copy of it
     for r in runs:
         saved, ov = r.path / "config_resolved.yaml", r.path / ".hydra" / "overrides.yaml"
         if not (saved.exists() and ov.exists()):
             continue
         job = [o for o in OmegaConf.to_container(OmegaConf.load(ov))
                if o.split("=", 1)[0].lstrip("+~") not in ("experiment", "scale", "sweep") and not o.startswith("hydra")]
-        cfg = compose_table(TARGETS[part], scale, job)
-        here = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True)
-        diff = recipe_diff(OmegaConf.to_container(OmegaConf.load(saved)), here)
+        repeat = [o for o in job if o.split("=", 1)[0] in REPEAT_KEYS]
+        cell = tuple(o for o in job if o not in repeat)
+        if cell not in cells:
+            cfg = compose_table(TARGETS[part], scale, list(cell))
+            cells[cell] = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+        cfg = cells[cell].copy()
+        for o in repeat:
+            key, value = o.split("=", 1)
+            OmegaConf.update(cfg, key, yaml.safe_load(value))
+        diff = recipe_diff(OmegaConf.to_container(OmegaConf.load(saved)), OmegaConf.to_container(cfg, resolve=True))
         if diff:
             out[r.path.name] = "; ".join(diff)
     return out
