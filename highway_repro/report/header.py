@@ -41,7 +41,7 @@ def compute_time(runs: list[Run]) -> dict:
         if not math.isfinite(w):
             continue
         wall += w
-        without_final += r.done and not math.isfinite(r.metric("time/final_eval_s"))  # made before 2026-12-02
+        without_final += r.done and not math.isfinite(r.metric("time/final_eval_s"))  # made by older code
         c = r.metric("time/cpu_s")
         if math.isfinite(c):
             cpu += c
@@ -95,8 +95,8 @@ def header(title: str, runs: list[Run], meta: dict | None = None) -> str:
     wall = f"- wall time: {duration(meta['wall_s'])} for the command{'s' if len(commands) > 1 else ''}; " \
         if meta.get("wall_s") is not None else "- wall time: "
     lines.append(wall + f"training {duration(t['wall_s'])} summed over runs, {cpu_h}"
-                 + (f" ({t['without_final']} of the runs, made before 2026-12-02, leave their final evaluation "
-                    "passes out of these times)" if t["without_final"] else ""))
+                 + (f" ({t['without_final']} of the runs, made before runs recorded `time/final_eval_s`, leave their "
+                    "final evaluation passes out of these times)" if t["without_final"] else ""))
     infos = [r.run_info for r in runs if r.run_info]
     machines = Counter(machine(i) for i in infos)
     if machines:
