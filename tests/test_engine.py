@@ -167,9 +167,20 @@ def test_best_checkpoint_is_chosen_on_the_evaluation_subset_at_every_step(tmp_pa
     trainer = Trainer(model, _ImagesWithVal(), Classification(), opt, build(opt, max_steps=4), tmp_path,
                       JsonlLogger(tmp_path), cfg)
     scripted = {(2, 1): 2.0, (4, 1): 2.5, (4, None): 1.0}  # (step, max_batches) -> val loss
-    trainer.evaluate = lambda split, max_batches=None: {f"{split}/loss": scripted.get((trainer.step, max_batches), 9.0)}
+    seen = {}  # split -> the weights of its last evaluation
+
+    def evaluate(split, max_batches=None):
+        seen[split] = model.weight.detach().clone()
+        return {f"{split}/loss": scripted.get((trainer.step, max_batches), 9.0)}
+
+    trainer.evaluate = evaluate
     final = trainer.fit()
-    assert ck.load(tmp_path / "ckpt" / "best.pt")["step"] == 2 and final["best/val_loss"] == 2.0
+    best, last = (ck.load(tmp_path / "ckpt" / f"{n}.pt") for n in ("best", "last"))
+    assert best["step"] == 2 and final["best/val_loss"] == 2.0
+    # the final val/test numbers come from the step-2 weights; last.pt keeps the last step's (trained on from there)
+    assert torch.equal(seen["test"], best["model"]["weight"]) and torch.equal(seen["val"], best["model"]["weight"])
+    assert not torch.equal(best["model"]["weight"], last["model"]["weight"])
+    assert torch.equal(model.weight, last["model"]["weight"])
     # uncapped intermediate evaluations: the final full pass is the same measurement and may win
     trainer.cfg = TrainerConfig(**{**cfg.__dict__, "eval_max_batches": None, "max_steps": 6})
     scripted.update({(6, None): 1.5})

@@ -288,7 +288,7 @@ def test_killed_before_the_first_checkpoint_starts_over(tmp_path, monkeypatch):
         if phase == "step" and trainer.step == 2:
             raise Crash("killed")
 
-    _in_process_interruptions(tmp_path, monkeypatch, when)
+    assert _in_process_interruptions(tmp_path, monkeypatch, when) is None  # the kill happened
 
 
 @needs_mirror
@@ -299,8 +299,8 @@ def test_killed_during_the_final_evaluation_logs_it_once(tmp_path, monkeypatch):
         if phase == "eval/test":
             raise Crash("killed")
 
-    _in_process_interruptions(tmp_path, monkeypatch, when,
-                              ["trainer.checkpoint_every=4", "data.val_size=100", "trainer.splits=[val,test]"])
+    assert _in_process_interruptions(tmp_path, monkeypatch, when, ["trainer.checkpoint_every=4", "data.val_size=100",
+                                                                   "trainer.splits=[val,test]"]) is None  # killed
 
 
 # ============================================================================ 2. checkpoints

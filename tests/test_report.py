@@ -313,7 +313,8 @@ def test_write_run_info_fields_and_update(tmp_path):
     first = write_run_info(tmp_path, start_time="2026-01-01T00:00:00+00:00")
     assert first["threads"] == torch.get_num_threads() and first["torch"] == torch.__version__
     assert first["cpu_count"] == os.cpu_count() and first["machine"]
-    assert first["git_commit"] is None or len(first["git_commit"]) == 40
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    assert first["git_commit"] == (head or None)  # the checkout's commit (None outside a git checkout)
     write_run_info(tmp_path, start_time="2026-02-02T00:00:00+00:00", end_time="2026-02-02T01:00:00+00:00")
     info = json.loads((tmp_path / "run_info.json").read_text())
     assert info["start_time"] == "2026-01-01T00:00:00+00:00"  # a resumed run keeps its first start

@@ -195,7 +195,7 @@ def test_attention_only_gating_runs():
     logits, mems = m(x)
     logits, _ = m(x, mems)
     nll(logits, x).backward()
-    assert m.layers[0].attn_gate.proj.weight.grad is not None
+    assert m.layers[0].attn_gate.proj.weight.grad.abs().sum() > 0  # the attention gate is in the graph
 
 
 def test_parameter_count_matches_formula():

@@ -448,13 +448,17 @@ class Trainer:
             self._keep_if_best(self.evaluate("val", sub)["val/loss"])  # the last step, judged like the others
         # (with final_eval=last and a capped subset, best.pt and best/val_loss cover the intermediate evaluations)
         final = {**self.last_train, **self._validate(cap, select=same_data)}
+        last_weights = None
         if self.cfg.final_eval == "best" and (self.ckpt_dir / "best.pt").exists():
+            last_weights = {k: v.detach().clone() for k, v in self.raw_model.state_dict().items()}
             best = ckpt_lib.load(self.ckpt_dir / "best.pt", map_location=self.device)
             ckpt_lib.load_model_state(self.raw_model, best["model"], "best checkpoint")
             final.update(self.evaluate("val", cap))
         for split in self.cfg.splits:  # "train": a full pass replaces the running mean of the last log interval
             if split != "val" and (split == "train" or split in self.data.splits):
                 final.update(self.evaluate(split, cap))
+        if last_weights is not None:  # last.pt keeps the last step's weights, beside its optimizer state
+            self.raw_model.load_state_dict(last_weights)
         self._log({k: v for k, v in final.items() if k.startswith("test/")})
         return final
 
