@@ -36,11 +36,29 @@ def test_heatmaps_shapes(setup):
     assert np.allclose(maps["example_T"][0], t0.numpy(), atol=1e-6)
 
 
-def test_class_routing_shapes(setup):
+def _by_hand(model, x, skip=None):
+    """The highway MLP's gates T of every layer (L, N, U) and logits, written out: z = stem(x), then per layer
+    T = sigmoid(t(z)), z = act(h(z)) * T + z * (1 - T); layer `skip` lesioned (the identity)."""
+    with torch.no_grad():
+        z, ts = model.stem(x.flatten(1)), []
+        for i, layer in enumerate(model.layers):
+            t = torch.sigmoid(layer.t(z))
+            ts.append(t)
+            if i != skip:
+                z = torch.tanh(layer.h(z)) * t + z * (1 - t)
+        return torch.stack(ts), model.classifier(z)
+
+
+def test_class_routing_is_the_class_mean_of_t_minus_the_overall_mean(setup):
+    """Fig. 3: for class c, mean T over its examples minus mean T over all, per layer and unit (by hand)."""
     model, x, y = setup
     routing = class_routing(model, x, y, classes=(0, 7))
     assert list(routing) == [0, 7]
-    assert all(a.shape == (DEPTH - 1, WIDTH) for a in routing.values())
+    t, _ = _by_hand(model, x)  # (L, N, U)
+    for c in (0, 7):  # classes 0 and 7: examples c, c + 10, c + 20, c + 30
+        want = t[:, c::10].mean(1) - t.mean(1)
+        assert routing[c].shape == (DEPTH - 1, WIDTH)
+        np.testing.assert_allclose(routing[c], want.numpy(), atol=1e-6)
     with pytest.raises(ValueError, match="no example of class 11"):
         class_routing(model, x, y, classes=(11,))
 
@@ -63,6 +81,10 @@ def test_lesion_curve_restores_model(setup):
     with torch.no_grad():
         base = torch.nn.functional.cross_entropy(model(x), y).item()
     assert curve["base_loss"] == pytest.approx(base, rel=1e-5)
+    for k in range(DEPTH - 1):  # lesioning layer k = the net without layer k, written out
+        _, logits = _by_hand(model, x, skip=k)
+        assert curve["loss"][k] == pytest.approx(torch.nn.functional.cross_entropy(logits, y).item(), rel=1e-5)
+        assert curve["acc"][k] == pytest.approx((logits.argmax(1) == y).float().mean().item())
 
 
 def test_plots_and_summary(setup, tmp_path):
