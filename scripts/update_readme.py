@@ -29,6 +29,13 @@ def _verdict(r: dict) -> str:
     return f"**{r['verdict']}**{ci}"
 
 
+def _scale(r: dict) -> str:
+    """The scale, and for a table whose grid is not all trained yet: how much of it is."""
+    n, planned = r.get("runs") or "", r.get("runs_planned") or ""
+    partial = n.isdigit() and planned.isdigit() and int(planned) > int(n)
+    return f"{r['scale']}, **partial: {n} of {planned} runs**" if partial else r["scale"]
+
+
 def glance(rows: list[dict]) -> str:
     claims = sorted((r for r in rows if r["kind"] == "claim"), key=lambda r: r["paper_claim"] != "yes")  # stable
     floors = [r for r in rows if r["kind"] == "floor"]
@@ -38,12 +45,12 @@ def glance(rows: list[dict]) -> str:
         by = "paper" if r["paper_claim"] == "yes" else "ours"
         lines.append(f"| {r['table']} | {r['row']} {r['claim']} | {by} | {_num(r['paper'])} | {_num(r['mean'])} "
                      f"({r['metric']}, {r['split']}, n {r['n_seeds']}) | {r['compared_with']} "
-                     f"{_num(r['compared_mean']) if r['compared_mean'] else ''} | {r['scale']} | {_verdict(r)} | "
+                     f"{_num(r['compared_mean']) if r['compared_mean'] else ''} | {_scale(r)} | {_verdict(r)} | "
                      f"[{r['file']}](results/{r['file']}) |")
     lines += ["", "| table | row | floor | ours | met | scale | results |", "|---|---|---|---|---|---|---|"]
     for r in floors:
         lines.append(f"| {r['table']} | {r['row']} | {r['claim'].replace('reaches the floor ', '')} | "
-                     f"{_num(r['mean'])} (n {r['n_seeds']}) | {r['floor_met']} | {r['scale']} | "
+                     f"{_num(r['mean'])} (n {r['n_seeds']}) | {r['floor_met']} | {_scale(r)} | "
                      f"[{r['file']}](results/{r['file']}) |")
     return "\n".join(lines)
 

@@ -242,6 +242,9 @@ def test_hn_table_and_summary_end_to_end(tmp_path):
     lines = [ln for ln in readme.splitlines() if ln.startswith("| hn_table1 |") or ln.startswith("| ht_char_ptb |")]
     ours = [i for i, ln in enumerate(lines) if " | ours | " in ln]
     assert any(ln.startswith("| ht_char_ptb | highway ends lower than the baseline | ours |") for ln in lines)
+    # a table with runs of its grid not trained yet says so in every line
+    assert all(" | cpu, **partial: 14 of 20 runs** | " in ln for ln in lines if ln.startswith("| ht_char_ptb |"))
+    assert all(" | cpu | " in ln for ln in lines if ln.startswith("| hn_table1 |"))
     assert ours and min(ours) > max(i for i, ln in enumerate(lines) if " | paper | " in ln)  # the paper's first
 
 

@@ -19,7 +19,7 @@ from highway_repro.report.spec import Rendered, floor_met
 
 COLUMNS = ["table", "row", "kind", "metric", "split", "n_seeds", "mean", "std", "ci_low", "ci_high", "paper",
            "floor", "floor_met", "claim", "verdict", "compared_with", "compared_mean", "diff", "paper_claim",
-           "detail", "scale", "file"]
+           "detail", "scale", "runs", "runs_planned", "file"]  # runs, runs_planned: the table's (partial: fewer)
 
 
 def _num(x):
@@ -99,7 +99,7 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
         d = json.loads(f.read_text())
         rel = (f.parent / d["file"]).relative_to(root).as_posix()
         tables.append((d, rel))
-        rows += [{**r, "file": rel} for r in d["rows"]]
+        rows += [{**r, "file": rel, "runs": d.get("runs"), "runs_planned": d.get("runs_planned")} for r in d["rows"]]
     root.mkdir(parents=True, exist_ok=True)
     path = root / "summary.csv"
     with open(path, "w", newline="") as fh:
