@@ -506,8 +506,8 @@ def _table_runs(name: str, scale: str, runs_root: Path, results: Path) -> list:
     return sorted(runs.values(), key=lambda r: r.path.name)
 
 
-def other_recipe(part: str, scale: str, runs: list) -> dict[str, str]:
-    """The runs of table `part` that were made with another recipe than the config files now give their job
+def other_recipe(part: str, scale: str, folders: list[Path]) -> dict[str, str]:
+    """The run folders of table `part` that were made with another recipe than the config files now give their job
     (a scale file changed after they ran): {folder name: the differing keys}. A run without its saved config or
     overrides is taken as it is."""
     import yaml
@@ -516,8 +516,8 @@ def other_recipe(part: str, scale: str, runs: list) -> dict[str, str]:
     from highway_repro.train import recipe_diff
 
     out, cells = {}, {}  # one composition per grid cell; a run's seed / trial is set on a copy of it
-    for r in runs:
-        saved, ov = r.path / "config_resolved.yaml", r.path / ".hydra" / "overrides.yaml"
+    for folder in folders:
+        saved, ov = folder / "config_resolved.yaml", folder / ".hydra" / "overrides.yaml"
         if not (saved.exists() and ov.exists()):
             continue
         job = [o for o in OmegaConf.to_container(OmegaConf.load(ov))
@@ -533,7 +533,7 @@ def other_recipe(part: str, scale: str, runs: list) -> dict[str, str]:
             OmegaConf.update(cfg, key, yaml.safe_load(value))
         diff = recipe_diff(OmegaConf.to_container(OmegaConf.load(saved)), OmegaConf.to_container(cfg, resolve=True))
         if diff:
-            out[r.path.name] = "; ".join(diff)
+            out[folder.name] = "; ".join(diff)
     return out
 
 
@@ -541,13 +541,11 @@ def _refuse_other_recipe(name: str, scale: str, done: list[str], sweep_dir: Path
     """ConfigError when a finished run that table `name` would count as done (in its sweep folder, or kept and
     restored or about to be) was made with another recipe than the config files now give its job: such a run
     would be neither trained again nor reported (`report_table` leaves it out), a hole in the table."""
-    from types import SimpleNamespace
-
     t = TARGETS[name]
     folders = [[sweep_dir / n if t.sweep else sweep_dir, results / runs_folder(name, scale) / n]
                + [results / runs_folder(o, scale) / n for o in t.reuse] for n in done]
     found = [next((d for d in ds if (d / "config_resolved.yaml").exists()), None) for ds in folders]
-    other = other_recipe(name, scale, [SimpleNamespace(path=d) for d in found if d is not None])
+    other = other_recipe(name, scale, [d for d in found if d is not None])
     if other:
         first, keys = next(iter(other.items()))
         raise ConfigError(f"[{name}] {len(other)} finished run(s) were made with another recipe than the config "
@@ -598,7 +596,7 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path) -> int:
     runs, meta["other_recipe"] = [], {}
     for part in t.parts or (name,):
         part_runs = _table_runs(part, scale, runs_root, results)
-        other = other_recipe(part, scale, part_runs)
+        other = other_recipe(part, scale, [r.path for r in part_runs])
         runs += [r for r in part_runs if r.path.name not in other]
         meta["other_recipe"].update({(f"{part}/{k}" if t.parts else k): v for k, v in other.items()})
     if not runs:

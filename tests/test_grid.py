@@ -380,7 +380,7 @@ def test_every_kept_run_matches_the_recipe_of_its_table():
             kept = REPO / "results" / runs_folder(name, scale)
             if kept.is_dir() and t.sweep:
                 runs = load_runs(kept)
-                assert other_recipe(name, scale, runs) == {}, name
+                assert other_recipe(name, scale, [r.path for r in runs]) == {}, name
                 checked += len(runs)
     assert checked >= 29  # Fig. 1 at the cpu scale: the runs of trials 0-3 kept so far
 
@@ -391,7 +391,7 @@ def test_a_kept_run_of_an_older_recipe_is_named_and_left_out():
     from highway_repro.reproduce import other_recipe
 
     runs = load_runs(REPO / "results" / "archive" / "cpu-v2" / "highway_transformer" / "ht_char_ptb-cpu")
-    other = other_recipe("ht_char_ptb", "cpu", runs)
+    other = other_recipe("ht_char_ptb", "cpu", [r.path for r in runs])
     assert sorted(other) == ["seed=0,variant=baseline", "seed=0,variant=sdu_sigmoid", "seed=1,variant=baseline"]
     assert all("data.batch_size: 16 there, 32 here" in v and "trainer.max_steps: 3200 there, 3000 here" in v
                for v in other.values())
