@@ -36,6 +36,7 @@ from pathlib import Path
 
 from highway_repro.engine.loggers import write_json_atomic
 from highway_repro.errors import ConfigError, HighwayError
+from highway_repro.report.header import duration
 from highway_repro.targets import PAPER_TABLES, REPORTS, TARGETS, Target, make_target, runs_folder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -213,10 +214,6 @@ def wall_s(secs: list[float], jobs: int) -> float:
     return max(free)
 
 
-def _hours(s: float) -> str:
-    return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.0f} min"
-
-
 def _last_step(run: Path) -> int:
     """The step of the last complete line of a run's metrics.jsonl (0 when there is none)."""
     try:
@@ -262,7 +259,7 @@ class Progress(threading.Thread):
         secs = per_run_s(todo, [self._folder(n) for n in done], per) if self.sweep else [per] * len(todo)
         if self.max_steps:  # the unfinished part of started runs
             secs = [s and s * (1.0 - min(1.0, _last_step(self._folder(n)) / self.max_steps)) for n, s in zip(todo, secs)]
-        eta = f"ETA {_hours(wall_s(secs, self.jobs))}" if left and None not in secs else "ETA unknown"
+        eta = f"ETA {duration(wall_s(secs, self.jobs))}" if left and None not in secs else "ETA unknown"
         return (f"[{self.name_}] {len(done)}/{len(self.names)} runs done" + (f", {len(failed)} failed" if failed else "")
                 + f", {left} to go; {eta if left else 'finished'} ({time.strftime('%H:%M')})")
 
@@ -327,8 +324,8 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     else:
         secs = [per] * len(todo) if per else []
     total, wall = (sum(secs), wall_s(secs, jobs)) if secs else (None, None)
-    cost = (f"estimated {len(todo)} x {_hours(total / len(todo))} = {total * threads / 3600:.1f} CPU-hours, "
-            f"{_hours(wall)} wall with {jobs} job(s) ({how})" if total and todo
+    cost = (f"estimated {len(todo)} x {duration(total / len(todo))} = {total * threads / 3600:.1f} CPU-hours, "
+            f"{duration(wall)} wall with {jobs} job(s) ({how})" if total and todo
             else how if todo else "nothing to train")
     source = str(kept) + "".join(f", {results / runs_folder(o, scale)}" for o in t.reuse)
     queued_from = f", {len(queued)} to come from {', '.join(t.reuse)} before it in this queue" if queued else ""
@@ -643,7 +640,7 @@ def train(names: list[str], args, results: Path, runs_root: Path) -> int:
         wall = wall_s([s for p in every for s in p.secs], args.jobs)
         unknown = [p.name for p in every if p.todo and not p.secs]
         print(f"[{'all' if args.all else 'queue'}] scale={args.scale}: estimated {cpu_s / 3600:.1f} CPU-hours, "
-              f"{_hours(wall)} wall with {args.jobs} job(s), the runs of every table in one queue"
+              f"{duration(wall)} wall with {args.jobs} job(s), the runs of every table in one queue"
               + (f" (without {', '.join(unknown)}: no estimate)" if unknown else ""), flush=True)
     if args.estimate:
         return 0

@@ -144,6 +144,7 @@ def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
     validate(cfg)
     import torch
 
+    from highway_repro.engine import checkpoint as ckpt_lib
     from highway_repro.engine.tasks import build_task
     from highway_repro.engine.trainer import Trainer, TrainerConfig
     from highway_repro.models.probe import GateRecorder
@@ -174,21 +175,20 @@ def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
         log.info("model: %s, %s parameters", type(model).__name__, f"{n_params:,}")
     logger_kwargs = OmegaConf.to_container(cfg.logger, resolve=True)
     kind = logger_kwargs.pop("kind")
-    if kind == "wandb" and cfg.resume == "auto" and is_main:  # a resumed run goes on logging into its W&B run
-        from highway_repro.engine import checkpoint as ckpt_lib
-
-        previous = ckpt_lib.load_latest(out_dir / "ckpt") or {}
-        logger_kwargs.setdefault("resume_id", previous.get("extra", {}).get("logger_run_id"))
+    # resume=auto reads the newest checkpoint once: the trainer resumes from it, and a W&B run goes on logging
+    # into its own W&B run (the logger is built before the trainer)
+    latest = ckpt_lib.load_latest(out_dir / "ckpt") if cfg.resume == "auto" else None
+    if kind == "wandb" and latest is not None and is_main:
+        logger_kwargs.setdefault("resume_id", latest.get("extra", {}).get("logger_run_id"))
     logger = build_logger(kind if is_main else "jsonl", out_dir, config=resolved, **logger_kwargs)
     if dist is not None:
         model = dist.wrap(model)
     trainer = Trainer(model, data, task, optimizer, schedule, out_dir, logger, trainer_cfg,
                       run_config=resolved, dist=dist, gate_recorder=GateRecorder)
     if cfg.resume == "auto":
-        trainer.try_resume()
+        trainer.resume_from(latest)
+        del latest  # its tensors are the trainer's now
     elif cfg.resume:
-        from highway_repro.engine import checkpoint as ckpt_lib
-
         try:
             trainer.load_state(ckpt_lib.load(Path(cfg.resume), map_location=trainer.device))
         except ckpt_lib.CheckpointError as e:

@@ -164,15 +164,15 @@ def test_progress_eta_counts_the_unfinished_part_of_started_runs_and_keeps_finis
     p = Progress("t", sweep, names, jobs=2, est=60.0, max_steps=100, on_tick=lambda: keep(sweep, kept))
     # work left: b half done (last complete step 50 of 100): 30 s, then c and d, 60 s each, on 2 jobs: c on the
     # second job (0-60 s), d on the first once b is done (30-90 s): 90 s
-    assert "1/4 runs done, 3 to go; ETA 2 min" in p.line()
-    assert Progress("t", sweep, names, jobs=1, est=600.0, max_steps=100).line().count("ETA 25 min") == 1
+    assert "1/4 runs done, 3 to go; ETA 1.5 min" in p.line()
+    assert Progress("t", sweep, names, jobs=1, est=600.0, max_steps=100).line().count("ETA 25.0 min") == 1
     p.on_tick()
     assert (kept / "a" / "metrics.json").exists() and not (kept / "b").exists()
     # a last line longer than 4 KB (gate statistics of a deep net) still counts; a single-run table's folder
     (sweep / "b" / "metrics.jsonl").write_text('{"step": 50}\n{"step": 75, "g": "' + "x" * 20000 + '"}\n')
-    assert "ETA 1 min" in Progress("t", sweep, names, jobs=2, est=60.0, max_steps=100).line()  # 15 + 60 s: 75 s
+    assert "ETA 1.2 min" in Progress("t", sweep, names, jobs=2, est=60.0, max_steps=100).line()  # 15 + 60 s: 75 s
     single = Progress("t", sweep / "b", ["run"], jobs=1, est=600.0, max_steps=100, sweep=False)
-    assert "0/1 runs done, 1 to go; ETA 2 min" in single.line()  # a quarter of 600 s
+    assert "0/1 runs done, 1 to go; ETA 2.5 min" in single.line()  # a quarter of 600 s
 
 
 
@@ -190,7 +190,7 @@ def test_runs_are_priced_by_the_finished_runs_of_their_own_cell(tmp_path):
     assert per_run_s(todo, finished, 300.0) == [90.0, 600.0, 300.0]
     names = [p.name for p in finished] + todo
     # 90 + 600 + 300 (no depth-50 run finished: the estimate) = 990 s on 1 job
-    assert "4/7 runs done, 3 to go; ETA 16 min" in Progress("t", sweep, names, jobs=1, est=300.0).line()
+    assert "4/7 runs done, 3 to go; ETA 16.5 min" in Progress("t", sweep, names, jobs=1, est=300.0).line()
 
 
 def test_wall_time_counts_rounds_of_jobs():

@@ -173,7 +173,13 @@ def test_a_resumed_run_logs_into_its_wandb_run(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_SILENT", "true")
     cfg = compose(["experiment=demo", "scale=smoke", "logger=wandb", "logger.name=resumed", "resume=auto"])
     run(cfg, tmp_path)
+    from highway_repro.engine import checkpoint as ckpt_lib
+
+    reads = []
+    load_latest = ckpt_lib.load_latest
+    monkeypatch.setattr(ckpt_lib, "load_latest", lambda *a, **k: reads.append(a) or load_latest(*a, **k))
     run(cfg, tmp_path)  # from its last checkpoint: only the final evaluation again
+    assert len(reads) == 1  # one read serves the W&B run id and the trainer's state
     # offline-run-<date>_<time>-<id>, with "-1" appended when both start in the same second
     ids = {p.name.split("-")[3] for p in (tmp_path / "wandb").glob("offline-run-*")}
     assert len(list((tmp_path / "wandb").glob("offline-run-*"))) == 2 and len(ids) == 1

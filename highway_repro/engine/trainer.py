@@ -193,8 +193,8 @@ class Trainer:
         if self.is_main:
             ckpt_lib.save(self.ckpt_dir, name, {**self.state(), "mems": mems})
 
-    def try_resume(self) -> bool:
-        ckpt = ckpt_lib.load_latest(self.ckpt_dir, map_location=self.device)
+    def resume_from(self, ckpt: dict | None) -> bool:
+        """Continue from `ckpt` (`checkpoint.load_latest` of this run's folder); None: the run starts over."""
         if ckpt is None:
             if self.is_main and hasattr(self.logger, "truncate_to"):
                 self.logger.truncate_to(0)  # killed before its first checkpoint: the run starts over
