@@ -494,13 +494,28 @@ def stop_sweep(procs: list[subprocess.Popen], stop: StopRequest | None = None, g
 
 # ------------------------------------------------------------------ reports
 def _table_runs(name: str, scale: str, runs_root: Path, results: Path) -> list:
-    """The kept runs of a table, plus the failed or unfinished ones of its local sweep folder."""
+    """The kept runs of a table, plus the failed or unfinished ones of its local sweep folder, plus (a study) the
+    kept runs of the tables it reuses that are cells of its grid, as the runner would restore them: so a study
+    is reported, partial, from the runs other tables made before it trains any of its own."""
     from highway_repro.report import load_runs
+    from highway_repro.report.runs import load_run
 
     sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
     runs = {r.path.name: r for r in (load_runs(sweep_dir) if sweep_dir.is_dir() else [])}
     runs.update({r.path.name: r for r in (load_runs(kept) if kept.is_dir() else [])})
+    for folder in _reused_folders(name, scale, results):
+        runs.setdefault(folder.name, load_run(folder))
     return sorted(runs.values(), key=lambda r: r.path.name)
+
+
+def _reused_folders(name: str, scale: str, results: Path) -> list[Path]:
+    """The kept run folders of the tables `name` reuses whose names are cells of its grid (finished or not)."""
+    t = TARGETS[name]
+    if not t.reuse:
+        return []
+    grid = set(plan(t, scale, [])[2])
+    return [p.parent for o in t.reuse for p in sorted((results / runs_folder(o, scale)).glob("*/metrics.json"))
+            if p.parent.name in grid]
 
 
 def other_recipe(part: str, scale: str, folders: list[Path]) -> dict[str, str]:
@@ -567,8 +582,10 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path) -> int:
     t = TARGETS[name]
     sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
     record = _record(kept, False)
-    meta = {"commands": record["commands"], "scale": scale, "wall_s": record["wall_s"] or None,
-            "planned": sum(len(plan(TARGETS[p], scale, [])[2]) for p in t.parts or (name,))}
+    meta = {"commands": record["commands"] or [f"make {make_target(name)} SCALE={scale}"],  # none: not run yet
+            "scale": scale, "wall_s": record["wall_s"] or None,
+            "planned": sum(len(plan(TARGETS[p], scale, [])[2]) for p in t.parts or (name,)),
+            "part_of": next((n for n, x in TARGETS.items() if name in x.parts), None)}
     if t.parts:
         records = [_record(results / runs_folder(part, scale), False) for part in t.parts]
         meta = {**meta, "commands": [f"make {make_target(name)} SCALE={scale}"],
@@ -707,7 +724,7 @@ def main(argv=None) -> int:
         for name in names:
             parts = TARGETS[name].parts
             if args.all and not any(any((results / runs_folder(n, args.scale)).glob("*/metrics.json"))
-                                    for n in parts or (name,)):
+                                    or _reused_folders(n, args.scale, results) for n in parts or (name,)):
                 continue  # make tables: only the tables that have kept runs (not only the record of a stopped start)
             for part in parts if not args.all else ():  # (--all reports the parts under their own names)
                 status = report_table(part, args.scale, runs_root, results) or status

@@ -2,7 +2,8 @@
 
 One line per claim (who makes it: `paper`, or `ours` for a check the papers do not state for that table, such as
 their general claim on a table they did not report; paper value, ours, scale, verdict with its 95 % interval, link
-to the table), the paper's claims first, then one line per floor of the cpu scale. results/summary.csv is written
+to the table), the paper's claims first, then one line per floor of the cpu scale; a study's parts (rows with
+`part_of`) are left out, since the study's combined table holds them. results/summary.csv is written
 by `make tables` (highway_repro.report's write_summary), which also writes the index page results/README.md.
 """
 
@@ -37,6 +38,7 @@ def _scale(r: dict) -> str:
 
 
 def glance(rows: list[dict]) -> str:
+    rows = [r for r in rows if not r.get("part_of")]  # a study's parts: their rows are in its combined table
     claims = sorted((r for r in rows if r["kind"] == "claim"), key=lambda r: r["paper_claim"] != "yes")  # stable
     floors = [r for r in rows if r["kind"] == "floor"]
     lines = ["| table | claim | by | paper | ours | vs | scale | verdict, 95 % CI of what is tested | results |",
@@ -70,6 +72,7 @@ def main(root: Path = ROOT) -> int:
     head, _, rest = text.partition(BEGIN)
     _, _, tail = rest.partition(END)
     readme.write_text(head + BEGIN + "\n" + body + "\n" + END + tail)
+    rows = [r for r in rows if not r.get("part_of")]
     print(f"README.md: {sum(r['kind'] == 'claim' and r['paper_claim'] == 'yes' for r in rows)} paper claims, "
           f"{sum(r['kind'] == 'claim' and r['paper_claim'] != 'yes' for r in rows)} of ours, "
           f"{sum(r['kind'] == 'floor' for r in rows)} floors")

@@ -205,6 +205,9 @@ def test_hn_table_and_summary_end_to_end(tmp_path):
     build_table("ht_char_ptb", load_runs(tmp_path / "runs" / "ht"), tmp_path / "results" / "ht" / "char",
                 {**meta, "planned": 20})  # the grid has runs not trained yet
     build_table("hn_table1", load_runs(tmp_path / "runs" / "hn"), tmp_path / "results" / "archive" / "v0" / "t1", meta)
+    # a part of a study (its rows are also in the study's combined table): in summary.csv, not in the README's glance
+    build_table("ht_char_ptb", load_runs(tmp_path / "runs" / "ht"), tmp_path / "results" / "ht" / "part",
+                {**meta, "part_of": "ht_gate_zoo"})
     expected = {n: f"{n} (`make reproduce-{n.replace('_', '-')}`)" for n in ("hn_table1", "ht_char_ptb", "hn_cifar")}
     path = write_summary(tmp_path / "results", expected)
     assert path == tmp_path / "results" / "summary.csv"
@@ -221,7 +224,9 @@ def test_hn_table_and_summary_end_to_end(tmp_path):
     assert by[("hn_table1", "width=16, kind=highway", "floor")]["floor_met"] == "no"
     verdicts = {r["row"]: r["verdict"] for r in rows if r["table"] == "hn_table1" and r["kind"] == "claim"}
     assert verdicts == {"width=16, kind=highway": "DID NOT HOLD", "width=32, kind=highway": "HELD"}
-    assert all(r["file"] in ("hn/table1.md", "ht/char.md") for r in rows)
+    assert all(r["file"] in ("hn/table1.md", "ht/char.md", "ht/part.md") for r in rows)
+    assert {r["part_of"] for r in rows if r["file"] == "ht/part.md"} == {"ht_gate_zoo"}
+    assert {r["part_of"] for r in rows if r["file"] != "ht/part.md"} == {""}
     index = (tmp_path / "results" / "README.md").read_text()
     assert "[Highway Networks, Table 1: 10-layer conv net on MNIST](hn/table1.md) | cpu | 6 | 1 / 1 / 0 | 1 of 2 |" in index
     assert "Superseded (tables of earlier recipes, kept for the record; not in `summary.csv`): " \
@@ -237,6 +242,7 @@ def test_hn_table_and_summary_end_to_end(tmp_path):
     assert update_readme.main(tmp_path) == 0
     readme = (tmp_path / "README.md").read_text()
     assert "old" not in readme and readme.endswith("<!-- glance:end -->\n\n## Next\n")
+    assert "(results/ht/char.md)" in readme and "(results/ht/part.md)" not in readme
     assert "| hn_table1 | width=32, kind=highway reaches the paper's accuracy" in readme
     assert "**HELD** [99.57, 99.67] | [hn/table1.md](results/hn/table1.md) |" in readme
     lines = [ln for ln in readme.splitlines() if ln.startswith("| hn_table1 |") or ln.startswith("| ht_char_ptb |")]

@@ -61,6 +61,25 @@ def test_reuse_restores_only_the_runs_the_study_names(tmp_path):
     assert sorted(p.name for p in study.iterdir()) == ["seed=0,variant=baseline"]
 
 
+def test_a_study_is_reported_from_the_runs_of_the_table_it_reuses_before_it_trains(tmp_path):
+    """`make tables` shows a study, partial, from the kept runs of the table it reuses that are cells of its grid
+    (as the runner would restore them); its own kept run of a name wins; a run outside its grid is not read."""
+    from highway_repro.reproduce import _reused_folders, _table_runs
+
+    table = tmp_path / "results" / "highway_transformer" / "runs" / "ht_enwik8_l6-cpu"
+    for n in ("seed=0,variant=baseline", "seed=1,variant=sdu_tanh", "seed=0,variant=gated_attn",
+              "seed=2,variant=baseline"):  # the last two: not cells of the scan (its seeds are 0 and 1)
+        _fake_run(table / n)
+    own = tmp_path / "results" / "highway_transformer" / "runs" / "ht_placement_scan-cpu" / "seed=0,variant=baseline"
+    _fake_run(own)
+    reused = _reused_folders("ht_placement_scan", "cpu", tmp_path / "results")
+    assert [p.name for p in reused] == ["seed=0,variant=baseline", "seed=1,variant=sdu_tanh"]
+    runs = _table_runs("ht_placement_scan", "cpu", tmp_path / "runs", tmp_path / "results")
+    assert [(r.path.parent.name, r.path.name) for r in runs] == [
+        ("ht_placement_scan-cpu", "seed=0,variant=baseline"), ("ht_enwik8_l6-cpu", "seed=1,variant=sdu_tanh")]
+    assert _reused_folders("ht_enwik8_l6", "cpu", tmp_path / "results") == []  # a table that reuses nothing
+
+
 def test_matched_baseline_widens_the_ffn_to_the_sdu_parameter_count():
     """An SDU-gated sublayer adds 2d^2 + 2d parameters (its d x 2d projection and 2d bias); widening the FFN by one
     unit adds 2d + 1 (a column of W1, its bias, a row of W2). With both sublayers of every layer gated, the FFN

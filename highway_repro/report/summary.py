@@ -19,7 +19,9 @@ from highway_repro.report.spec import Rendered, floor_met
 
 COLUMNS = ["table", "row", "kind", "metric", "split", "n_seeds", "mean", "std", "ci_low", "ci_high", "paper",
            "floor", "floor_met", "claim", "verdict", "compared_with", "compared_mean", "diff", "paper_claim",
-           "detail", "scale", "runs", "runs_planned", "file"]  # runs, runs_planned: the table's (partial: fewer)
+           "detail", "scale", "runs", "runs_planned", "part_of", "file"]
+# runs, runs_planned: the table's (partial: fewer); part_of: the study whose combined table also holds these rows
+# (README.md's glance shows that one only)
 
 
 def _num(x):
@@ -65,12 +67,12 @@ def claim_rows(name: str, t: Rendered, scale: str | None) -> list[dict]:
 def write_claims(name: str, t: Rendered, out: Path, meta: dict, runs: int | None = None) -> Path:
     """`<out>.claims.json`: {table, title, scale, file (the table's .md, relative to this file), runs (the runs
     of the table: done, failed or missing), runs_planned (the runs of its grid, from the runner's plan; None
-    when unknown), rows}."""
+    when unknown), part_of (the target whose combined table reads this one's runs, or None), rows}."""
     out = Path(out)
     path = out.with_name(out.name + ".claims.json")
     path.write_text(json.dumps({"table": name, "title": t.spec.title, "scale": meta.get("scale"),
                                 "file": out.name + ".md", "runs": runs,
-                                "runs_planned": meta.get("planned"),
+                                "runs_planned": meta.get("planned"), "part_of": meta.get("part_of"),
                                 "rows": claim_rows(name, t, meta.get("scale"))},
                                indent=1) + "\n")
     return path
@@ -99,7 +101,8 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
         d = json.loads(f.read_text())
         rel = (f.parent / d["file"]).relative_to(root).as_posix()
         tables.append((d, rel))
-        rows += [{**r, "file": rel, "runs": d.get("runs"), "runs_planned": d.get("runs_planned")} for r in d["rows"]]
+        rows += [{**r, "file": rel, "runs": d.get("runs"), "runs_planned": d.get("runs_planned"),
+                  "part_of": d.get("part_of")} for r in d["rows"]]
     root.mkdir(parents=True, exist_ok=True)
     path = root / "summary.csv"
     with open(path, "w", newline="") as fh:
