@@ -156,7 +156,9 @@ def _run_seconds(runs: list[Path]) -> list[float]:
     """Wall seconds of each finished run with its cores to itself, as the budgets assume (jobs x threads = cores):
     a CPU run's CPU time / its threads, which a machine shared with other work does not inflate (its wall time
     does: the same Transformer-XL run took 2,197 s of wall time and 1,720 CPU-s beside a third process); a GPU
-    run's wall time."""
+    run's wall time. A diverged run counts with what it cost (often seconds): a random search's cell diverges that
+    often again, so the mean over its finished runs is what one more run of it is expected to cost (Fig. 1: the
+    120 runs took 1.8 h wall on 2 jobs, priced at 3.0 h when only the runs that did not diverge were counted)."""
     out = []
     for r in runs:
         try:
@@ -164,7 +166,7 @@ def _run_seconds(runs: list[Path]) -> list[float]:
             info = json.loads((r / "run_info.json").read_text()) if (r / "run_info.json").exists() else {}
         except (OSError, ValueError):
             continue
-        if m.get("status") != "done":
+        if m.get("status") not in FINISHED:
             continue
         threads = info.get("threads") if isinstance(info.get("threads"), int) and info["threads"] > 0 else 1
         if m.get("time/cpu_s") and not info.get("cuda_device"):

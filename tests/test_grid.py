@@ -184,13 +184,14 @@ def test_runs_are_priced_by_the_finished_runs_of_their_own_cell(tmp_path):
     _fake_run(sweep / "model.depth=10,trial=0", wall=60.0)
     _fake_run(sweep / "model.depth=10,trial=1", wall=120.0)
     _fake_run(sweep / "model.depth=100,trial=0", wall=600.0)
-    _fake_run(sweep / "model.depth=100,trial=1", "diverged", wall=1.0)  # stopped early: not a price
+    _fake_run(sweep / "model.depth=100,trial=1", "diverged", wall=2.0)  # stopped early: what the cell may cost
+    _fake_run(sweep / "model.depth=100,trial=3", "failed", wall=5.0)  # a crash: not a price
     finished = sorted(sweep.iterdir())
     todo = ["model.depth=10,trial=2", "model.depth=100,trial=2", "model.depth=50,trial=0"]
-    assert per_run_s(todo, finished, 300.0) == [90.0, 600.0, 300.0]
+    assert per_run_s(todo, finished, 300.0) == [90.0, 301.0, 300.0]
     names = [p.name for p in finished] + todo
-    # 90 + 600 + 300 (no depth-50 run finished: the estimate) = 990 s on 1 job
-    assert "4/7 runs done, 3 to go; ETA 16.5 min" in Progress("t", sweep, names, jobs=1, est=300.0).line()
+    # 90 + 301 + 300 (no depth-50 run finished: the estimate) = 691 s on 1 job
+    assert "4/8 runs done, 1 failed, 3 to go; ETA 11.5 min" in Progress("t", sweep, names, jobs=1, est=300.0).line()
 
 
 def test_wall_time_counts_rounds_of_jobs():
