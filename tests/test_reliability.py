@@ -756,4 +756,4 @@ def test_sweep_with_a_failing_job_finishes_the_others_and_reports_the_error(tmp_
             if line.startswith("| ") and line.split("|")[1].strip() in ("0", "2")}
     assert set(rows) == {"0", "2"}
     assert "| 2 | 1 |" in rows["2"] and "failed" not in rows["2"]
-    assert "| 0 | 0 |" in rows["0"] and DEPTH_0 in rows["0"]
+    assert "| 0 | 0 (1 failed) |" in rows["0"] and DEPTH_0 in rows["0"]  # n done (failed), the error
