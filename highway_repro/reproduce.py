@@ -578,6 +578,14 @@ def _wall_of(records: list[dict]) -> float:
     return total + sum(r["wall_s"] - sum(b - a for a, b in r.get("intervals", [])) for r in records)
 
 
+def scale_files(name: str, scale: str) -> list[tuple[str, str]]:
+    """(path in the repository, text) of the scale file of each experiment of table `name` (its parts'), for the
+    report: what the scale changes from the paper's recipe and the pilots behind each change."""
+    exps = dict.fromkeys(TARGETS[p].experiment for p in TARGETS[name].parts or (name,))
+    paths = [CONFIG_DIR / "experiment_scale" / e / f"{scale}.yaml" for e in exps]
+    return [(p.relative_to(ROOT).as_posix(), p.read_text()) for p in paths if p.exists()]
+
+
 def report_table(name: str, scale: str, runs_root: Path, results: Path) -> int:
     """Build the table from the kept runs (plus failed or unfinished ones of the local sweep folder); a target
     with `parts` reads the runs of its parts."""
@@ -587,7 +595,8 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path) -> int:
     meta = {"commands": record["commands"] or [f"make {make_target(name)} SCALE={scale}"],  # none: not run yet
             "scale": scale, "wall_s": record["wall_s"] or None,
             "planned": sum(len(plan(TARGETS[p], scale, [])[2]) for p in t.parts or (name,)),
-            "part_of": next((n for n, x in TARGETS.items() if name in x.parts), None)}
+            "part_of": next((n for n, x in TARGETS.items() if name in x.parts), None),
+            "scale_files": scale_files(name, scale)}
     if t.parts:
         records = [_record(results / runs_folder(part, scale), False) for part in t.parts]
         meta = {**meta, "commands": [f"make {make_target(name)} SCALE={scale}"],

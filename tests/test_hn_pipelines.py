@@ -36,6 +36,8 @@ def test_target_pipeline_smoke(target, tmp_path):
     for line in expected:
         assert line in md, (line, md)
     assert "scale: smoke" in md and "wall time" in md
+    scale_file = f"configs/experiment_scale/{target}/smoke.yaml"  # the recipe at this scale, verbatim, at the end
+    assert f"<summary>{scale_file}</summary>" in md and (REPO / scale_file).read_text().rstrip() in md
     if target == "hn_analysis":
         for fig in ("heatmaps", "routing", "lesion"):
             assert (tmp_path / "results" / f"{out}_{fig}.png").stat().st_size > 1000

@@ -21,6 +21,8 @@ from hydra.utils import instantiate
 from highway_repro.analysis import gates as ga
 from highway_repro.engine import checkpoint as ckpt_lib
 from highway_repro.report import build_table, load_runs
+from highway_repro.report.tables import scale_section
+from highway_repro.reproduce import scale_files
 
 
 def load_trained(run_dir: Path):
@@ -70,7 +72,7 @@ def main(argv=None) -> int:
         "happens in the first ~15 layers; lesioning layers 15-45 barely changes training performance.", "",
     ]
     lines += [f"![{k}]({p.name})" for k, p in figs.items()]
-    text = table + "\n" + "\n".join(lines) + "\n"
+    text = table + "\n" + "\n".join(lines) + "\n" + scale_section(scale_files("hn_analysis", meta["scale"]))
     out.with_name(out.name + ".md").write_text(text)
     print(text)
     return 0

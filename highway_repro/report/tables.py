@@ -430,9 +430,25 @@ TABLES = {
 }
 
 
+def scale_section(files: list[tuple[str, str]]) -> str:
+    """The scale file(s) of the table, verbatim (issue 12: each change from the paper's recipe, and the pilot curve
+    behind it, stated in the scale file and in the table), folded so that the table stays on top."""
+    if not files:
+        return ""
+    names = ", ".join(f"`{path}`" for path, _ in files)
+    one = len(files) == 1
+    out = (f"\n## The recipe at this scale\n\nWhat the scale file{'' if one else 's'} change{'s' if one else ''} "
+           "from the paper's recipe (`configs/experiment/`), the pilots and measurements behind each change and the "
+           f"budget, as {names} state{'s' if one else ''} them:\n")
+    for path, text in files:
+        out += f"\n<details><summary>{path}</summary>\n\n```yaml\n{text.rstrip()}\n```\n\n</details>\n"
+    return out
+
+
 def build_table(name: str, runs: list[Run], out: Path, meta: dict) -> str:
     """Write `<out>.md`, `<out>.csv`, `<out>.png` (if the table has a figure) and `<out>.claims.json`; return the
-    Markdown. meta = {"commands": [str], "scale": str, "wall_s": float | None} (from the runner)."""
+    Markdown. meta = {"commands": [str], "scale": str, "wall_s": float | None, "scale_files": [(path, text)]}
+    (from the runner; the scale files are appended verbatim, `scale_section`)."""
     if name not in TABLES:
         raise ValueError(f"table {name!r} is not known (valid: {', '.join(sorted(TABLES))})")
     spec = TABLES[name]
@@ -444,6 +460,7 @@ def build_table(name: str, runs: list[Run], out: Path, meta: dict) -> str:
         fig = out.with_name(out.name + ".png")
         spec.figure(t, fig)
         text += f"\n![{fig.name}]({fig.name})\n"
+    text += scale_section(meta.get("scale_files") or [])
     out.with_name(out.name + ".md").write_text(text)
     out.with_name(out.name + ".csv").write_text(csv_text)
     write_claims(name, t, out, meta, runs=len(runs))
