@@ -155,8 +155,17 @@ def test_enwik8_l6_table_has_time_column_and_paper_reference(tmp_path):
 
     for v in _variants("ht_enwik8_l6"):
         _fake_run(tmp_path / "runs", v, 0)
+    # CPU time per step: the baseline 0.8 s, sdu_tanh 1.0 s (the first log interval, start-up, is left out);
+    # highway has none logged (older runs): no ratio
+    for v, cpu in (("baseline", 0.8), ("sdu_tanh", 1.0)):
+        f = tmp_path / "runs" / f"seed=0,variant={v}" / "metrics.jsonl"
+        f.write_text(f.read_text() + "".join(json.dumps({"step": s, "train/loss": 3.0, "perf/cpu_s_per_step": c})
+                                             + "\n" for s, c in ((30, 9.0), (40, cpu), (50, cpu))))
     text = build_table("ht_enwik8_l6", load_runs(tmp_path / "runs"), tmp_path / "t", {})
     assert "time/step vs baseline" in text and "1.000x (21.16 h)" in text
+    rows = {ln.split("`")[1]: ln for ln in text.splitlines() if ln.startswith("| `")}
+    assert "| 1.25x | 1.014x (21.45 h) |" in rows["sdu_tanh"] and "| 1.00x | 1.000x (21.16 h) |" in rows["baseline"]
+    assert "| — | 1.036x (21.93 h) |" in rows["highway"]
     assert "1.24339" in text and "PAPER SCALE" not in text  # the label lives in the figure
     assert (tmp_path / "t.png").exists()
     claims = {(c["row"].rsplit("(", 1)[-1].rstrip(")"), c["claim"].split(";")[0]): c["paper_claim"]

@@ -119,6 +119,12 @@ def test_smoke_run_writes_metrics_and_config(tmp_path):
     assert hist[0]["model/params"] == 85_660
     assert any("train/loss" in h for h in hist)
     assert (tmp_path / "config_resolved.yaml").exists() and (tmp_path / "ckpt" / "last.pt").exists()
+    # CPU time per training step, per log interval: summed over the intervals it is the CPU time of the training
+    # steps, part of the run's CPU time (which adds start-up of the loop, evaluations and saves)
+    logs = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines() if '"train/loss"' in x]
+    steps = [b["step"] - a for a, b in zip([0] + [h["step"] for h in logs], logs)]
+    spent = sum(h["perf/cpu_s_per_step"] * n for h, n in zip(logs, steps))
+    assert all(h["perf/cpu_s_per_step"] > 0 for h in logs) and 0 < spent <= final["time/cpu_s"]
 
 
 @needs_mirror

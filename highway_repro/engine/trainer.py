@@ -13,7 +13,9 @@ manager with `stats()`, e.g. `models.probe.GateRecorder`): the engine imports no
 Logged beside the training loss every `log_every` steps: `perf/tokens_per_s` or
 `perf/samples_per_s`, `perf/flops_per_s` (forward + backward FLOPs of the steps,
 counted by `engine/flops.py` as the benchmarks do, over the time of the training
-steps: evaluation and checkpoints are left out) and, where the device's peak is
+steps: evaluation and checkpoints are left out), `perf/cpu_s_per_step` (this
+process's CPU time per training step over the same steps: unlike the rates, not
+inflated when other jobs share the cores) and, where the device's peak is
 known (a GPU of `flops.PEAK_FLOPS`, or `trainer.peak_flops`), `perf/mfu`; on CPU
 there is no MFU. metrics.json records `time/wall_s` and `time/cpu_s` (this
 process's user + system CPU time; rank 0 under DDP) of the training, both carried
@@ -258,7 +260,8 @@ class Trainer:
             from tqdm import tqdm
             bar = tqdm(total=cfg.max_steps, initial=self.step, dynamic_ncols=True, mininterval=2.0)
         acc: dict = dict(self.train_acc)
-        items, flops, t0 = 0, 0, time.perf_counter()  # since the last log step; t0 leaves out evaluations and saves
+        # since the last log step; t0 and c0 (CPU time) leave out evaluations and saves
+        items, flops, steps, t0, c0 = 0, 0, 0, time.perf_counter(), cpu_seconds()
         start_wall, start_cpu = time.perf_counter() - self.wall_time, cpu_seconds() - self.cpu_time
         score_len = getattr(self.data, "score_len", None)
         steps_per_epoch = self.data.steps_per_epoch
@@ -296,6 +299,7 @@ class Trainer:
                 _add(acc, sums)
                 items += self.task.items(batch)
                 flops += counted.flops
+                steps += 1
                 self.step += 1
                 if self._first_bad is not None and (self.step == cfg.max_steps or any(
                         e and self.step % e == 0 for e in (cfg.log_every, cfg.eval_every, cfg.checkpoint_every,
@@ -311,6 +315,7 @@ class Trainer:
                     dt = max(time.perf_counter() - t0, 1e-9)
                     metrics[f"perf/{self.task.unit}_per_s"] = items * world / dt
                     metrics["perf/flops_per_s"] = flops * world / dt
+                    metrics["perf/cpu_s_per_step"] = (cpu_seconds() - c0) / max(steps, 1)
                     if self.peak_flops:
                         metrics["perf/mfu"] = flops / dt / self.peak_flops  # per device: every rank does the same
                     metrics["train/lr"] = self.schedule.lr()
@@ -322,10 +327,10 @@ class Trainer:
                     self.last_train = {k: v for k, v in metrics.items() if k.startswith("train/")}
                     if bar:
                         bar.set_postfix(loss=f"{metrics['train/loss']:.4f}")
-                    acc, items, flops, t0 = {}, 0, 0, time.perf_counter()
+                    acc, items, flops, steps, t0, c0 = {}, 0, 0, 0, time.perf_counter(), cpu_seconds()
                 elif recorder is not None:
                     self._log({f"gates/{n}/{k}": v for n, st in recorder.stats().items() for k, v in st.items()})
-                paused = time.perf_counter()
+                paused, paused_cpu = time.perf_counter(), cpu_seconds()
                 if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < cfg.max_steps:
                     self._validate(cfg.eval_max_batches)
                 if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
@@ -337,6 +342,7 @@ class Trainer:
                         raise Diverged(msg)  # never overwrite the last good checkpoint with them
                     self.save("last")
                 t0 += time.perf_counter() - paused
+                c0 += cpu_seconds() - paused_cpu
         except Diverged as e:
             self.status = "diverged"
             self.wall_time, self.cpu_time = time.perf_counter() - start_wall, cpu_seconds() - start_cpu

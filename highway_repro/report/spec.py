@@ -211,12 +211,15 @@ def delta(m: Measure | Callable, header: str, name: str) -> Column:
 
 
 def ratio_to_baseline(m: Measure, header: str) -> Column:
-    """baseline mean / row mean (of a rate: the row's time per step relative to the baseline's)."""
+    """The row's time per step relative to the baseline's: baseline mean / row mean of a rate (higher is better,
+    `m.lower_is_better` False), row mean / baseline mean of a time per step."""
     def value(row, t):
         base = t.baseline_row
         if base is None:
             return math.nan
         a, b = row.mean(m), base.mean(m)
+        if m.lower_is_better:
+            a, b = b, a
         return b / a if math.isfinite(a) and math.isfinite(b) and a > 0 else math.nan
 
     return Column(header, lambda row, t: f"{value(row, t):.2f}x" if math.isfinite(value(row, t)) else NA,

@@ -226,6 +226,7 @@ def ht_table(name: str, title: str, metric: str, time_column: bool = False,
     auc_label = "bpc" if metric == "bpc" else "loss (nats)"
     auc = Measure("val/bpc" if metric == "bpc" else "val/loss", f"mean val {auc_label} over evals (AUC)", how="auc")
     tps = Measure("perf/tokens_per_s", "tokens/s", how="rate", lower_is_better=False)
+    cps = Measure("perf/cpu_s_per_step", "CPU-s per step", how="rate")
     base_p = pt.rows.get("baseline", (None, None))
 
     def paper_pair(row_id):
@@ -257,6 +258,7 @@ def ht_table(name: str, title: str, metric: str, time_column: bool = False,
     if time_column:
         hours = papers.ENWIK8_L6_HOURS if reference_curves else {}
         columns += [ratio_to_baseline(tps, "time/step vs baseline"),
+                    ratio_to_baseline(cps, "CPU time/step vs baseline"),
                     paper("paper time vs baseline", lambda i: f"{hours[i[0]] / hours['baseline']:.3f}x "
                           f"({hours[i[0]]} h)" if i[0] in hours else None, "paper_hours")]
 
@@ -292,7 +294,10 @@ def ht_table(name: str, title: str, metric: str, time_column: bool = False,
         if time_column:
             text += ("\n\nTime per step is measured from the runs' own perf/tokens_per_s; on a shared CPU (other "
                      "jobs running, one thread per run) it mostly reflects the machine's load at the time of each "
-                     "run, not the cost of the gates: read it as a measurement only on a dedicated machine.")
+                     "run, not the cost of the gates: read it as a measurement only on a dedicated machine. CPU "
+                     "time per step (perf/cpu_s_per_step, the process's CPU time over its training steps, logged "
+                     "since session 11) is not inflated by the load: each row's mean over the runs that logged it "
+                     "(— where the row or the baseline has none).")
         return text
 
     def figure(t, path):
