@@ -20,6 +20,7 @@ clone trains only what is missing, and `--report-only` rebuilds every table from
 from __future__ import annotations
 
 import argparse
+import functools
 import heapq
 import json
 import os
@@ -37,10 +38,9 @@ from pathlib import Path
 from highway_repro.engine.loggers import write_json_atomic
 from highway_repro.errors import ConfigError, HighwayError
 from highway_repro.report.header import duration
-from highway_repro.targets import PAPER_TABLES, REPORTS, TARGETS, Target, make_target, runs_folder
+from highway_repro.targets import (CONFIG_DIR, PAPER_TABLES, REPORTS, ROOT, TARGETS, Target, make_target, runs_folder,
+                                   scale_files)
 
-ROOT = Path(__file__).resolve().parents[1]
-CONFIG_DIR = ROOT / "configs"
 SCALES = tuple(sorted(p.stem for p in (CONFIG_DIR / "scale").glob("*.yaml")))  # configs/scale/<name>.yaml
 KEPT_FILES = ("metrics.json", "metrics.jsonl", "config_resolved.yaml", "run_info.json", ".hydra/overrides.yaml")
 FINISHED = ("done", "diverged")  # a diverged run is a result (a table cell), not a crash
@@ -101,6 +101,13 @@ def plan(t: Target, scale: str, extra: list[str]) -> tuple[object, list[list[str
     gs = grids(cfg, extra, t.extra_grids) if t.sweep else [extra]
     names = list(dict.fromkeys(dirname(j, exclude) for g in gs for j in (jobs_of(g) if t.sweep else [g])))
     return cfg, gs, names
+
+
+@functools.lru_cache(maxsize=None)
+def grid_names(name: str, scale: str) -> tuple[str, ...]:
+    """The job folder names of table `name`'s grid at `scale`, as `plan` gives them with no extra overrides;
+    composed once per process (a report asks for a study's grid more than once)."""
+    return tuple(plan(TARGETS[name], scale, [])[2])
 
 
 # ------------------------------------------------------------------ kept runs
@@ -515,7 +522,7 @@ def _reused_folders(name: str, scale: str, results: Path) -> list[Path]:
     t = TARGETS[name]
     if not t.reuse:
         return []
-    grid = set(plan(t, scale, [])[2])
+    grid = set(grid_names(name, scale))
     return [p.parent for o in t.reuse for p in sorted((results / runs_folder(o, scale)).glob("*/metrics.json"))
             if p.parent.name in grid]
 
@@ -578,14 +585,6 @@ def _wall_of(records: list[dict]) -> float:
     return total + sum(r["wall_s"] - sum(b - a for a, b in r.get("intervals", [])) for r in records)
 
 
-def scale_files(name: str, scale: str) -> list[tuple[str, str]]:
-    """(path in the repository, text) of the scale file of each experiment of table `name` (its parts'), for the
-    report: what the scale changes from the paper's recipe and the pilots behind each change."""
-    exps = dict.fromkeys(TARGETS[p].experiment for p in TARGETS[name].parts or (name,))
-    paths = [CONFIG_DIR / "experiment_scale" / e / f"{scale}.yaml" for e in exps]
-    return [(p.relative_to(ROOT).as_posix(), p.read_text()) for p in paths if p.exists()]
-
-
 def report_table(name: str, scale: str, runs_root: Path, results: Path) -> int:
     """Build the table from the kept runs (plus failed or unfinished ones of the local sweep folder); a target
     with `parts` reads the runs of its parts."""
@@ -594,7 +593,7 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path) -> int:
     record = _record(kept, False)
     meta = {"commands": record["commands"] or [f"make {make_target(name)} SCALE={scale}"],  # none: not run yet
             "scale": scale, "wall_s": record["wall_s"] or None,
-            "planned": sum(len(plan(TARGETS[p], scale, [])[2]) for p in t.parts or (name,)),
+            "planned": sum(len(grid_names(p, scale)) for p in t.parts or (name,)),
             "part_of": next((n for n, x in TARGETS.items() if name in x.parts), None),
             "scale_files": scale_files(name, scale)}
     if t.parts:

@@ -16,6 +16,10 @@ Adding a table = one line here + those files (docs/DESIGN.md walks through it). 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG_DIR = ROOT / "configs"
 
 
 @dataclass(frozen=True)
@@ -91,3 +95,11 @@ def make_target(name: str) -> str:
 def runs_folder(name: str, scale: str) -> str:
     """Where the finished runs of a table are kept, relative to the results root: <paper>/runs/<name>-<scale>."""
     return f"{TARGETS[name].results.split('/')[0]}/runs/{name}-{scale}"
+
+
+def scale_files(name: str, scale: str) -> list[tuple[str, str]]:
+    """(path in the repository, text) of the scale file of each experiment of table `name` (its parts'), for the
+    report: what the scale changes from the paper's recipe and the pilots behind each change."""
+    exps = dict.fromkeys(TARGETS[p].experiment for p in TARGETS[name].parts or (name,))
+    paths = [CONFIG_DIR / "experiment_scale" / e / f"{scale}.yaml" for e in exps]
+    return [(p.relative_to(ROOT).as_posix(), p.read_text()) for p in paths if p.exists()]

@@ -22,7 +22,7 @@ from highway_repro.analysis import gates as ga
 from highway_repro.engine import checkpoint as ckpt_lib
 from highway_repro.report import build_table, load_runs
 from highway_repro.report.tables import scale_section
-from highway_repro.reproduce import scale_files
+from highway_repro.targets import scale_files
 
 
 def load_trained(run_dir: Path):
