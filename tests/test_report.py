@@ -136,6 +136,37 @@ def make_ht_runs(root: Path) -> None:
     fake_run(root / "seed=4,variant=sdu_tanh", ["variant=sdu_tanh", "seed=4"], {"variant": "sdu_tanh"}, None)
 
 
+def test_learning_curve_leaves_out_a_final_pass_over_more_data(tmp_path):
+    """With capped intermediate evaluations (the first eval_max_batches batches of val) and a complete final
+    pass, the final pass (here higher, as at the enwik8 cpu scale) is off the curve: AUC, the curve and the
+    steps to reach the baseline use the intermediate evaluations only; uncapped runs keep their last point."""
+    from highway_repro.report.spec import Measure, Row, mean_curve, reach_steps
+
+    capped = {"max_steps": 300, "eval_every": 100, "eval_max_batches": 20, "final_max_batches": None}
+    curves = {"baseline": (3.0, 2.5, 2.9), "sdu_tanh": (2.6, 2.4, 2.8)}  # steps 100, 200 (subset); 300 (full)
+    rows = {}
+    for v, ys in curves.items():
+        runs = []
+        for seed in (0, 1):
+            hist = [{"step": s, "val/bpc": y} for s, y in zip((100, 200, 300), ys)]
+            folder = tmp_path / f"seed={seed},variant={v}"
+            fake_run(folder, [f"variant={v}", f"seed={seed}"], {"variant": v, "trainer": capped},
+                     {"status": "done", "step": 300, "val/bpc": ys[-1]}, hist)
+            runs.append(load_runs(folder)[0])
+        rows[v] = Row((v,), v, runs)
+    base, tanh = rows["baseline"], rows["sdu_tanh"]
+    assert base.runs[0].curve("val/bpc") == [(100, 3.0), (200, 2.5)]
+    assert mean_curve(base.done, "val/bpc") == ([100, 200], [3.0, 2.5])
+    assert base.mean(Measure("val/bpc", "", how="auc")) == pytest.approx(2.75)  # not (3.0 + 2.5 + 2.9) / 3
+    # the goal is the baseline's last point on the same data (2.5), not its final pass (2.9, reached at step 100)
+    assert reach_steps(tanh, base, Measure("val/bpc", "val bpc")) == ("200", 2.5)
+    # uncapped (every evaluation complete): the final pass is on the curve
+    uncapped = tmp_path / "uncapped"
+    fake_run(uncapped, [], {"trainer": {**capped, "eval_max_batches": None}}, {"status": "done", "step": 300},
+             [{"step": s, "val/bpc": y} for s, y in zip((100, 200, 300), curves["baseline"])])
+    assert load_runs(uncapped)[0].curve("val/bpc") == [(100, 3.0), (200, 2.5), (300, 2.9)]
+
+
 ACC = {"16": [0.90, 0.91, 0.92],  # far below the paper's 99.40 - 2 x 0.03: DID NOT HOLD; floor 98.7 not met
        "32": [0.9960, 0.9962, 0.9964]}  # 99.62 ± 0.02: interval above 99.50: HELD; floor 99.0 met
 

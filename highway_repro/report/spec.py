@@ -235,29 +235,31 @@ def paper(header: str, value: Callable, name: str) -> Column:
     return Column(header, cell, lambda row, t: {name: value(row.id)})
 
 
-def steps_to_reach(curve: Measure, target: Measure, header: str) -> Column:
+def steps_to_reach(curve: Measure, header: str) -> Column:
     def cell(row, t):
         if t.baseline_row is None or row is t.baseline_row:
             return NA
-        return reach_steps(row, t.baseline_row, curve, target)[0]
+        return reach_steps(row, t.baseline_row, curve)[0]
 
-    return Column(header, cell, lambda row, t: {"steps_to_baseline_final": cell(row, t)})
+    return Column(header, cell, lambda row, t: {"steps_to_baseline_last_eval": cell(row, t)})
 
 
 def mean_curve(runs: list[Run], key: str, only_training: bool = False) -> tuple[list, list]:
-    """(steps, mean of `key` over the runs at each step)."""
+    """(steps, mean of `key` over the runs at each step), from each run's learning curve (`Run.curve`)."""
     by_step: dict[int, list[float]] = {}
     for r in runs:
-        for step, v in r.history_values(key, only_training):
+        for step, v in r.curve(key, only_training):
             by_step.setdefault(step, []).append(v)
     steps = sorted(by_step)
     return steps, [statistics.fmean(by_step[s]) for s in steps]
 
 
-def reach_steps(row: Row, base: Row, curve: Measure, target: Measure) -> tuple[str, float]:
-    """First step at which the row's mean `curve` (over seeds) reaches the baseline's final `target` mean:
-    ("1200", target) or ("not reached", target)."""
-    goal = base.mean(target)
+def reach_steps(row: Row, base: Row, curve: Measure) -> tuple[str, float]:
+    """First step at which the row's mean `curve` (over seeds) reaches the last point of the baseline's mean curve
+    (its last evaluation on the same data, not a final pass over more of it): ("1200", goal) or
+    ("not reached", goal)."""
+    _, base_ys = mean_curve(base.done, curve.key)
+    goal = base_ys[-1] if base_ys else math.nan
     steps, ys = mean_curve(row.done, curve.key)
     if not math.isfinite(goal) or not steps:
         return NA, goal
@@ -285,7 +287,7 @@ class Claim:
     kind: str = "claim"  # claim | floor
     paper_value: float | None = None
     paper_note: str = ""
-    reach: tuple | None = None  # (curve, target): steps the row needs to reach the other row's final target
+    reach: Measure | None = None  # a curve: steps the row needs to reach the other row's last point on it
 
 
 def floor_claim(f: Floor, measure: Measure) -> Claim:
@@ -334,8 +336,8 @@ def test_claim(c: Claim, rows: dict) -> dict:
         line = (f"{res['label']} {c.text} ({what}): {top}{num(res['mean'], d)} (n {len(xs)}) vs "
                 f"{other.label} {num(res['other_mean'], d)} (n {len(ys)}); {tested}")
         if c.reach:
-            steps, goal = reach_steps(row, other, *c.reach)
-            res["detail"] = f"steps to reach {other.label}'s final {c.reach[1].label} ({goal:.4g}): {steps}"
+            steps, goal = reach_steps(row, other, c.reach)
+            res["detail"] = f"steps to reach {other.label}'s last evaluation's {c.reach.label} ({goal:.4g}): {steps}"
             line += f"; {res['detail']}"
     else:
         if c.pick == "best":
