@@ -74,6 +74,8 @@ def test_welch_interval_against_hand_computed_values():
     lo, hi = stats.mean_interval([1, 2, 3])
     half = T975[2] / math.sqrt(3)
     assert (lo, hi) == (pytest.approx(2 - half, abs=1e-6), pytest.approx(2 + half, abs=1e-6))
+    # one value has a mean but no measured spread (a table's csv must not read "std 0")
+    assert stats.mean_std([2.5])[0] == 2.5 and math.isnan(stats.mean_std([2.5])[1])
 
 
 def test_three_verdicts():
@@ -185,6 +187,36 @@ def _claims(path: Path) -> dict:
 
 
 # ------------------------------------------------------------------ end to end
+def test_top_k_claims_take_as_many_runs_on_each_side(tmp_path):
+    """'mean of the best k trials': a kind that lost more trials to divergence is judged on the same number of
+    best trials as the other side, not on fewer, better ones."""
+    from highway_repro.report.spec import Claim, Measure, Row, test_claim
+
+    m = Measure("train/loss", "loss")
+    rows = {}
+    for kind, losses in (("highway", [0.1, 0.2, 0.3, 0.4, 0.5]), ("plain", [0.3, 0.35])):  # plain: 3 diverged
+        runs = []
+        for i, loss in enumerate(losses):
+            fake_run(tmp_path / f"{kind}{i}", [], {}, {"status": "done", "train/loss": loss})
+            runs.append(load_runs(tmp_path / f"{kind}{i}")[0])
+        rows[(kind,)] = Row((kind,), kind, runs)
+    res = test_claim(Claim("is lower", ("highway",), m, "lower", ("plain",), pick="top", top_k=10), rows)
+    assert (res["n"], res["other_n"]) == (2, 2) and res["mean"] == pytest.approx(0.15)  # not 0.3 over all 5
+
+
+def test_a_row_whose_paper_number_tests_nothing_is_claimed_on_test(tmp_path):
+    """enwik8 L6 'layers 3-6': the paper's val-only number tests nothing (its code gated no layer), so the claim is
+    ours and, like our other claims, on the test split, with no paper value."""
+    for v, test in (("baseline", [2.20, 2.21]), ("tanh_l3_6", [2.10, 2.12])):
+        for seed, x in enumerate(test):
+            final = {"status": "done", "step": 300, "val/bpc": x - 0.5, "test/bpc": x}  # val would say the same
+            fake_run(tmp_path / "runs" / f"seed={seed},variant={v}", [f"variant={v}", f"seed={seed}"],
+                     {"variant": v, "seed": seed}, final, [{"step": 100, "val/bpc": x}], MACHINE)
+    build_table("ht_enwik8_l6", load_runs(tmp_path / "runs"), tmp_path / "res" / "l6", {"scale": "cpu"})
+    c = _claims(tmp_path / "res" / "l6.claims.json")[("tanh_l3_6", "claim", "ends lower than the baseline")]
+    assert (c["split"], c["paper"], c["paper_claim"]) == ("test", None, False)
+
+
 def test_ht_table_end_to_end(tmp_path):
     make_ht_runs(tmp_path / "runs")
     runs = load_runs(tmp_path / "runs")

@@ -74,7 +74,7 @@ def main(argv=None) -> int:
             if args.curve:
                 series = {}
                 for row in t.rows:
-                    xs, ys = mean_curve(row.runs, args.curve)
+                    xs, ys = mean_curve(row.done, args.curve)
                     if xs:
                         series[row.label or "run"] = (xs, ys)
                 plot(out.with_name(out.name + ".png"), [Panel("", series, args.curve)])

@@ -223,7 +223,7 @@ def ratio_to_baseline(m: Measure, header: str) -> Column:
         return b / a if math.isfinite(a) and math.isfinite(b) and a > 0 else math.nan
 
     return Column(header, lambda row, t: f"{value(row, t):.2f}x" if math.isfinite(value(row, t)) else NA,
-                  lambda row, t: {m.name: row.mean(m), f"{m.name}_baseline_over_row": value(row, t)})
+                  lambda row, t: {m.name: row.mean(m), f"{m.name}_row_time_over_baseline": value(row, t)})
 
 
 def paper(header: str, value: Callable, name: str) -> Column:
@@ -274,7 +274,7 @@ def reach_steps(row: Row, base: Row, curve: Measure) -> tuple[str, float]:
 class Claim:
     """`row`'s `measure` lies on `side` of `against`: another row (difference of means, Welch; the difference is
     compared with `margin`) or a number (one-sample). pick: all runs | "best" run (a single value, no interval) |
-    "top" (the `top_k` best runs of each row)."""
+    "top" (the `top_k` best runs of each row, fewer where a side has fewer: the same number on both sides)."""
     text: str
     row: tuple
     measure: Measure
@@ -296,9 +296,10 @@ def floor_claim(f: Floor, measure: Measure) -> Claim:
                  f.side, f.value, pick="best" if f.best else "all", paper=False, kind="floor")
 
 
-def _values(row: Row, c: Claim) -> list[float]:
+def _values(row: Row, c: Claim, k: int | None = None) -> list[float]:
+    """The values of the row that the claim tests: all, the best run's, or the best `k` (default `c.top_k`)."""
     ranked = [v for v, _ in row.ranked(c.measure)]
-    return ranked[:1] if c.pick == "best" else ranked[:c.top_k] if c.pick == "top" else ranked
+    return ranked[:1] if c.pick == "best" else ranked[:k or c.top_k] if c.pick == "top" else ranked
 
 
 def test_claim(c: Claim, rows: dict) -> dict:
@@ -311,7 +312,12 @@ def test_claim(c: Claim, rows: dict) -> dict:
     if row is None or not row.values(m):
         res["line"] = f"{res['label']} {c.text}: not testable (no finished runs for this row)"
         return res
-    xs = _values(row, c)
+    # "top" against a row: as many best runs on each side (a diverged run has no value, so a kind that loses
+    # more runs would else be judged by fewer, better ones)
+    k = c.top_k
+    if c.pick == "top" and isinstance(c.against, tuple) and rows.get(c.against) is not None:
+        k = min(k, len(row.values(m)), len(rows[c.against].values(m)))
+    xs = _values(row, c, k)
     res["mean"], res["std"] = stats.mean_std(xs)
     res["n"] = len(row.done) if c.pick == "best" else len(xs)
     what = f"{m.label}{c.paper_note}"
@@ -321,7 +327,7 @@ def test_claim(c: Claim, rows: dict) -> dict:
         if other is None or not other.values(m):
             res["line"] = f"{res['label']} {c.text}: not testable (no finished runs for the row it is compared with)"
             return res
-        ys = _values(other, c)
+        ys = _values(other, c, k)
         res["other_mean"], res["other_n"] = statistics.fmean(ys), len(ys)
         res["diff"] = res["mean"] - res["other_mean"]
         if c.pick == "best":

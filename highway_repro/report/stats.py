@@ -22,11 +22,11 @@ LEVEL = 0.95
 
 
 def mean_std(values) -> tuple[float, float]:
-    """(mean, sample std); std 0 for one value; (nan, nan) for none."""
+    """(mean, sample std); std nan for one value (no spread is measured); (nan, nan) for none."""
     values = [float(v) for v in values]
     if not values:
         return math.nan, math.nan
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else math.nan)
 
 
 def _betacf(a: float, b: float, x: float) -> float:
