@@ -26,7 +26,8 @@ def _num(x: str) -> str:
 
 
 def _verdict(r: dict) -> str:
-    ci = f" [{_num(r['ci_low'])}, {_num(r['ci_high'])}]" if r["ci_low"] else " (no interval)"
+    ci = (f" [{_num(r['ci_low'])}, {_num(r['ci_high'])}]" if r["ci_low"] else
+          f" ({r['detail']})" if r["detail"].startswith("not testable") else " (no interval)")
     return f"**{r['verdict']}**{ci}"
 
 

@@ -317,6 +317,25 @@ def test_hn_table_and_summary_end_to_end(tmp_path):
     assert ours and min(ours) > max(i for i, ln in enumerate(lines) if " | paper | " in ln)  # the paper's first
 
 
+def test_claims_without_runs_on_a_side_are_marked_not_testable(tmp_path):
+    """A claim whose comparison row has no finished run (a study's row not trained yet) is NOT RESOLVED and says
+    why: in the results index (counted apart) and in the README's glance (not 'no interval')."""
+    make_ht_runs(tmp_path / "runs")
+    runs = [r for r in load_runs(tmp_path / "runs") if "baseline" not in r.path.name]
+    build_table("ht_char_ptb", runs, tmp_path / "results" / "ht" / "char", {"scale": "cpu"})
+    write_summary(tmp_path / "results", {})
+    index = (tmp_path / "results" / "README.md").read_text()
+    assert "(ht/char.md) | cpu | 11 | 0 / 0 / 6 (6) | — |" in index  # 6 not resolved, all 6 for want of runs
+    spec = importlib.util.spec_from_file_location("update_readme", REPO / "scripts" / "update_readme.py")
+    update_readme = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(update_readme)
+    (tmp_path / "README.md").write_text("<!-- glance:begin -->\n<!-- glance:end -->\n")
+    assert update_readme.main(tmp_path) == 0
+    lines = [ln for ln in (tmp_path / "README.md").read_text().splitlines() if ln.startswith("| ht_char_ptb |")]
+    assert len(lines) == 6 and all("**NOT RESOLVED** (not testable yet: no finished runs for the row it is "
+                                   "compared with)" in ln for ln in lines)
+
+
 def test_header_reads_run_folders_not_the_builder(tmp_path):
     info_b = {**MACHINE, "machine": "otherarch", "cpu_model": None, "cuda_device": "Fake GPU", "threads": 2}
     fake_run(tmp_path / "a", ["seed=0"], {"seed": 0}, {"status": "done", "time/wall_s": 3600.0, "time/cpu_s": 7200.0},

@@ -302,6 +302,9 @@ def _values(row: Row, c: Claim, k: int | None = None) -> list[float]:
     return ranked[:1] if c.pick == "best" else ranked[:k or c.top_k] if c.pick == "top" else ranked
 
 
+UNTESTED = "not testable yet"  # a claim's detail when a side has no finished runs (its verdict: NOT RESOLVED)
+
+
 def test_claim(c: Claim, rows: dict) -> dict:
     """The claim's result: ours, the other side, the interval, the verdict and one Markdown line."""
     row = rows.get(c.row)
@@ -310,7 +313,8 @@ def test_claim(c: Claim, rows: dict) -> dict:
            "std": math.nan, "n": 0, "ci": None, "other_mean": math.nan, "other_n": 0, "diff": math.nan,
            "verdict": stats.NOT_RESOLVED, "detail": ""}
     if row is None or not row.values(m):
-        res["line"] = f"{res['label']} {c.text}: not testable (no finished runs for this row)"
+        res["detail"] = UNTESTED + ": no finished runs for this row"
+        res["line"] = f"{res['label']} {c.text}: {res['detail']}"
         return res
     # "top" against a row: as many best runs on each side (a diverged run has no value, so a kind that loses
     # more runs would else be judged by fewer, better ones)
@@ -325,7 +329,8 @@ def test_claim(c: Claim, rows: dict) -> dict:
     if isinstance(c.against, tuple):
         other = rows.get(c.against)
         if other is None or not other.values(m):
-            res["line"] = f"{res['label']} {c.text}: not testable (no finished runs for the row it is compared with)"
+            res["detail"] = UNTESTED + ": no finished runs for the row it is compared with"
+            res["line"] = f"{res['label']} {c.text}: {res['detail']}"
             return res
         ys = _values(other, c, k)
         res["other_mean"], res["other_n"] = statistics.fmean(ys), len(ys)

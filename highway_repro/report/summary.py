@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 from highway_repro.report import stats
-from highway_repro.report.spec import Rendered, floor_met
+from highway_repro.report.spec import UNTESTED, Rendered, floor_met
 
 COLUMNS = ["table", "row", "kind", "metric", "split", "n_seeds", "mean", "std", "ci_low", "ci_high", "paper",
            "floor", "floor_met", "claim", "verdict", "compared_with", "compared_mean", "diff", "paper_claim",
@@ -113,15 +113,17 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
              "Every table of the two papers as reproduced here; each file names the command that made it, the scale, "
              "seeds, wall time, CPU-hours and machine. `summary.csv` has one line per table row, claim and floor "
              "(written by `make tables`).", "",
-             "| table | scale | runs | claims held / did not hold / not resolved | floors met |",
+             "| table | scale | runs | claims held / did not hold / not resolved (not testable yet) | floors met |",
              "|---|---|---|---|---|"]
     for d, rel in tables:
         v = Counter(r["verdict"] for r in d["rows"] if r["kind"] == "claim")
+        untested = sum(1 for r in d["rows"] if r["kind"] == "claim" and r.get("detail", "").startswith(UNTESTED))
         fl = [r["floor_met"] for r in d["rows"] if r["kind"] == "floor"]
         n, planned = d.get("runs"), d.get("runs_planned")
         runs = "not recorded" if n is None else f"{n} of {planned} (partial)" if planned and planned > n else str(n)
         lines.append(f"| [{d['title']}]({rel}) | {d.get('scale') or '?'} | {runs} | {v[stats.HELD]} / "
-                     f"{v[stats.NOT_HELD]} / {v[stats.NOT_RESOLVED]} | {f'{sum(fl)} of {len(fl)}' if fl else '—'} |")
+                     f"{v[stats.NOT_HELD]} / {v[stats.NOT_RESOLVED]}{f' ({untested})' if untested else ''} | "
+                     f"{f'{sum(fl)} of {len(fl)}' if fl else '—'} |")
     made = {d["table"] for d, _ in tables}
     missing = [how for n, how in (expected or {}).items() if n not in made]
     if missing:
