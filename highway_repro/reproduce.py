@@ -600,11 +600,16 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path) -> int:
         records = [_record(results / runs_folder(part, scale), False) for part in t.parts]
         meta = {**meta, "commands": [f"make {make_target(name)} SCALE={scale}"],
                 "wall_s": _wall_of(records) or None}
-    if t.after:  # the follow-up step needs the run folder with its checkpoint
-        if not (sweep_dir / "ckpt").is_dir():
-            print(f"[{name}] no run folder with a checkpoint at {sweep_dir}: kept report left as it is",
-                  file=sys.stderr)
+    from highway_repro.report import build_table, findings_path
+
+    if t.after and not (sweep_dir / "ckpt").is_dir():  # the follow-up step needs the run with its checkpoint
+        found = findings_path(results / t.results)
+        if not found.exists():
+            print(f"[{name}] no run folder with a checkpoint at {sweep_dir} and no kept findings ({found}): "
+                  "no report", file=sys.stderr)
             return 0
+        meta["findings"] = found.read_text()  # what it found when it ran: the report is rebuilt from files
+    elif t.after:
         commands = meta["commands"] or [f"make {make_target(name)} SCALE={scale}"]
         cmd = [sys.executable, "-m", t.after, str(sweep_dir), "--out", str(results / t.results), "--scale", scale]
         cmd += [a for c in commands for a in ("--command", c)]
@@ -615,7 +620,6 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path) -> int:
             return _exit_code(proc.wait())
         finally:
             _FOLLOW_UPS.discard(proc)
-    from highway_repro.report import build_table
 
     runs, meta["other_recipe"] = [], {}
     for part in t.parts or (name,):

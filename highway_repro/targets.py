@@ -28,7 +28,7 @@ class Target:
     results: str              # results/<results>.md|.csv|.png; finished runs in results/<paper>/runs/<name>-<scale>/
     help: str                 # one line for `make help` / `--list`
     sweep: bool = True        # False: a single run (no configs/sweep file)
-    after: str | None = None  # a module run on the finished run folder (it writes the report itself)
+    after: str | None = None  # a module run on the finished run folder (it writes the report and its kept findings)
     grid: str | None = None   # configs/sweep/<grid>.yaml when it is not the experiment's own (a study's rows)
     extra_grids: bool = True  # False: only the scale's grid, not its `extra_grids` (a third seed for main rows)
     seeds: dict = field(default_factory=dict)  # scale -> the seeds of every row ("0,1"), in place of the scale's

@@ -5,6 +5,7 @@ the others are slow tests."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 
@@ -41,3 +42,11 @@ def test_target_pipeline_smoke(target, tmp_path):
     if target == "hn_analysis":
         for fig in ("heatmaps", "routing", "lesion"):
             assert (tmp_path / "results" / f"{out}_{fig}.png").stat().st_size > 1000
+        # a fresh clone has no checkpoint: `make tables` rebuilds the same report from the kept files
+        shutil.rmtree(tmp_path / "runs")
+        (tmp_path / "results" / f"{out}.md").unlink()
+        r = subprocess.run([sys.executable, "-m", "highway_repro.reproduce", target, "--scale", "smoke", "--report-only",
+                            "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "results")],
+                           cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert (tmp_path / "results" / f"{out}.md").read_text() == md

@@ -336,6 +336,25 @@ def test_claims_without_runs_on_a_side_are_marked_not_testable(tmp_path):
                                    "compared with)" in ln for ln in lines)
 
 
+def test_gate_analyses_report_is_rebuilt_from_kept_files_without_the_checkpoint(tmp_path):
+    """`make tables` on a fresh clone (no run folder with a checkpoint): the gate analyses' report is rebuilt from
+    its kept run and the findings the analysis kept (`<out>_findings.md`), with its scale file at the end."""
+    from highway_repro.reproduce import report_table
+
+    results = tmp_path / "results"
+    run = results / "highway_networks" / "runs" / "hn_analysis-cpu" / "run"
+    fake_run(run, [], {"model": {"kind": "highway"}},
+             {"status": "done", "step": 30000, "test/acc": 0.9687, "train/loss": 0.0034}, run_info=MACHINE)
+    assert report_table("hn_analysis", "cpu", tmp_path / "runs", results) == 0  # no findings kept: no report
+    assert not (results / "highway_networks" / "analysis.md").exists()
+    (results / "highway_networks" / "analysis_findings.md").write_text("## What the figures show\n\nlesionable: 25\n")
+    assert report_table("hn_analysis", "cpu", tmp_path / "runs", results) == 0
+    md = (results / "highway_networks" / "analysis.md").read_text()
+    assert "| highway |" in md and "96.87" in md
+    assert md.index("| highway |") < md.index("lesionable: 25") < md.index(
+        "<summary>configs/experiment_scale/hn_analysis/cpu.yaml</summary>")
+
+
 def test_header_reads_run_folders_not_the_builder(tmp_path):
     info_b = {**MACHINE, "machine": "otherarch", "cpu_model": None, "cuda_device": "Fake GPU", "threads": 2}
     fake_run(tmp_path / "a", ["seed=0"], {"seed": 0}, {"status": "done", "time/wall_s": 3600.0, "time/cpu_s": 7200.0},

@@ -2,10 +2,11 @@
 
     python -m highway_repro.analysis.run runs/sweeps/hn_analysis-cpu --out results/highway_networks/analysis
 
-Rebuilds data and model from the run's resolved config, loads `ckpt/last.pt`, and writes <out>.md (the
-report's header and the trained net's table with its floor, from `highway_repro.report`, then what the
-figures show) plus <out>_heatmaps.png (Fig. 2), <out>_routing.png (Fig. 3, digits 0 and 7) and
-<out>_lesion.png (Fig. 4). Analyses use the full training set, as the paper does.
+Rebuilds data and model from the run's resolved config, loads `ckpt/last.pt`, and writes <out>_findings.md
+(what the figures show), <out>_heatmaps.png (Fig. 2), <out>_routing.png (Fig. 3, digits 0 and 7) and
+<out>_lesion.png (Fig. 4), then the report <out>.md (the header and the trained net's table with its floor, from
+`highway_repro.report`, then the findings). The findings file is kept, so `make tables` rebuilds the report
+without the checkpoint. Analyses use the full training set, as the paper does.
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ from hydra.utils import instantiate
 
 from highway_repro.analysis import gates as ga
 from highway_repro.engine import checkpoint as ckpt_lib
-from highway_repro.report import build_table, load_runs
-from highway_repro.report.tables import scale_section
+from highway_repro.report import build_table, findings_path, load_runs
 from highway_repro.targets import scale_files
 
 
@@ -58,9 +58,6 @@ def main(argv=None) -> int:
     figs = {"heatmaps": ga.plot_heatmaps(heat, out.with_name(out.name + "_heatmaps.png")),
             "routing": ga.plot_routing(routing, out.with_name(out.name + "_routing.png")),
             "lesion": ga.plot_lesion(lesion, out.with_name(out.name + "_lesion.png"))}
-    meta = {"commands": args.command or [f"python -m highway_repro.analysis.run {run_dir}"],
-            "scale": args.scale or cfg.get("scale_name"), "wall_s": args.wall_s}
-    table = build_table("hn_analysis", load_runs(run_dir), out, meta)  # header, trained-net table, floor
     m = cfg["model"]
     lines = [
         f"- net: {m['depth']} layers, {m['activation']}, width {m['width']}, gate bias init {m['gate_bias']}; "
@@ -72,9 +69,11 @@ def main(argv=None) -> int:
         "happens in the first ~15 layers; lesioning layers 15-45 barely changes training performance.", "",
     ]
     lines += [f"![{k}]({p.name})" for k, p in figs.items()]
-    text = table + "\n" + "\n".join(lines) + "\n" + scale_section(scale_files("hn_analysis", meta["scale"]))
-    out.with_name(out.name + ".md").write_text(text)
-    print(text)
+    findings_path(out).write_text("\n".join(lines) + "\n")  # kept: `make tables` rebuilds the report from it
+    scale = args.scale or cfg.get("scale_name")
+    meta = {"commands": args.command or [f"python -m highway_repro.analysis.run {run_dir}"], "scale": scale,
+            "wall_s": args.wall_s, "findings": "\n".join(lines), "scale_files": scale_files("hn_analysis", scale)}
+    print(build_table("hn_analysis", load_runs(run_dir), out, meta))  # header, trained-net table, floor, findings
     return 0
 
 

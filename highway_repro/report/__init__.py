@@ -11,7 +11,7 @@
 | `stats.py` | mean ± std, t- and Welch intervals (own t quantile), the three verdicts |
 | `papers.py` | every paper number, claim threshold and floor |
 | `spec.py` | the one table style: `TableSpec` (rows, columns, claims, floors) and `render` |
-| `tables.py` | `TABLES` (name -> spec) and `build_table` |
+| `tables.py` | `TABLES` (name -> spec), `build_table` and `findings_path` (a follow-up step's kept findings) |
 | `header.py` | the one header writer (command, scale, seeds, runs, times, machine from run_info.json) |
 | `plots.py` | the one plotting helper |
 | `summary.py` | `<table>.claims.json`, `results/summary.csv`, `results/README.md` |
@@ -23,6 +23,6 @@ This package reads files only: it imports neither torch nor the models, the trai
 from highway_repro.report.cli import main
 from highway_repro.report.runs import Run, load_runs
 from highway_repro.report.summary import write_summary
-from highway_repro.report.tables import TABLES, build_table
+from highway_repro.report.tables import TABLES, build_table, findings_path
 
-__all__ = ["Run", "load_runs", "build_table", "write_summary", "TABLES", "main"]
+__all__ = ["Run", "load_runs", "build_table", "findings_path", "write_summary", "TABLES", "main"]

@@ -453,9 +453,17 @@ def scale_section(files: list[tuple[str, str]]) -> str:
     return out
 
 
+def findings_path(out: Path) -> Path:
+    """`<out>_findings.md`: what a table's follow-up step (`Target.after`, e.g. the gate analyses) found in the
+    trained net, kept in results/ beside the table so that the report is rebuilt without the checkpoint."""
+    out = Path(out)
+    return out.with_name(out.name + "_findings.md")
+
+
 def build_table(name: str, runs: list[Run], out: Path, meta: dict) -> str:
     """Write `<out>.md`, `<out>.csv`, `<out>.png` (if the table has a figure) and `<out>.claims.json`; return the
-    Markdown. meta = {"commands": [str], "scale": str, "wall_s": float | None, "scale_files": [(path, text)]}
+    Markdown. meta = {"commands": [str], "scale": str, "wall_s": float | None, "scale_files": [(path, text)],
+    "findings": str (optional, Markdown placed after the table: a follow-up's findings, `findings_path`)}
     (from the runner; the scale files are appended verbatim, `scale_section`)."""
     if name not in TABLES:
         raise ValueError(f"table {name!r} is not known (valid: {', '.join(sorted(TABLES))})")
@@ -468,6 +476,8 @@ def build_table(name: str, runs: list[Run], out: Path, meta: dict) -> str:
         fig = out.with_name(out.name + ".png")
         spec.figure(t, fig)
         text += f"\n![{fig.name}]({fig.name})\n"
+    if meta.get("findings"):
+        text += "\n" + meta["findings"].rstrip() + "\n"
     text += scale_section(meta.get("scale_files") or [])
     out.with_name(out.name + ".md").write_text(text)
     out.with_name(out.name + ".csv").write_text(csv_text)
