@@ -78,7 +78,8 @@ HN_FIG1 = TableSpec(
     measures={"train/loss": TRAIN_LOSS},
     notes="Final training loss = cross-entropy of the final weights on all 60,000 training images; top-k = the "
           f"k <= {papers.FIG1_TOP_K} best finished trials. The 'lower than plain' claims compare the mean log10 loss "
-          "of each kind's best trials, as many on each side (the smaller number of finished trials; Welch). Paper: 100 random-search runs per (depth, kind), budget unpublished; "
+          "of each kind's best trials, as many on each side (the smaller number of finished trials; Welch). "
+          "Paper: 100 random-search runs per (depth, kind), budget unpublished; "
           f"{papers.FIG1_PAPER}. Residual nets were not in the paper.",
     figure=_fig1_figure)
 
