@@ -239,6 +239,22 @@ def _last_step(run: Path) -> int:
     return 0
 
 
+def progress_line(name: str, total: int, done: int, failed: int, secs: list, jobs: int) -> str:
+    """`[name] done/total runs done, failed, left to go; ETA` (the runs left, `secs` each, on `jobs` jobs)."""
+    left = total - done - failed
+    eta = f"ETA {duration(wall_s(secs, jobs))}" if left and None not in secs else "ETA unknown"
+    return (f"[{name}] {done}/{total} runs done" + (f", {failed} failed" if failed else "")
+            + f", {left} to go; {eta if left else 'finished'} ({time.strftime('%H:%M')})")
+
+
+def queue_line(plans: list, jobs: int) -> str:
+    """One line for a queue of several tables: their runs done / total and the ETA of all the work left, the
+    tables' runs in queue order on the queue's jobs (a table's own line prices its runs as if it had every job)."""
+    states = [(len(p.progress.names), *p.progress.state()) for p in plans if p.progress is not None]
+    return progress_line(f"queue of {len(states)} tables", sum(s[0] for s in states), sum(s[1] for s in states),
+                         sum(s[2] for s in states), [x for s in states for x in s[3]], jobs)
+
+
 class Progress(threading.Thread):
     """One line a minute: runs done / total and an ETA; each tick also calls `on_tick` (the runner's `_tick`: keep
     the runs finished so far and record the time), so a sweep killed mid-way loses only its unfinished runs. The
@@ -258,19 +274,20 @@ class Progress(threading.Thread):
         """A job's run folder (a single-run table runs in the sweep folder itself)."""
         return self.sweep_dir / name if self.sweep else self.sweep_dir
 
-    def line(self) -> str:
+    def state(self) -> tuple[int, int, list]:
+        """(runs done, runs failed, the seconds each run still to go needs on one job: None where unknown)."""
         done = [n for n in self.names if _status(self._folder(n)) in FINISHED]
         failed = [n for n in self.names if _status(self._folder(n)) == "failed"]
-        left = len(self.names) - len(done) - len(failed)
         new = _run_seconds([self._folder(n) for n in done if n not in self.start_done])
         per = sum(new) / len(new) if new else self.est  # for a cell with no finished run
         todo = [n for n in self.names if n not in done and n not in failed]
         secs = per_run_s(todo, [self._folder(n) for n in done], per) if self.sweep else [per] * len(todo)
         if self.max_steps:  # the unfinished part of started runs
             secs = [s and s * (1.0 - min(1.0, _last_step(self._folder(n)) / self.max_steps)) for n, s in zip(todo, secs)]
-        eta = f"ETA {duration(wall_s(secs, self.jobs))}" if left and None not in secs else "ETA unknown"
-        return (f"[{self.name_}] {len(done)}/{len(self.names)} runs done" + (f", {len(failed)} failed" if failed else "")
-                + f", {left} to go; {eta if left else 'finished'} ({time.strftime('%H:%M')})")
+        return len(done), len(failed), secs
+
+    def line(self) -> str:
+        return progress_line(self.name_, len(self.names), *self.state(), self.jobs)
 
     def run(self) -> None:
         while not self.stop.wait(self.every):
@@ -423,18 +440,22 @@ def _exit_code(rc: int) -> int:
     return 128 - rc if rc < 0 else rc  # killed by signal k: 128 + k, as a shell says
 
 
+QUEUE_LINE_EVERY_S = 60.0
+
+
 def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None) -> int:
     """Run the commands of every plan, in order, `jobs` at a time: a job that frees up takes the next command,
     of the same table or the next one. Each command runs in its own process group. A table ends when its last
     command ends: its runs are kept and `on_table_end(plan)` is called. A failed command does not stop the
-    others. On SIGINT/SIGTERM/SIGHUP every running command is stopped (`stop_sweep`), nothing more starts, the
+    others. With several tables it prints one line a minute for the whole queue (`queue_line`), beside each
+    table's own. On SIGINT/SIGTERM/SIGHUP every running command is stopped (`stop_sweep`), nothing more starts, the
     finished runs of every started table are kept, and the runner exits 128 + signal; on any other error the
     running commands are stopped too. Returns the first non-zero exit status, else 0."""
     queue = [(p, cmd) for p in plans for cmd in p.commands]
     for p in plans:
         p.left = len(p.commands)
     live: list[tuple[TablePlan, subprocess.Popen]] = []
-    status, stop = 0, StopRequest()
+    status, stop, shown = 0, StopRequest(), time.time()
     old = {s: signal.signal(s, stop) for s in StopRequest.SIGNALS}
     try:
         while (queue or live) and not stop.signum:
@@ -447,6 +468,9 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None) -> int:
                 print("+", shlex.join(cmd), flush=True)
                 live.append((p, subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)))  # stopped as a group
             time.sleep(0.5)
+            if len(plans) > 1 and time.time() - shown >= QUEUE_LINE_EVERY_S:
+                print(queue_line(plans, jobs), flush=True)
+                shown = time.time()
             for p, proc in [x for x in live if x[1].poll() is not None]:
                 live.remove((p, proc))
                 rc = _exit_code(proc.returncode)

@@ -176,6 +176,21 @@ def test_progress_eta_counts_the_unfinished_part_of_started_runs_and_keeps_finis
 
 
 
+def test_a_queue_of_tables_has_one_line_for_all_their_runs(tmp_path):
+    """Tables in one queue share its jobs: the queue's line counts every table's runs and prices the work left of
+    all of them on those jobs, where each table's own line would give its runs every job."""
+    from types import SimpleNamespace
+
+    from highway_repro.reproduce import Progress, queue_line
+
+    _fake_run(tmp_path / "a" / "x", "done", wall=100.0)
+    plans = [SimpleNamespace(progress=Progress("a", tmp_path / "a", ["x", "y", "z"], jobs=2, est=60.0)),
+             SimpleNamespace(progress=Progress("b", tmp_path / "b", ["u", "v"], jobs=2, est=120.0))]
+    assert "ETA 1.0 min" in plans[0].progress.line() and "ETA 2.0 min" in plans[1].progress.line()
+    # y, z (60 s each), then u, v (120 s each) on 2 jobs: 60 + 120 = 180 s
+    assert "[queue of 2 tables] 1/5 runs done, 4 to go; ETA 3.0 min" in queue_line(plans, 2)
+
+
 def test_runs_are_priced_by_the_finished_runs_of_their_own_cell(tmp_path):
     """A depth-100 net is not priced at the mean of the depth-10 runs that happened to finish first."""
     from highway_repro.reproduce import Progress, per_run_s
