@@ -44,6 +44,7 @@ from highway_repro.targets import (CONFIG_DIR, PAPER_TABLES, REPORTS, ROOT, TARG
 SCALES = tuple(sorted(p.stem for p in (CONFIG_DIR / "scale").glob("*.yaml")))  # configs/scale/<name>.yaml
 KEPT_FILES = ("metrics.json", "metrics.jsonl", "config_resolved.yaml", "run_info.json", ".hydra/overrides.yaml")
 FINISHED = ("done", "diverged")  # a diverged run is a result (a table cell), not a crash
+CPU_BUDGET_JOBS = 2  # issue 12: the cpu scale's budgets (4.5 h a table, 3 h a study) are for 2 jobs x 1 thread
 
 
 # ------------------------------------------------------------------ the grid
@@ -551,6 +552,17 @@ def _reused_folders(name: str, scale: str, results: Path) -> list[Path]:
             if p.parent.name in grid]
 
 
+def _trained_for(name: str, scale: str, results: Path, folders: list[Path]) -> list[Path]:
+    """The run folders that table `name` trained itself: not the runs of the tables it reuses (restored into its
+    sweep, and so also kept in its own folder: the same metrics.json as in the reused table's folder)."""
+    def reused(run: Path) -> bool:
+        mine = run / "metrics.json"
+        return mine.exists() and any(
+            (o := results / runs_folder(x, scale) / run.name / "metrics.json").exists()
+            and o.read_bytes() == mine.read_bytes() for x in TARGETS[name].reuse)
+    return [f for f in folders if not reused(f)]
+
+
 def other_recipe(part: str, scale: str, folders: list[Path]) -> dict[str, str]:
     """The run folders of table `part` that were made with another recipe than the config files now give their job
     (a scale file changed after they ran): {folder name: the differing keys}. A run without its saved config or
@@ -645,12 +657,16 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path) -> int:
         finally:
             _FOLLOW_UPS.discard(proc)
 
-    runs, meta["other_recipe"] = [], {}
+    runs, own, meta["other_recipe"] = [], [], {}
     for part in t.parts or (name,):
         part_runs = _table_runs(part, scale, runs_root, results)
         other = other_recipe(part, scale, [r.path for r in part_runs])
         runs += [r for r in part_runs if r.path.name not in other]
         meta["other_recipe"].update({(f"{part}/{k}" if t.parts else k): v for k, v in other.items()})
+        own += _trained_for(part, scale, results, [r.path for r in part_runs if r.path.name not in other])
+    if scale == "cpu":  # the budget's measure: the runs' CPU time per thread, on 2 jobs in grid order
+        secs = _run_seconds(own)
+        meta["budget"] = (wall_s(secs, CPU_BUDGET_JOBS), len(secs), CPU_BUDGET_JOBS) if secs else None
     if not runs:
         print(f"[{name}] no runs under {kept} or {sweep_dir}", file=sys.stderr)
         return 1

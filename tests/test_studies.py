@@ -80,6 +80,30 @@ def test_a_study_is_reported_from_the_runs_of_the_table_it_reuses_before_it_trai
     assert _reused_folders("ht_enwik8_l6", "cpu", tmp_path / "results") == []  # a table that reuses nothing
 
 
+def test_the_budget_measure_counts_a_studys_own_runs_only(tmp_path):
+    """The table's header gives the budget's measure (its runs' CPU time per thread, packed on 2 jobs): for a study,
+    only the runs it trained, not the reused ones, which the runner restores into its sweep and so also keeps in
+    its own folder (the same metrics.json as in the reused table's folder)."""
+    from highway_repro.reproduce import _trained_for, report_table
+
+    results = tmp_path / "results"
+    table = results / "highway_transformer" / "runs" / "ht_enwik8_l6-cpu"
+    study = results / "highway_transformer" / "runs" / "ht_placement_scan-cpu"
+    for folder, cpu_s in ((table / "seed=0,variant=baseline", 3600.0), (study / "seed=0,variant=baseline", 3600.0),
+                          (study / "seed=0,variant=tanh_l1", 1800.0), (study / "seed=1,variant=tanh_l1", 1800.0),
+                          (study / "seed=0,variant=tanh_l2", 3600.0)):
+        folder.mkdir(parents=True)
+        (folder / "metrics.json").write_text(json.dumps({"status": "done", "time/wall_s": 2 * cpu_s,
+                                                         "time/cpu_s": cpu_s, "test/bpc": 2.0}))
+        (folder / "run_info.json").write_text(json.dumps({"threads": 1}))
+    own = _trained_for("ht_placement_scan", "cpu", results, sorted(study.iterdir()))
+    assert [p.name for p in own] == ["seed=0,variant=tanh_l1", "seed=0,variant=tanh_l2", "seed=1,variant=tanh_l1"]
+    assert report_table("ht_placement_scan", "cpu", tmp_path / "runs", results) == 0
+    md = (results / "highway_transformer" / "placement_scan.md").read_text()
+    # 0.5 h, 1 h, 0.5 h on 2 jobs: 1 h on the first, then 0.5 + 0.5 on the second (the wall time: twice that)
+    assert "- with the cores to themselves: 60.0 min for the 3 finished runs trained for this table, on 2 jobs" in md
+
+
 def test_matched_baseline_widens_the_ffn_to_the_sdu_parameter_count():
     """An SDU-gated sublayer adds 2d^2 + 2d parameters (its d x 2d projection and 2d bias); widening the FFN by one
     unit adds 2d + 1 (a column of W1, its bias, a row of W2). With both sublayers of every layer gated, the FFN
