@@ -43,13 +43,13 @@ reproduce-table: setup ## run one table's sweep and report: make reproduce-table
 reproduce-%: setup
 	$(BIN)/python -m highway_repro.reproduce $(subst -,_,$*) --scale $(SCALE) --jobs $(JOBS)
 
-estimate-all: setup ## every paper table's plan and estimated cost, then the total (JOBS=2 as reproduce-all); trains nothing
+estimate-all: setup ## every paper table's plan and estimated cost, then the total, for JOBS jobs (default 1; JOBS=2 on 2 cores); trains nothing
 	@$(BIN)/python -m highway_repro.reproduce --all --scale $(SCALE) --jobs $(JOBS) --estimate
 
 estimate-%: setup ## print a table's plan and its estimated cost, train nothing: make estimate-ht-char-ptb JOBS=2
 	@$(BIN)/python -m highway_repro.reproduce $(subst -,_,$*) --scale $(SCALE) --jobs $(JOBS) --estimate
 
-reproduce-all: setup ## every paper table at SCALE (JOBS=2 on this 2-core machine)
+reproduce-all: setup ## every paper table at SCALE, JOBS runs at once (default 1; give JOBS=2 on a 2-core machine)
 	$(BIN)/python -m highway_repro.reproduce --all --scale $(SCALE) --jobs $(JOBS)
 
 tables: setup ## rebuild every report and results/summary.csv from the kept runs in results/ (no training)

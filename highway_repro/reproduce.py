@@ -140,15 +140,17 @@ def keep(sweep_dir: Path, kept: Path, single: bool = False) -> int:
     return n
 
 
-def restore(kept: Path, sweep_dir: Path, names: list[str] | None = None, dry: bool = False) -> list[str]:
+def restore(kept: Path, sweep_dir: Path, names: list[str] | None = None, dry: bool = False,
+            single: bool = False) -> list[str]:
     """Put kept runs back into the sweep folder (where it has no finished run of that name), so `resume=auto`
     skips them instead of training them again; `names`: only runs of these folder names (a study reusing the
-    runs of a table of the same experiment); `dry`: copy nothing (an estimate). Returns the folder names
-    restored. Not for single-run tables: their follow-up step (the gate analyses) needs the trained weights,
-    which are not kept, so such a run is trained again."""
+    runs of a table of the same experiment); `dry`: copy nothing (an estimate); `single`: a single-run table,
+    whose run is kept as <kept>/run and runs in the sweep folder itself (its follow-up step, the gate analyses,
+    kept its findings, so the report is rebuilt without the weights; `--fresh` trains and analyses it again).
+    Returns the folder names restored ("run" for a single-run table)."""
     out = []
-    for run in sorted(p.parent for p in kept.glob("*/metrics.json")):
-        dst = sweep_dir / run.name
+    for run in [kept / "run"] if single else sorted(p.parent for p in kept.glob("*/metrics.json")):
+        dst = sweep_dir if single else sweep_dir / run.name
         if (names is not None and run.name not in names) or _status(run) not in FINISHED or _status(dst) in FINISHED:
             continue
         for f in () if dry else KEPT_FILES:
@@ -332,9 +334,13 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     t = TARGETS[name]
     sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
     cfg, gs, names = plan(t, scale, extra)
+    from highway_repro.config import validate
+
+    validate(cfg)  # a bad override given for the whole table: one line before anything is planned or started
     if fresh and sweep_dir.exists() and not estimate_only:  # an estimate deletes and copies nothing
         shutil.rmtree(sweep_dir)
-    restored = [] if fresh or not t.sweep else restore(kept, sweep_dir, dry=estimate_only)
+    restored = [] if fresh else restore(kept, sweep_dir, dry=estimate_only, single=not t.sweep)
+    restored = names if restored and not t.sweep else restored  # a single run's job name: its override dirname
     for other in () if fresh else t.reuse:  # the same experiment: a run of the same folder name is the same run
         restored += restore(results / runs_folder(other, scale), sweep_dir, names, dry=estimate_only)
     queued = [n for n in names if n in pending and n not in restored]
@@ -535,7 +541,8 @@ def _table_runs(name: str, scale: str, runs_root: Path, results: Path) -> list:
     from highway_repro.report.runs import load_run
 
     sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
-    runs = {r.path.name: r for r in (load_runs(sweep_dir) if sweep_dir.is_dir() else [])}
+    single = not TARGETS[name].sweep  # its run is the sweep folder itself, kept as <kept>/run: the same job
+    runs = {"run" if single else r.path.name: r for r in (load_runs(sweep_dir) if sweep_dir.is_dir() else [])}
     runs.update({r.path.name: r for r in (load_runs(kept) if kept.is_dir() else [])})
     for folder in _reused_folders(name, scale, results):
         runs.setdefault(folder.name, load_run(folder))
@@ -621,9 +628,9 @@ def _wall_of(records: list[dict]) -> float:
     return total + sum(r["wall_s"] - sum(b - a for a, b in r.get("intervals", [])) for r in records)
 
 
-def report_table(name: str, scale: str, runs_root: Path, results: Path) -> int:
+def report_table(name: str, scale: str, runs_root: Path, results: Path, echo: bool = True) -> int:
     """Build the table from the kept runs (plus failed or unfinished ones of the local sweep folder); a target
-    with `parts` reads the runs of its parts."""
+    with `parts` reads the runs of its parts. `echo`: print the table (not for `make tables`: every report)."""
     t = TARGETS[name]
     sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
     record = _record(kept, False)
@@ -672,7 +679,9 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path) -> int:
         return 1
     out = results / t.results
     out.parent.mkdir(parents=True, exist_ok=True)
-    print(build_table(name, runs, out=out, meta=meta))
+    text = build_table(name, runs, out=out, meta=meta)
+    if echo:
+        print(text)
     print(f"wrote {out}.md", file=sys.stderr)
     return 0
 
@@ -760,8 +769,9 @@ def main(argv=None) -> int:
     if args.jobs < 1:
         ap.error(f"--jobs={args.jobs}: runs at once, at least 1")
     if args.list:
+        print(f"  {'table':<20} {'make target':<30} what")
         for n, t in TARGETS.items():
-            print(f"  {make_target(n):<34} {t.help}")
+            print(f"  {n:<20} {make_target(n):<30} {t.help}")
         return 0
     tables = list(dict.fromkeys(a for a in args.args if a in TARGETS))
     args.extra = [a for a in args.args if a not in TARGETS]
@@ -782,7 +792,7 @@ def main(argv=None) -> int:
                 continue  # make tables: only the tables that have kept runs (not only the record of a stopped start)
             for part in parts if not args.all else ():  # (--all reports the parts under their own names)
                 status = report_table(part, args.scale, runs_root, results) or status
-            status = report_table(name, args.scale, runs_root, results) or status
+            status = report_table(name, args.scale, runs_root, results, echo=not args.all) or status
     else:
         try:
             status = train(names, args, results, runs_root)

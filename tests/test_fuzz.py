@@ -116,7 +116,8 @@ def test_placement_known_bad_inputs():
     for args, start in [((4, "sdu_tanh", "all", 5), "model.gate_sublayers=5 is not"),
                         ((4, 7), "model.gate_kind=7 is not a gate kind"), ((4, None), "model.gate_kind=None"),
                         ((4, "sdu_tanh", "1-1000000000000000"),
-                         "model.gate_layers='1-1000000000000000' but the model has 4"),
+                         "model.gate_layers='1-1000000000000000' names layer 1000000000000000, but the model's "
+                         "layers are 1-4"),
                         ((4, "sdu_tanh", "4-2"), "model.gate_layers='4-2' has the empty range '4-2'"),
                         ((4, "sdu_tanh", b"\x01"), "model.gate_layers=b'\\x01' is not a layer selection"),
                         ((4, "sdu_tanh", "all", ["attn", 1]), "model.gate_sublayers=['attn', 1] contains 1")]:

@@ -113,8 +113,11 @@ def test_per_layer_kind_list():
 
 
 def test_error_messages():
-    with pytest.raises(ConfigError, match=r"^model.gate_layers=\[7\] but the model has 6 layers \(valid: 1-6"):
+    with pytest.raises(ConfigError, match=r"^model.gate_layers=\[7\] names layer 7, but the model's layers are "
+                                          r"1-6 \(numbered from 1; valid: 1-6"):
         _tiny(gate_kind="sdu_tanh", gate_layers=[7])
+    with pytest.raises(ConfigError, match=r"^model.gate_layers='0-2' names layer 0, but the model's layers are 1-6"):
+        _tiny(gate_kind="sdu_tanh", gate_layers="0-2")
     with pytest.raises(ConfigError, match=r"^model.gate_layers.*valid: 1-6"):
         _tiny(gate_kind="sdu_tanh", gate_layers="5-7")
     with pytest.raises(ConfigError, match=r"^model.gate_kind='sdu_relu' is not known \(valid: none, sdu_sigmoid"):

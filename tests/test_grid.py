@@ -127,6 +127,23 @@ def test_finished_runs_are_kept_without_checkpoints_and_restored(tmp_path):
     assert restore(kept, fresh) == []  # a finished run in the sweep folder is left alone
 
 
+def test_a_single_run_table_restores_its_kept_run_and_is_not_trained_again(tmp_path):
+    """The gate analyses' run is kept as <kept>/run and restored into the sweep folder itself: the table counts it
+    done (its findings are kept, so the report needs no weights), and its report reads it once, not twice."""
+    from highway_repro.reproduce import _table_runs, keep, restore
+
+    sweep, results = tmp_path / "runs" / "hn_analysis-cpu", tmp_path / "results"
+    kept = results / "highway_networks" / "runs" / "hn_analysis-cpu"
+    _fake_run(sweep, "done")
+    keep(sweep, kept, single=True)
+    assert (kept / "run" / "metrics.json").exists() and not (kept / "run" / "ckpt").exists()
+    fresh = tmp_path / "fresh" / "hn_analysis-cpu"
+    assert restore(kept, fresh, single=True, dry=True) == ["run"] and not fresh.exists()
+    assert restore(kept, fresh, single=True) == ["run"] and json.loads((fresh / "metrics.json").read_text())
+    assert restore(kept, fresh, single=True) == []  # finished there already
+    assert len(_table_runs("hn_analysis", "cpu", tmp_path / "runs", results)) == 1
+
+
 def test_estimate_prefers_kept_runs(tmp_path):
     from omegaconf import OmegaConf
 
@@ -363,6 +380,15 @@ def test_the_runner_takes_several_tables_and_names_a_wrong_one(tmp_path):
     assert r.returncode == 2 and "table='hn_tabel1' is not a table (valid: demo, hn_analysis" in r.stderr, r.stderr
     r = subprocess.run(base + ["hn_table1", "--jobs", "0"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--jobs=0: runs at once, at least 1" in r.stderr, r.stderr
+    # a bad override for the whole table: one line before anything is planned (was: every job's traceback)
+    r = subprocess.run(base + ["ht_char_ptb", "model.gate_kind=foo"], cwd=REPO, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == (
+        "error: model.gate_kind='foo' is not known (valid: none, sdu_sigmoid, sdu_tanh, highway, gated_attn)")
+    assert "[ht_char_ptb] scale=cpu" not in r.stdout, r.stdout
+    # --list names the tables as this command takes them, beside their make targets
+    r = subprocess.run(base[:3] + ["--list"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert "  ht_char_ptb          reproduce-ht-char-ptb " in r.stdout, r.stdout
     # a study named with the table it reuses: planned after it, the shared runs not trained twice; a part named
     # twice (alone and in its target) planned once
     r = subprocess.run(base + ["ht_zoo_enwik8_l6", "ht_enwik8_l6", "ht_gate_zoo", "--jobs", "2"], cwd=REPO,

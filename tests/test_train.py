@@ -216,7 +216,7 @@ def _fake_job(root: Path, name: str, overrides: list[str], final: dict, history=
     (job / "metrics.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
 
 
-def test_report_mean_std_and_failed_cells(tmp_path):
+def test_report_mean_std_and_failed_cells(tmp_path, capsys):
     for i, (kind, seed, loss) in enumerate([("a", 0, 1.0), ("a", 1, 3.0), ("b", 0, 2.0)]):
         _fake_job(tmp_path, f"j{i}", [f"model.kind={kind}", f"seed={seed}"], {"status": "done", "val/loss": loss},
                   [{"step": 1, "val/loss": loss + 1}, {"step": 2, "val/loss": loss}])
@@ -233,6 +233,15 @@ def test_report_mean_std_and_failed_cells(tmp_path):
         "2", 2.0, pytest.approx(2 ** 0.5))
     assert rows["c"]["n"] == "0" and "ValueError: boom" in rows["c"]["failed"]
     assert out.with_suffix(".png").exists()
+    # a misspelt key is an error naming it, not a table of dashes or one pooled row
+    for flag, value, says in (("--group-by", "model.knd", "--group-by model.knd: no run has this config key"),
+                              ("--metrics", "val/los", "--metrics val/los: no run's metrics.json has it (valid: "
+                                                       "val/loss)"),
+                              ("--curve", "val/los", "--curve val/los: no run's metrics.jsonl has it")):
+        args = [str(tmp_path), "--group-by", "model.kind", "--metrics", "val/loss", flag, value]
+        with pytest.raises(SystemExit) as e:
+            report.main(args)
+        assert e.value.code == 2 and says in capsys.readouterr().err
 
 
 @needs_mirror

@@ -60,7 +60,9 @@ def _layer_set(layers, n_layers: int) -> range | set[int]:
             except ValueError:
                 raise ConfigError(f"{field}={layers!r} cannot be parsed ({valid})") from None
             if not (1 <= lo_i <= n_layers and 1 <= hi_i <= n_layers):
-                raise ConfigError(f"{field}={layers!r} but the model has {n_layers} layers ({valid})")
+                bad = lo_i if not 1 <= lo_i <= n_layers else hi_i
+                raise ConfigError(f"{field}={layers!r} names layer {bad}, but the model's layers are 1-{n_layers} "
+                                  f"(numbered from 1; {valid})")
             if hi_i < lo_i:
                 raise ConfigError(f"{field}={layers!r} has the empty range {part!r} ({valid})")
             items.extend(range(lo_i, hi_i + 1))
@@ -73,7 +75,8 @@ def _layer_set(layers, n_layers: int) -> range | set[int]:
         if not is_int(i):
             raise ConfigError(f"{field}={items!r} contains {i!r}, not an integer ({valid})")
         if not 1 <= i <= n_layers:
-            raise ConfigError(f"{field}={items} but the model has {n_layers} layers ({valid})")
+            raise ConfigError(f"{field}={items} names layer {i}, but the model's layers are 1-{n_layers} "
+                              f"(numbered from 1; {valid})")
         out.append(i)
     return set(out)
 

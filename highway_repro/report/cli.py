@@ -57,14 +57,24 @@ def main(argv=None) -> int:
     runs = [r for root in args.runs for r in load_runs(Path(root))]
     if not runs:
         ap.error(f"no run folders (with metrics.json or .hydra/) under {', '.join(args.runs) or '(none given)'}")
-    meta = {"commands": args.command or [], "scale": args.scale, "wall_s": args.wall_s}
+    scales = {str(r.get("scale_name")) for r in runs if r.get("scale_name") is not None}
+    meta = {"commands": args.command or [], "scale": args.scale or ", ".join(sorted(scales)) or None,
+            "wall_s": args.wall_s}
     if args.table:
         if not args.out:
             ap.error("--table needs --out")
         print(build_table(args.table, runs, Path(args.out), meta))
     else:
         group_by = args.group_by.split(",") if args.group_by else varying_keys(runs)
-        t, md, csv_text = render(generic_spec(group_by, args.metrics.split(",")), runs)
+        metrics = args.metrics.split(",")
+        for key in [k for k in group_by if all(r.get(k) is None for r in runs)]:  # a typo would pool every run
+            ap.error(f"--group-by {key}: no run has this config key (e.g. model.kind, model.depth, variant)")
+        for key in [k for k in metrics if all(k not in r.final for r in runs)]:
+            known = sorted({k for r in runs for k in r.final if "/" in k})
+            ap.error(f"--metrics {key}: no run's metrics.json has it (valid: {', '.join(known)})")
+        if args.curve and not any(r.history_values(args.curve) for r in runs):
+            ap.error(f"--curve {args.curve}: no run's metrics.jsonl has it")
+        t, md, csv_text = render(generic_spec(group_by, metrics), runs)
         print(md)
         if args.out:
             out = Path(args.out)
