@@ -12,7 +12,7 @@ and `models.placement`, which the model constructors call too; the trainer's are
 
 from __future__ import annotations
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from highway_repro import options
@@ -123,3 +123,31 @@ def check_scale_file(config_dir, experiment: str | None, scale: str | None) -> N
         valid = sorted(p.stem for p in folder.glob("*.yaml"))
         raise ConfigError(f"scale={scale} is not allowed for experiment={experiment} (valid: {', '.join(valid)}; "
                           f"a new scale needs configs/experiment_scale/{experiment}/{scale}.yaml)")
+
+
+def settle_variant(cfg: DictConfig, config_dir, given: bool) -> None:
+    """A Highway Transformer row (`variant`: configs/variant/<name>.yaml) sets the gate options; options set by
+    hand after it (model.gate_kind=...) would leave the run filed, and labelled, under that row (a report groups
+    the runs by `variant`). With `variant=` given by hand as well (`given`) the two contradict: ConfigError.
+    Otherwise (the experiment's default row) the run's `variant` and `variant_label` become the options that
+    differ from it, e.g. `gate_kind=sdu_tanh`, so that a report files the run under what it trained."""
+    from pathlib import Path
+
+    import yaml
+
+    name = cfg.get("variant")
+    path = Path(config_dir) / "variant" / f"{name}.yaml"
+    if name is None or not path.exists():
+        return
+    row = (yaml.safe_load(path.read_text()) or {}).get("model") or {}
+    model = _values(cfg.model, "model")
+    diff = [k for k in GATE_OPTIONS if k in row and str(model.get(k)) != str(row[k])]
+    if not diff:
+        return
+    shown = ", ".join(f"{k}={model.get(k)}" for k in diff)
+    if given:
+        raise ConfigError(f"variant={name} sets {', '.join(f'model.{k}={row[k]}' for k in diff)}, but "
+                          f"model.{shown.replace(', ', ', model.')} was given as well (valid: a variant alone, e.g. "
+                          "variant=sdu_tanh, or the gate options alone)")
+    with open_dict(cfg):
+        cfg.variant = cfg.variant_label = shown

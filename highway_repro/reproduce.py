@@ -334,9 +334,14 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     t = TARGETS[name]
     sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
     cfg, gs, names = plan(t, scale, extra)
-    from highway_repro.config import validate
+    from highway_repro.config import GATE_OPTIONS, validate
 
     validate(cfg)  # a bad override given for the whole table: one line before anything is planned or started
+    gate = [o for o in extra if o.split("=", 1)[0].lstrip("+~") in {f"model.{k}" for k in GATE_OPTIONS}]
+    if gate and any(o.startswith("variant=") for g in gs for o in g):  # each row is a variant: its gate options
+        raise ConfigError(f"[{name}] {gate[0]}: the table's rows are variants (configs/variant/), each with its own "
+                          "gate options, which this would override in every row (other gate options: python -m "
+                          f"highway_repro.train experiment={t.experiment} {gate[0]})")
     if fresh and sweep_dir.exists() and not estimate_only:  # an estimate deletes and copies nothing
         shutil.rmtree(sweep_dir)
     restored = [] if fresh else restore(kept, sweep_dir, dry=estimate_only, single=not t.sweep)

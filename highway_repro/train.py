@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 # No torch (nor numpy, the engine, the data or the models) at import time: main() validates the config
 # first, so a bad value fails in about a second, not after the ~3-5 s torch import
 # (tests/test_reliability.py::test_bad_config_fails_fast_before_torch). Import them inside functions.
-from highway_repro.config import ConfigError, check_scale_file, validate, validate_against_data
+from highway_repro.config import ConfigError, check_scale_file, settle_variant, validate, validate_against_data
 from highway_repro.engine.loggers import build_logger, now, write_json_atomic, write_run_info
 from highway_repro.errors import HighwayError
 
@@ -275,6 +275,8 @@ def main(cfg: DictConfig):
     try:  # first of all, before torch is imported (engine/distributed.py): a bad config fails in about a second
         choices = HydraConfig.get().runtime.choices
         check_scale_file(CONFIG_DIR, choices.get("experiment"), choices.get("scale"))
+        given = any(o.lstrip("+~").startswith("variant=") for o in HydraConfig.get().overrides.task)
+        settle_variant(cfg, CONFIG_DIR, given)
         validate(cfg)
     except ConfigError as e:
         return _user_failure(e, out_dir / "metrics.json", multirun)

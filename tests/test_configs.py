@@ -8,7 +8,7 @@ import sys
 import pytest
 from hydra.utils import instantiate
 
-from conftest import EXPERIMENTS, REPO, SCALES, compose, n_params
+from conftest import CONFIG_DIR, EXPERIMENTS, REPO, SCALES, compose, n_params
 from highway_repro.config import validate
 
 # data meta without loading data: what each data set hands the model at call time
@@ -164,3 +164,20 @@ def test_installed_versions_are_the_ones_pyproject_allows():
     pinned = re.search(r"^TORCH_SPEC \?= torch==(\S+)$", (REPO / "Makefile").read_text(), re.M)
     torch_req = next(Requirement(s) for s in project["dependencies"] if Requirement(s).name == "torch")
     assert pinned and torch_req.specifier.contains(pinned.group(1)), (pinned, str(torch_req))
+
+
+def test_gate_options_set_by_hand_file_the_run_under_what_it_trained():
+    """Reports group Highway Transformer runs by `variant`: gate options set after the experiment's default row
+    rename the run's variant and label to those options; given together with variant= they contradict."""
+    from highway_repro.config import ConfigError, settle_variant
+
+    cfg = compose(["experiment=ht_char_ptb", "scale=smoke", "model.gate_kind=sdu_tanh", "model.gate_layers=1-2"])
+    settle_variant(cfg, CONFIG_DIR, given=False)
+    assert (cfg.variant, cfg.variant_label) == ("gate_kind=sdu_tanh, gate_layers=1-2",) * 2
+    same = compose(["experiment=ht_char_ptb", "scale=smoke", "variant=sdu_tanh", "model.gate_kind=sdu_tanh"])
+    settle_variant(same, CONFIG_DIR, given=True)  # the row's own value: nothing to settle
+    assert (same.variant, same.variant_label) == ("sdu_tanh", "SDU tanh, all layers")
+    both = compose(["experiment=ht_char_ptb", "scale=smoke", "variant=baseline", "model.gate_kind=sdu_tanh"])
+    with pytest.raises(ConfigError, match=r"^variant=baseline sets model.gate_kind=none, but "
+                                          r"model.gate_kind=sdu_tanh was given as well"):
+        settle_variant(both, CONFIG_DIR, given=True)

@@ -386,6 +386,11 @@ def test_the_runner_takes_several_tables_and_names_a_wrong_one(tmp_path):
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == (
         "error: model.gate_kind='foo' is not known (valid: none, sdu_sigmoid, sdu_tanh, highway, gated_attn)")
     assert "[ht_char_ptb] scale=cpu" not in r.stdout, r.stdout
+    # gate options for a whole table whose rows are variants would override every row
+    r = subprocess.run(base + ["ht_char_ptb", "model.gate_kind=sdu_tanh"], cwd=REPO, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and "error: [ht_char_ptb] model.gate_kind=sdu_tanh: the table's rows are variants" \
+        in r.stderr, r.stderr
     # --list names the tables as this command takes them, beside their make targets
     r = subprocess.run(base[:3] + ["--list"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert "  ht_char_ptb          reproduce-ht-char-ptb " in r.stdout, r.stdout
