@@ -186,10 +186,11 @@ def _run_seconds(runs: list[Path]) -> list[float]:
     return out
 
 
-def estimate_s(cfg, kept: Path) -> tuple[float | None, str]:
+def estimate_s(cfg, kept: Path | None) -> tuple[float | None, str]:
     """Wall seconds one run of this table takes with its threads to itself: the mean of its kept runs
-    (`_run_seconds`), else the scale file's `est_step_s` (measured CPU-seconds per step) x max_steps."""
-    done = _run_seconds([p.parent for p in kept.glob("*/metrics.json")])
+    (`_run_seconds`; None: none apply, e.g. overrides change the recipe), else the scale file's `est_step_s`
+    (measured CPU-seconds per step) x max_steps."""
+    done = _run_seconds([p.parent for p in kept.glob("*/metrics.json")]) if kept is not None else []
     if done:
         return sum(done) / len(done), f"mean of {len(done)} kept runs"
     step_s = cfg.get("est_step_s")
@@ -344,7 +345,8 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
                           f"highway_repro.train experiment={t.experiment} {gate[0]})")
     if fresh and sweep_dir.exists() and not estimate_only:  # an estimate deletes and copies nothing
         shutil.rmtree(sweep_dir)
-    restored = [] if fresh else restore(kept, sweep_dir, dry=estimate_only, single=not t.sweep)
+    restored = [] if fresh else restore(kept, sweep_dir, None if not t.sweep else names, dry=estimate_only,
+                                        single=not t.sweep)  # the kept runs that are jobs of this grid
     restored = names if restored and not t.sweep else restored  # a single run's job name: its override dirname
     for other in () if fresh else t.reuse:  # the same experiment: a run of the same folder name is the same run
         restored += restore(results / runs_folder(other, scale), sweep_dir, names, dry=estimate_only)
@@ -353,7 +355,8 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
             or not (fresh and estimate_only) and _status(sweep_dir / n if t.sweep else sweep_dir) in FINISHED]
     if not fresh:
         _refuse_other_recipe(name, scale, [n for n in done if n not in queued], sweep_dir, results)
-    per, how = estimate_s(cfg, kept)
+    own_recipe = all(o.split("=", 1)[0].lstrip("+~") in REPEAT_KEYS for o in extra)  # else kept runs price nothing
+    per, how = estimate_s(cfg, kept if own_recipe else None)
     todo = [n for n in names if n not in done]
     threads = int(cfg.get("threads") or 1)
     if t.sweep and per:  # each run at the mean of the kept runs of its cell, where it has some

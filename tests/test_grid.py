@@ -155,6 +155,22 @@ def test_estimate_prefers_kept_runs(tmp_path):
     _fake_run(tmp_path / "b", wall=10.0)
     assert estimate_s(cfg, tmp_path)[0] == 20.0
     assert estimate_s(OmegaConf.create({"trainer": {"max_steps": 1}}), tmp_path / "none")[0] is None
+    assert estimate_s(cfg, None)[0] == 50.0  # kept runs of another recipe (overrides given): the scale file's price
+
+
+def test_overrides_that_change_the_recipe_neither_restore_nor_price_by_the_kept_runs(tmp_path, capsys):
+    """`reproduce hn_table1 trainer.max_steps=10`: other jobs than the kept runs (the override is in their folder
+    names), so none is restored or counted, and they are priced at est_step_s x 10 steps."""
+    from highway_repro.reproduce import plan_table
+
+    results = tmp_path / "results"
+    kept = results / "highway_networks" / "runs" / "hn_table1-cpu"
+    _fake_run(kept / "model.width=16,seed=0", wall=3000.0)
+    p = plan_table("hn_table1", "cpu", 1, ["trainer.max_steps=10"], tmp_path / "runs", results, estimate_only=True)
+    out = capsys.readouterr().out
+    assert "6 runs, 0 finished (0 restored from" in out and len(p.todo) == 6 and "x 10 steps" in out, out
+    plan_table("hn_table1", "cpu", 1, ["seed=0"], tmp_path / "runs", results, estimate_only=True)  # the same recipe
+    assert "2 runs, 1 finished (1 restored from" in capsys.readouterr().out
 
 
 def test_kept_runs_are_priced_by_their_cpu_time_per_thread(tmp_path):
