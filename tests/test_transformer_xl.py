@@ -300,7 +300,7 @@ def test_same_length_hides_old_memory_from_later_positions():
     (dict(dropout=1.0), "dropout=1.0 is not allowed (valid: a probability in [0, 1))"),
     (dict(tie_embeddings=False), "tie_embeddings=False is not allowed (valid: true"),
     (dict(d_ff=0), "d_ff=0 is not allowed (valid: a positive integer)"),
-    (dict(gate_kind="sdu"), "gate_kind='sdu' is not known"), (dict(gate_layers=[7]), "gate_layers=[7] but"),
+    (dict(gate_kind="sdu"), "gate_kind='sdu' is not known"), (dict(gate_layers=[7]), "gate_layers=[7] names layer 7"),
 ])
 def test_invalid_options_raise(kw, msg):
     with pytest.raises(ConfigError, match="^model." + msg.replace("(", r"\(").replace("[", r"\[")
