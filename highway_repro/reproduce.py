@@ -144,14 +144,16 @@ def restore(kept: Path, sweep_dir: Path, names: list[str] | None = None, dry: bo
             single: bool = False) -> list[str]:
     """Put kept runs back into the sweep folder (where it has no finished run of that name), so `resume=auto`
     skips them instead of training them again; `names`: only runs of these folder names (a study reusing the
-    runs of a table of the same experiment); `dry`: copy nothing (an estimate); `single`: a single-run table,
-    whose run is kept as <kept>/run and runs in the sweep folder itself (its follow-up step, the gate analyses,
-    kept its findings, so the report is rebuilt without the weights; `--fresh` trains and analyses it again).
+    runs of a table of the same experiment; a single-run table's one run is its one job); `dry`: copy nothing
+    (an estimate); `single`: a single-run table, whose run is kept as <kept>/run and runs in the sweep folder
+    itself (its follow-up step, the gate analyses, kept its findings, so the report is rebuilt without the
+    weights; `--fresh` trains and analyses it again).
     Returns the folder names restored ("run" for a single-run table)."""
     out = []
     for run in [kept / "run"] if single else sorted(p.parent for p in kept.glob("*/metrics.json")):
         dst = sweep_dir if single else sweep_dir / run.name
-        if (names is not None and run.name not in names) or _status(run) not in FINISHED or _status(dst) in FINISHED:
+        if (names is not None and not single and run.name not in names) or _status(run) not in FINISHED \
+                or _status(dst) in FINISHED:
             continue
         for f in () if dry else KEPT_FILES:
             if (run / f).exists():
@@ -345,8 +347,7 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
                           f"highway_repro.train experiment={t.experiment} {gate[0]})")
     if fresh and sweep_dir.exists() and not estimate_only:  # an estimate deletes and copies nothing
         shutil.rmtree(sweep_dir)
-    restored = [] if fresh else restore(kept, sweep_dir, None if not t.sweep else names, dry=estimate_only,
-                                        single=not t.sweep)  # the kept runs that are jobs of this grid
+    restored = [] if fresh else restore(kept, sweep_dir, names, dry=estimate_only, single=not t.sweep)  # grid jobs
     restored = names if restored and not t.sweep else restored  # a single run's job name: its override dirname
     for other in () if fresh else t.reuse:  # the same experiment: a run of the same folder name is the same run
         restored += restore(results / runs_folder(other, scale), sweep_dir, names, dry=estimate_only)

@@ -27,7 +27,7 @@ def _num(x: str) -> str:
 
 def _verdict(r: dict) -> str:
     ci = (f" [{_num(r['ci_low'])}, {_num(r['ci_high'])}]" if r["ci_low"] else
-          f" ({r['detail']})" if r["detail"].startswith("not testable") else " (no interval)")
+          f" ({r['detail']})" if r["detail"].startswith("not testable") else " (no interval)")  # report.spec.UNTESTED
     return f"**{r['verdict']}**{ci}"
 
 

@@ -1,8 +1,8 @@
 """The one header of every report: command(s), scale, seeds, runs, wall time, CPU-hours, machine(s), code.
 
 Everything but the command line, its wall time and the budget's measure (passed in by the runner as `meta`)
-is read from the run folders: `time/wall_s` and `time/cpu_s` from metrics.json, machine, versions, threads and commit from
-run_info.json. Nothing here describes the machine that builds the report.
+is read from the run folders: `time/wall_s` and `time/cpu_s` from metrics.json, machine, versions, threads and
+commit from run_info.json. Nothing here describes the machine that builds the report.
 """
 
 from __future__ import annotations
@@ -100,8 +100,9 @@ def header(title: str, runs: list[Run], meta: dict | None = None) -> str:
     if meta.get("budget"):
         secs, n, jobs = meta["budget"]
         lines.append(f"- with the cores to themselves: {duration(secs)} for the {n} finished run{'s' if n > 1 else ''} "
-                     f"trained for this table, on {jobs} jobs x 1 thread (each at its CPU time per thread, in grid order: the measure "
-                     "of the cpu budget; the wall time above also counts other work that shared the machine)")
+                     f"trained for this table, on {jobs} jobs x 1 thread (each at its CPU time per thread, in grid "
+                     "order: the measure of the cpu budget; the wall time above also counts other work that shared "
+                     "the machine)")
     infos = [r.run_info for r in runs if r.run_info]
     machines = Counter(machine(i) for i in infos)
     if machines:
