@@ -125,6 +125,24 @@ def check_scale_file(config_dir, experiment: str | None, scale: str | None) -> N
                           f"a new scale needs configs/experiment_scale/{experiment}/{scale}.yaml)")
 
 
+def check_group_choices(overrides: list[str], config_dir) -> None:
+    """A command-line choice of a config group (`experiment=ht_char_pt`, `variant=sdu_tan,sdu_tanh`) that has no
+    file: ConfigError naming it and the valid choices, before Hydra composes (its own message spans a line per
+    choice and exits 1). Sweep functions (`range(...)`), interpolations and Hydra's own groups are left to Hydra."""
+    import re
+    from pathlib import Path
+
+    for arg in overrides:
+        m = re.fullmatch(r"[+]{0,2}([a-z_]+)=([\w.,/-]*)", arg)
+        if m is None or m[1] == "hydra" or not (Path(config_dir) / m[1]).is_dir():
+            continue
+        folder = Path(config_dir) / m[1]
+        for choice in m[2].split(","):
+            if choice and choice != "null" and not (folder / f"{choice}.yaml").exists():
+                valid = sorted(p.stem for p in folder.glob("*.yaml"))
+                raise ConfigError(f"{m[1]}={choice} is not a config of configs/{m[1]}/ (valid: {', '.join(valid)})")
+
+
 def settle_variant(cfg: DictConfig, config_dir, given: bool) -> None:
     """A Highway Transformer row (`variant`: configs/variant/<name>.yaml) sets the gate options; options set by
     hand after it (model.gate_kind=...) would leave the run filed, and labelled, under that row (a report groups

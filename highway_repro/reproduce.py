@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from highway_repro.config import check_group_choices
 from highway_repro.engine.loggers import write_json_atomic
 from highway_repro.errors import ConfigError, HighwayError
 from highway_repro.report.header import duration
@@ -787,6 +788,11 @@ def main(argv=None) -> int:
     for a in args.extra:
         if "=" not in a and not a.startswith("~"):
             ap.error(f"table={a!r} is not a table (valid: {', '.join(sorted(TARGETS))}) nor an override key=value")
+    try:
+        check_group_choices(args.extra, CONFIG_DIR)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if bool(tables) == args.all:
         ap.error("name one or more tables (see --list) or give --all, not both")
     names = (REPORTS if args.report_only else PAPER_TABLES) if args.all else tables

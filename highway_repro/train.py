@@ -21,6 +21,7 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
+from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -28,7 +29,8 @@ from omegaconf import DictConfig, OmegaConf
 # No torch (nor numpy, the engine, the data or the models) at import time: main() validates the config
 # first, so a bad value fails in about a second, not after the ~3-5 s torch import
 # (tests/test_reliability.py::test_bad_config_fails_fast_before_torch). Import them inside functions.
-from highway_repro.config import ConfigError, check_scale_file, settle_variant, validate, validate_against_data
+from highway_repro.config import (ConfigError, check_group_choices, check_scale_file, settle_variant, validate,
+                                  validate_against_data)
 from highway_repro.engine.loggers import build_logger, now, write_json_atomic, write_run_info
 from highway_repro.errors import HighwayError
 
@@ -253,19 +255,41 @@ def _summary(final: dict) -> str:
     return line + (f" ({final['error']})" if final.get("error") else "")
 
 
+# The user errors of this process's multirun jobs (the basic launcher runs them all here): `SweepEnd` ends the
+# multirun with exit code 2 when there is one.
+_FAILED_JOBS: list[str] = []
+
+
 def _user_failure(e: Exception, done: Path, multirun: bool, is_main: bool = True):
-    """One of USER_ERRORS: one line on stderr and exit code 2 (HYDRA_FULL_ERROR=1 adds the traceback); in a multirun
-    metrics.json (`done`; None: the folder holds another run's, left as it is) records the error (the report marks
-    this cell with it) and Hydra goes on with the other jobs."""
+    """One of USER_ERRORS: one line on stderr and exit code 2 (HYDRA_FULL_ERROR=1 adds the traceback). In a
+    multirun the line names the job, metrics.json (`done`; None: the folder holds another run's, left as it is)
+    records the error (the report marks this cell with it), Hydra goes on with the other jobs, and the multirun
+    exits 2 once they have run (`SweepEnd`)."""
     msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-    if multirun:
-        if is_main and done is not None:
-            write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {msg}"})
-        raise e
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         traceback.print_exception(e)
-    print(f"error: {msg}", file=sys.stderr)
-    sys.exit(2)
+    if not multirun:
+        print(f"error: {msg}", file=sys.stderr)
+        sys.exit(2)
+    if is_main:
+        if done is not None:
+            write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {msg}"})
+        job = " ".join(HydraConfig.get().overrides.task) if HydraConfig.initialized() else ""
+        print(f"error: [{job}] {msg}" if job else f"error: {msg}", file=sys.stderr, flush=True)
+        _FAILED_JOBS.append(job)
+    return None
+
+
+class SweepEnd(Callback):
+    """Hydra callback (configs/train.yaml, hydra.callbacks): a multirun in which a job failed on the user's input
+    exits 2 after all its jobs have run, with one line; the jobs' own lines came before it."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        if _FAILED_JOBS:
+            n = len(_FAILED_JOBS)
+            print(f"error: {n} job{'s' if n > 1 else ''} of this multirun failed on the config or data (above); "
+                  "their metrics.json record the error", file=sys.stderr)
+            sys.exit(2)
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
@@ -322,7 +346,7 @@ def _main(cfg: DictConfig, out_dir: Path, multirun: bool, dist=None):
     try:
         final = run(cfg, out_dir, dist=dist)
     except USER_ERRORS as e:
-        _user_failure(e, done, multirun, is_main)
+        return _user_failure(e, done, multirun, is_main)
     except Exception as e:  # a bug: its traceback is shown; the report still marks the cell as failed
         if is_main:
             write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {e}"})
@@ -334,9 +358,20 @@ def _main(cfg: DictConfig, out_dir: Path, multirun: bool, dist=None):
     return final.get("val/loss")
 
 
+def cli():
+    """The command (`python -m highway_repro.train`, `highway-train`): a misspelt config-group choice on the command
+    line is one line and exit 2 before Hydra composes; then Hydra's `main`."""
+    try:
+        check_group_choices([a for a in sys.argv[1:] if not a.startswith("-")], CONFIG_DIR)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    main()
+
+
 if __name__ == "__main__":
     # run the function of the imported module, not of __main__: process launchers (joblib/loky,
     # submitit) then pickle it by reference instead of by value with all its globals
-    from highway_repro.train import main as _imported_main
+    from highway_repro.train import cli as _imported_cli
 
-    _imported_main()
+    _imported_cli()

@@ -402,6 +402,10 @@ def test_the_runner_takes_several_tables_and_names_a_wrong_one(tmp_path):
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == (
         "error: model.gate_kind='foo' is not known (valid: none, sdu_sigmoid, sdu_tanh, highway, gated_attn)")
     assert "[ht_char_ptb] scale=cpu" not in r.stdout, r.stdout
+    # a misspelt config choice: one line (Hydra's own message is a line per valid choice, and a traceback here)
+    r = subprocess.run(base + ["ht_char_ptb", "optim=sgdd"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.strip() == \
+        "error: optim=sgdd is not a config of configs/optim/ (valid: adam, plain_sgd, sgd)", r.stderr
     # gate options for a whole table whose rows are variants would override every row
     r = subprocess.run(base + ["ht_char_ptb", "model.gate_kind=sdu_tanh"], cwd=REPO, capture_output=True, text=True,
                        timeout=120)

@@ -41,7 +41,7 @@ from highway_repro.data import sources, vision
 from highway_repro.engine import checkpoint as ck
 from highway_repro.engine.trainer import Trainer
 from highway_repro.errors import HighwayError
-from highway_repro.train import USER_ERRORS, _main, _summary, run
+from highway_repro.train import USER_ERRORS, SweepEnd, _main, _summary, run
 
 VOLATILE = ("perf/", "time/")
 
@@ -415,21 +415,28 @@ def test_the_project_errors_are_the_one_line_errors():
 @pytest.mark.parametrize("multirun", [False, True])
 @pytest.mark.parametrize("error", [HighwayError("data.x=1 is bad (valid: 2)"), ValueError("a bug"), KeyError("bug")])
 def test_user_errors_are_one_line_and_bugs_keep_their_traceback(error, multirun, tmp_path, capsys, monkeypatch):
-    """A project error: one line on stderr and exit 2 (in a multirun: metrics.json says failed with the error, and
-    it is raised on for Hydra, which goes on with the other jobs). Anything else propagates with its traceback;
-    metrics.json says failed (the report marks the cell)."""
+    """A project error: one line on stderr and exit 2 (in a multirun: the line, metrics.json says failed with the
+    error, and the job returns, so Hydra goes on with the other jobs; `SweepEnd` exits 2 at the end). Anything else
+    propagates with its traceback; metrics.json says failed (the report marks the cell)."""
     def failing(cfg, out_dir, dist=None):
         raise error
 
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     monkeypatch.setattr("highway_repro.train.run", failing)
     cfg = compose(["experiment=demo", "scale=smoke"])
+    monkeypatch.setattr("highway_repro.train._FAILED_JOBS", [])
     user = isinstance(error, USER_ERRORS)
     if user and not multirun:
         with pytest.raises(SystemExit) as e:
             _main(cfg, tmp_path, multirun=multirun)
         assert e.value.code == 2
         assert capsys.readouterr().err == "error: data.x=1 is bad (valid: 2)\n"
+    elif user:
+        assert _main(cfg, tmp_path, multirun=multirun) is None
+        assert capsys.readouterr().err == "error: data.x=1 is bad (valid: 2)\n"
+        with pytest.raises(SystemExit) as e:  # the multirun's end
+            SweepEnd().on_multirun_end(config=cfg)
+        assert e.value.code == 2 and "1 job of this multirun failed" in capsys.readouterr().err
     else:
         with pytest.raises(type(error)) as e:
             _main(cfg, tmp_path, multirun=multirun)
@@ -498,6 +505,21 @@ def test_bad_config_exits_2_in_one_line_before_torch_is_imported(tmp_path):
     assert r.returncode == 2, r.stderr[-3000:]
     assert len(lines) == 1 and lines[0].startswith(f"error: {field} ") and valid in lines[0], lines
     assert "torch" not in imports and "numpy" not in imports
+
+
+@pytest.mark.parametrize("args, line", [
+    (["experiment=ht_char_pt"], "error: experiment=ht_char_pt is not a config of configs/experiment/ (valid: demo, "),
+    (["-m", "experiment=demo", "variant=sdu_tanh,sdu_tan"], "error: variant=sdu_tan is not a config of configs/variant/"),
+    (["experiment=demo", "scale=smok"], "error: scale=smok is not a config of configs/scale/ (valid: cpu, paper, smoke)"),
+])
+def test_a_misspelt_config_choice_is_one_line_before_hydra(args, line, tmp_path):
+    """Hydra's own message for a choice with no file is a line per valid choice and exit 1; the command checks the
+    command line's group choices first (config.check_group_choices): one line naming them, exit 2."""
+    r = subprocess.run(_cli(args + [f"hydra.run.dir={tmp_path}", f"hydra.sweep.dir={tmp_path}"]), cwd=REPO,
+                       env=_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.splitlines() == [r.stderr.strip()], r.stderr[-3000:]
+    assert r.stderr.startswith(line), r.stderr
+    assert not list(tmp_path.iterdir())  # nothing was composed, nothing written
 
 
 @pytest.mark.slow  # a wall-clock bound
@@ -745,7 +767,9 @@ def test_sweep_with_a_failing_job_finishes_the_others_and_reports_the_error(tmp_
     r = subprocess.run(_cli(["-m", "experiment=demo", "scale=smoke", "model.depth=0,2", "trainer.max_steps=2",
                              "threads=1", f"hydra.sweep.dir={sweep}"]), cwd=REPO, env=_env(), capture_output=True,
                        text=True, timeout=300)
-    assert r.returncode != 0  # Hydra reports the failed job once all jobs have run
+    assert r.returncode == 2 and "Traceback" not in r.stderr  # once all jobs have run (train.py SweepEnd)
+    lines = [x for x in r.stderr.splitlines() if x.startswith("error: [")]  # one line for the failed job
+    assert len(lines) == 1 and "model.depth=0" in lines[0] and lines[0].endswith(f"] {DEPTH_0}"), r.stderr[-3000:]
     jobs = {json.loads((p / "metrics.json").read_text())["status"]: p for p in sweep.iterdir() if p.is_dir()}
     assert set(jobs) == {"done", "failed"}, r.stderr[-3000:]
     assert "model.depth=2" in jobs["done"].name and "model.depth=0" in jobs["failed"].name
