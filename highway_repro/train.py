@@ -15,6 +15,7 @@ import math
 import os
 import random
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -255,11 +256,6 @@ def _summary(final: dict) -> str:
     return line + (f" ({final['error']})" if final.get("error") else "")
 
 
-# The user errors of this process's multirun jobs (the basic launcher runs them all here): `SweepEnd` ends the
-# multirun with exit code 2 when there is one.
-_FAILED_JOBS: list[str] = []
-
-
 def _user_failure(e: Exception, done: Path, multirun: bool, is_main: bool = True):
     """One of USER_ERRORS: one line on stderr and exit code 2 (HYDRA_FULL_ERROR=1 adds the traceback). In a
     multirun the line names the job, metrics.json (`done`; None: the folder holds another run's, left as it is)
@@ -276,19 +272,30 @@ def _user_failure(e: Exception, done: Path, multirun: bool, is_main: bool = True
             write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {msg}"})
         job = " ".join(HydraConfig.get().overrides.task) if HydraConfig.initialized() else ""
         print(f"error: [{job}] {msg}" if job else f"error: {msg}", file=sys.stderr, flush=True)
-        _FAILED_JOBS.append(job)
     return None
 
 
 class SweepEnd(Callback):
     """Hydra callback (configs/train.yaml, hydra.callbacks): a multirun in which a job failed on the user's input
-    exits 2 after all its jobs have run, with one line; the jobs' own lines came before it."""
+    exits 2 after all its jobs have run, with one line (the jobs' own lines came before it). It reads the jobs'
+    metrics.json written since the multirun started, so it works with any launcher whose jobs write to this
+    machine's sweep folder (a bug in a job raises out of Hydra's sweeper before this)."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        self.start = time.time()
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        if _FAILED_JOBS:
-            n = len(_FAILED_JOBS)
-            print(f"error: {n} job{'s' if n > 1 else ''} of this multirun failed on the config or data (above); "
-                  "their metrics.json record the error", file=sys.stderr)
+        import json
+
+        failed = []
+        for p in sorted(Path(config.hydra.sweep.dir).rglob("metrics.json")):
+            if p.stat().st_mtime >= getattr(self, "start", 0.0) and \
+                    json.loads(p.read_text()).get("status") == "failed":
+                failed.append(p.parent)
+        if failed:
+            n = len(failed)
+            print(f"error: {n} job{'s' if n > 1 else ''} of this multirun failed ({', '.join(f.name for f in failed)})"
+                  "; their metrics.json record the error", file=sys.stderr)
             sys.exit(2)
 
 

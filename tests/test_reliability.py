@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from omegaconf import OmegaConf
 import pytest
 import torch
 import yaml
@@ -424,7 +425,6 @@ def test_user_errors_are_one_line_and_bugs_keep_their_traceback(error, multirun,
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     monkeypatch.setattr("highway_repro.train.run", failing)
     cfg = compose(["experiment=demo", "scale=smoke"])
-    monkeypatch.setattr("highway_repro.train._FAILED_JOBS", [])
     user = isinstance(error, USER_ERRORS)
     if user and not multirun:
         with pytest.raises(SystemExit) as e:
@@ -432,11 +432,18 @@ def test_user_errors_are_one_line_and_bugs_keep_their_traceback(error, multirun,
         assert e.value.code == 2
         assert capsys.readouterr().err == "error: data.x=1 is bad (valid: 2)\n"
     elif user:
+        sweep = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
+        end = SweepEnd()  # the multirun's end reads the jobs' records written since its start
+        end.on_multirun_start(config=sweep)
         assert _main(cfg, tmp_path, multirun=multirun) is None
         assert capsys.readouterr().err == "error: data.x=1 is bad (valid: 2)\n"
-        with pytest.raises(SystemExit) as e:  # the multirun's end
-            SweepEnd().on_multirun_end(config=cfg)
-        assert e.value.code == 2 and "1 job of this multirun failed" in capsys.readouterr().err
+        with pytest.raises(SystemExit) as e:
+            end.on_multirun_end(config=sweep)
+        assert e.value.code == 2 and f"1 job of this multirun failed ({tmp_path.name})" in capsys.readouterr().err
+        time.sleep(0.01)
+        later = SweepEnd()  # a later multirun into the same folder: that record is not its own
+        later.on_multirun_start(config=sweep)
+        later.on_multirun_end(config=sweep)
     else:
         with pytest.raises(type(error)) as e:
             _main(cfg, tmp_path, multirun=multirun)
