@@ -269,29 +269,34 @@ def _user_failure(e: Exception, done: Path, multirun: bool, is_main: bool = True
         sys.exit(2)
     if is_main:
         if done is not None:
-            write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {msg}"})
+            record = {"status": "failed", "error": f"{type(e).__name__}: {msg}"}
+            if os.environ.get(MULTIRUN_ENV):  # which multirun made it (SweepEnd)
+                record["multirun"] = os.environ[MULTIRUN_ENV]
+            write_json_atomic(done, record)
         job = " ".join(HydraConfig.get().overrides.task) if HydraConfig.initialized() else ""
         print(f"error: [{job}] {msg}" if job else f"error: {msg}", file=sys.stderr, flush=True)
     return None
 
 
+MULTIRUN_ENV = "HIGHWAY_MULTIRUN"  # set by SweepEnd for the jobs of one multirun (its launchers' workers inherit it)
+
+
 class SweepEnd(Callback):
     """Hydra callback (configs/train.yaml, hydra.callbacks): a multirun in which a job failed on the user's input
-    exits 2 after all its jobs have run, with one line (the jobs' own lines came before it). It reads the jobs'
-    metrics.json written since the multirun started, so it works with any launcher whose jobs write to this
-    machine's sweep folder (a bug in a job raises out of Hydra's sweeper before this)."""
+    exits 2 after all its jobs have run, with one line (the jobs' own lines came before it). The jobs' metrics.json
+    name the multirun that wrote them (an id in the environment, which the workers of any launcher inherit), so the
+    jobs of another multirun into the same folder at the same time (the table runner runs 2) are not counted. A bug
+    in a job raises out of Hydra's sweeper before this."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        self.start = time.time()
+        os.environ[MULTIRUN_ENV] = f"{os.getpid()}-{time.time_ns()}"
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         import json
 
-        failed = []
-        for p in sorted(Path(config.hydra.sweep.dir).rglob("metrics.json")):
-            if p.stat().st_mtime >= getattr(self, "start", 0.0) and \
-                    json.loads(p.read_text()).get("status") == "failed":
-                failed.append(p.parent)
+        me = os.environ.pop(MULTIRUN_ENV, None)
+        failed = [p.parent for p in sorted(Path(config.hydra.sweep.dir).rglob("metrics.json"))
+                  if me and json.loads(p.read_text()).get("multirun") == me]
         if failed:
             n = len(failed)
             print(f"error: {n} job{'s' if n > 1 else ''} of this multirun failed ({', '.join(f.name for f in failed)})"

@@ -42,7 +42,7 @@ from highway_repro.data import sources, vision
 from highway_repro.engine import checkpoint as ck
 from highway_repro.engine.trainer import Trainer
 from highway_repro.errors import HighwayError
-from highway_repro.train import USER_ERRORS, SweepEnd, _main, _summary, run
+from highway_repro.train import MULTIRUN_ENV, USER_ERRORS, SweepEnd, _main, _summary, run
 
 VOLATILE = ("perf/", "time/")
 
@@ -423,6 +423,7 @@ def test_user_errors_are_one_line_and_bugs_keep_their_traceback(error, multirun,
         raise error
 
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.delenv(MULTIRUN_ENV, raising=False)  # no multirun around this test
     monkeypatch.setattr("highway_repro.train.run", failing)
     cfg = compose(["experiment=demo", "scale=smoke"])
     user = isinstance(error, USER_ERRORS)
@@ -433,17 +434,19 @@ def test_user_errors_are_one_line_and_bugs_keep_their_traceback(error, multirun,
         assert capsys.readouterr().err == "error: data.x=1 is bad (valid: 2)\n"
     elif user:
         sweep = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
-        end = SweepEnd()  # the multirun's end reads the jobs' records written since its start
+        other = SweepEnd()  # another multirun into the same folder, at the same time: the record is not its own
+        other.on_multirun_start(config=sweep)
+        other_id = os.environ[MULTIRUN_ENV]
+        end = SweepEnd()  # this job's multirun (its id is in the environment the job inherits)
         end.on_multirun_start(config=sweep)
         assert _main(cfg, tmp_path, multirun=multirun) is None
         assert capsys.readouterr().err == "error: data.x=1 is bad (valid: 2)\n"
         with pytest.raises(SystemExit) as e:
             end.on_multirun_end(config=sweep)
         assert e.value.code == 2 and f"1 job of this multirun failed ({tmp_path.name})" in capsys.readouterr().err
-        time.sleep(0.01)
-        later = SweepEnd()  # a later multirun into the same folder: that record is not its own
-        later.on_multirun_start(config=sweep)
-        later.on_multirun_end(config=sweep)
+        monkeypatch.setenv(MULTIRUN_ENV, other_id)
+        other.on_multirun_end(config=sweep)  # no exit
+        assert _final(tmp_path).pop("multirun") != other_id
     else:
         with pytest.raises(type(error)) as e:
             _main(cfg, tmp_path, multirun=multirun)
@@ -452,7 +455,8 @@ def test_user_errors_are_one_line_and_bugs_keep_their_traceback(error, multirun,
     if user and not multirun:  # nothing to record: the user reads the line
         assert not (tmp_path / "metrics.json").exists()
     else:
-        assert _final(tmp_path) == {"status": "failed", "error": f"{type(error).__name__}: {str(error).splitlines()[0]}"}
+        final = {k: v for k, v in _final(tmp_path).items() if k != "multirun"}
+        assert final == {"status": "failed", "error": f"{type(error).__name__}: {str(error).splitlines()[0]}"}
 
 
 @needs_mirror
