@@ -69,14 +69,23 @@ def compose_table(t: Target, scale: str, plain: list[str]):
         return compose("train", overrides=overrides + plain, return_hydra_config=True)
 
 
-def grids(cfg, extra: list[str], extra_grids: bool = True) -> list[list[str]]:
-    """The sweep's grids as override lists: the scale's `hydra.sweeper.params`, then each of `extra_grids`
-    on top of it (unless `extra_grids` is False); command-line overrides (`extra`) replace a grid's value of the
-    same key."""
+def grids(cfg, extra: list[str], seeds: str | None = None) -> list[list[str]]:
+    """The sweep's grids as override lists: the scale's `hydra.sweeper.params` (its seeds replaced by `seeds` where
+    given: a study's), then each of `extra_grids` on top of it, its rows (`variant`) cut to the grid's own: a study
+    whose rows are some of its table's takes the table's extra seeds of those rows, no other row. Command-line
+    overrides (`extra`) replace a grid's value of the same key."""
     base = {str(k): str(v) for k, v in (cfg.hydra.sweeper.params or {}).items()}
+    if seeds is not None:
+        base["seed"] = seeds
+    rows = base.get("variant", "").split(",")
     out = []
-    for g in [{}] + [dict(x) for x in ((cfg.get("extra_grids") or []) if extra_grids else [])]:
-        out.append([f"{k}={v}" for k, v in {**base, **{str(k): str(v) for k, v in g.items()}}.items()] + extra)
+    for g in [{}] + [dict(x) for x in (cfg.get("extra_grids") or [])]:
+        g = {str(k): str(v) for k, v in g.items()}
+        if "variant" in g and "variant" in base:
+            g["variant"] = ",".join(v for v in g["variant"].split(",") if v in rows)
+            if not g["variant"]:
+                continue
+        out.append([f"{k}={v}" for k, v in {**base, **g}.items()] + extra)
     return out
 
 
@@ -96,11 +105,10 @@ def dirname(job: list[str], exclude: list[str]) -> str:
 
 def plan(t: Target, scale: str, extra: list[str]) -> tuple[object, list[list[str]], list[str]]:
     """(composed config, grids, job folder names in order, without duplicates)."""
-    extra = ([f"seed={t.seeds[scale]}"] if scale in t.seeds else []) + list(extra)  # a seed= given by hand wins
     plain, _ = _split(extra)
     cfg = compose_table(t, scale, plain)
     exclude = list(cfg.hydra.job.config.override_dirname.exclude_keys)
-    gs = grids(cfg, extra, t.extra_grids) if t.sweep else [extra]
+    gs = grids(cfg, list(extra), t.seeds.get(scale)) if t.sweep else [list(extra)]  # a seed= given by hand wins
     names = list(dict.fromkeys(dirname(j, exclude) for g in gs for j in (jobs_of(g) if t.sweep else [g])))
     return cfg, gs, names
 
@@ -351,7 +359,8 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     restored = [] if fresh else restore(kept, sweep_dir, names, dry=estimate_only, single=not t.sweep)  # grid jobs
     restored = names if restored and not t.sweep else restored  # a single run's job name: its override dirname
     for other in () if fresh else t.reuse:  # the same experiment: a run of the same folder name is the same run
-        restored += restore(results / runs_folder(other, scale), sweep_dir, names, dry=estimate_only)
+        restored += [n for n in restore(results / runs_folder(other, scale), sweep_dir, names, dry=estimate_only)
+                     if n not in restored]  # (an estimate copies nothing: its own kept copy is not seen there)
     queued = [n for n in names if n in pending and n not in restored]
     done = [n for n in names if n in restored or n in queued
             or not (fresh and estimate_only) and _status(sweep_dir / n if t.sweep else sweep_dir) in FINISHED]

@@ -210,7 +210,8 @@ def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
 # of these is the same run. The run-folder name's exclude_keys (configs/train.yaml), plus the device, the scale
 # file's cost estimate and the checkpoint / log cadence (resume is bit-exact at any checkpoint step; the log cadence
 # changes only what the logged running mean of the training loss averages over, not the weights).
-NOT_RECIPE = ("resume", "threads", "logger", "est_step_s", "trainer.progress", "trainer.device", "trainer.log_every",
+NOT_RECIPE = ("resume", "threads", "logger", "est_step_s", "extra_grids", "trainer.progress", "trainer.device",
+              "trainer.log_every",
               "trainer.checkpoint_every")
 
 

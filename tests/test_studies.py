@@ -23,13 +23,20 @@ def _fake_run(folder: Path, status: str = "done"):
 
 
 def test_placement_scan_grid_is_one_gated_layer_per_row_two_seeds():
+    """Two seeds a row, and the third seed ht_enwik8_l6's scale file adds to its main rows, for those of them that
+    are rows of the scan (baseline, all layers; not SDU sigmoid): the same runs, reused, so the scan and the table
+    give the same numbers for them."""
     from highway_repro.reproduce import plan
     from highway_repro.targets import TARGETS
 
     _, grids, names = plan(TARGETS["ht_placement_scan"], "cpu", [])
-    assert len(grids) == 1  # the scale's extra_grids (a third seed for the tables' main rows) are left out
     rows = ["baseline", "sdu_tanh"] + [f"tanh_l{k}" for k in range(1, 7)]
-    assert names == [f"seed={s},variant={v}" for v in rows for s in (0, 1)]
+    assert names == [f"seed={s},variant={v}" for v in rows for s in (0, 1)] + [
+        "seed=2,variant=baseline", "seed=2,variant=sdu_tanh"]
+    assert set(names) <= set(plan(TARGETS["ht_enwik8_l6"], "cpu", [])[2]) | {
+        f"seed={s},variant=tanh_l{k}" for s in (0, 1) for k in range(1, 7)}
+    _, _, by_hand = plan(TARGETS["ht_placement_scan"], "cpu", ["seed=5"])  # a seed given by hand: every row, once
+    assert by_hand == [f"seed=5,variant={v}" for v in rows]
 
 
 def test_gate_zoo_parts_cover_every_gate_kind_on_three_models():
@@ -43,7 +50,12 @@ def test_gate_zoo_parts_cover_every_gate_kind_on_three_models():
         assert TARGETS[part].reuse == (TARGETS[part].experiment,)  # the runs of its own table are reused
         _, _, names = plan(TARGETS[part], "cpu", [])
         variants = {n.split("variant=")[1] for n in names}
-        assert {"baseline", "baseline_matched"} <= variants and len(names) == 2 * len(variants)
+        assert {"baseline", "baseline_matched"} <= variants
+        table = set(plan(TARGETS[TARGETS[part].experiment], "cpu", [])[2])  # the table it extends
+        for v in variants:  # two seeds a row; three where the table has three (the same runs)
+            seeds = [n for n in names if n.endswith(f"variant={v}")]
+            assert seeds[:2] == [f"seed=0,variant={v}", f"seed=1,variant={v}"], seeds
+            assert len(seeds) == 3 if f"seed=2,variant={v}" in table else len(seeds) == 2, (part, seeds)
         gated = {"sdu_sigmoid": "sdu_sigmoid", "sdu_tanh": "sdu_tanh", "highway": "highway", "gated_attn": "gated_attn"}
         assert {k for k in GATE_KINDS if is_gated(k)} == {gated[v] for v in variants if v in gated}
 
@@ -68,7 +80,7 @@ def test_a_study_is_reported_from_the_runs_of_the_table_it_reuses_before_it_trai
 
     table = tmp_path / "results" / "highway_transformer" / "runs" / "ht_enwik8_l6-cpu"
     for n in ("seed=0,variant=baseline", "seed=1,variant=sdu_tanh", "seed=0,variant=gated_attn",
-              "seed=2,variant=baseline"):  # the last two: not cells of the scan (its seeds are 0 and 1)
+              "seed=3,variant=baseline"):  # the last two: not cells of the scan (no such row; no such seed)
         _fake_run(table / n)
     own = tmp_path / "results" / "highway_transformer" / "runs" / "ht_placement_scan-cpu" / "seed=0,variant=baseline"
     _fake_run(own)
