@@ -208,8 +208,9 @@ def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
 
 # Keys that do not change what a run computes (speed, logging, bookkeeping): a run folder written with other values
 # of these is the same run. The run-folder name's exclude_keys (configs/train.yaml), plus the device, the scale
-# file's cost estimate and extra grids (which runs a table has, not how one trains) and the checkpoint / log cadence (resume is bit-exact at any checkpoint step; the log cadence
-# changes only what the logged running mean of the training loss averages over, not the weights).
+# file's cost estimate and extra grids (which runs a table has, not how one trains) and the checkpoint / log cadence
+# (resume is bit-exact at any checkpoint step; the log cadence changes only what the logged running mean of the
+# training loss averages over, not the weights).
 NOT_RECIPE = ("resume", "threads", "logger", "est_step_s", "extra_grids", "trainer.progress", "trainer.device",
               "trainer.log_every", "trainer.checkpoint_every")
 
