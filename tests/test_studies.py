@@ -22,7 +22,7 @@ def _fake_run(folder: Path, status: str = "done"):
     (folder / "config_resolved.yaml").write_text("seed: 0\n")
 
 
-def test_placement_scan_grid_is_one_gated_layer_per_row_two_seeds():
+def test_placement_scan_grid_is_one_gated_layer_per_row_two_seeds_and_the_tables_third():
     """Two seeds a row, and the third seed ht_enwik8_l6's scale file adds to its main rows, for those of them that
     are rows of the scan (baseline, all layers; not SDU sigmoid): the same runs, reused, so the scan and the table
     give the same numbers for them."""
