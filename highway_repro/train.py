@@ -269,25 +269,29 @@ def _user_failure(e: Exception, done: Path, multirun: bool, is_main: bool = True
         print(f"error: {msg}", file=sys.stderr)
         sys.exit(2)
     if is_main:
+        job = " ".join(HydraConfig.get().overrides.task) if HydraConfig.initialized() else ""
         if done is not None:
             record = {"status": "failed", "error": f"{type(e).__name__}: {msg}"}
             if os.environ.get(MULTIRUN_ENV):  # which multirun made it (SweepEnd)
                 record["multirun"] = os.environ[MULTIRUN_ENV]
             write_json_atomic(done, record)
-        job = " ".join(HydraConfig.get().overrides.task) if HydraConfig.initialized() else ""
+        else:  # nothing written (another run's folder): SweepEnd counts it from here (the basic launcher's jobs)
+            _UNRECORDED.append(job or "?")
         print(f"error: [{job}] {msg}" if job else f"error: {msg}", file=sys.stderr, flush=True)
     return None
 
 
 MULTIRUN_ENV = "HIGHWAY_MULTIRUN"  # set by SweepEnd for the jobs of one multirun (its launchers' workers inherit it)
+_UNRECORDED: list[str] = []  # user errors of this process's jobs that wrote no metrics.json (SweepEnd)
 
 
 class SweepEnd(Callback):
     """Hydra callback (configs/train.yaml, hydra.callbacks): a multirun in which a job failed on the user's input
     exits 2 after all its jobs have run, with one line (the jobs' own lines came before it). The jobs' metrics.json
     name the multirun that wrote them (an id in the environment, which the workers of any launcher inherit), so the
-    jobs of another multirun into the same folder at the same time (the table runner runs 2) are not counted. A bug
-    in a job raises out of Hydra's sweeper before this."""
+    jobs of another multirun into the same folder at the same time (the table runner runs 2) are not counted; a job
+    that could write none (its folder holds another recipe's run) is counted in this process. A bug in a job raises
+    out of Hydra's sweeper before this."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         os.environ[MULTIRUN_ENV] = f"{os.getpid()}-{time.time_ns()}"
@@ -296,12 +300,13 @@ class SweepEnd(Callback):
         import json
 
         me = os.environ.pop(MULTIRUN_ENV, None)
-        failed = [p.parent for p in sorted(Path(config.hydra.sweep.dir).rglob("metrics.json"))
-                  if me and json.loads(p.read_text()).get("multirun") == me]
+        failed = [p.parent.name for p in sorted(Path(config.hydra.sweep.dir).rglob("metrics.json"))
+                  if me and json.loads(p.read_text()).get("multirun") == me] + _UNRECORDED
+        _UNRECORDED.clear()
         if failed:
             n = len(failed)
-            print(f"error: {n} job{'s' if n > 1 else ''} of this multirun failed ({', '.join(f.name for f in failed)})"
-                  "; their metrics.json record the error", file=sys.stderr)
+            print(f"error: {n} job{'s' if n > 1 else ''} of this multirun failed ({', '.join(failed)}); the lines "
+                  "above say why", file=sys.stderr)
             sys.exit(2)
 
 

@@ -459,6 +459,26 @@ def test_user_errors_are_one_line_and_bugs_keep_their_traceback(error, multirun,
         assert final == {"status": "failed", "error": f"{type(error).__name__}: {str(error).splitlines()[0]}"}
 
 
+def test_a_multirun_job_that_could_record_nothing_still_fails_the_multirun(tmp_path, capsys, monkeypatch):
+    """A job whose folder holds another recipe's run writes no metrics.json (it would overwrite that run's): its
+    error is one line and SweepEnd still exits 2, counted in this process (the basic launcher's jobs)."""
+    from highway_repro.train import _user_failure
+
+    monkeypatch.delenv(MULTIRUN_ENV, raising=False)
+    sweep = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
+    end = SweepEnd()
+    end.on_multirun_start(config=sweep)
+    assert _user_failure(ConfigError("resume=auto: the run folder x holds a run of another recipe"), None, True) is None
+    assert capsys.readouterr().err == "error: resume=auto: the run folder x holds a run of another recipe\n"
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(SystemExit) as e:
+        end.on_multirun_end(config=sweep)
+    assert e.value.code == 2 and "1 job of this multirun failed (?)" in capsys.readouterr().err
+    again = SweepEnd()  # counted once: the next multirun of this process starts clean
+    again.on_multirun_start(config=sweep)
+    again.on_multirun_end(config=sweep)
+
+
 @needs_mirror
 def test_an_option_a_constructor_refuses_is_a_one_line_error(tmp_path, capsys, monkeypatch):
     """Hydra's instantiate wraps what a constructor raises into its own exception; the project's errors come through
