@@ -128,7 +128,8 @@ def check_scale_file(config_dir, experiment: str | None, scale: str | None) -> N
 def check_group_choices(overrides: list[str], config_dir) -> None:
     """A command-line choice of a config group (`experiment=ht_char_pt`, `variant=sdu_tan,sdu_tanh`) that has no
     file: ConfigError naming it and the valid choices, before Hydra composes (its own message spans a line per
-    choice and exits 1). Sweep functions (`range(...)`), interpolations and Hydra's own groups are left to Hydra."""
+    choice and exits 1). Sweep functions (`range(...)`), interpolations and Hydra's own groups are left to Hydra,
+    and so is every choice when the command adds config folders (`--config-dir`, `hydra.searchpath`: `cli`)."""
     import re
     from pathlib import Path
 
@@ -138,6 +139,7 @@ def check_group_choices(overrides: list[str], config_dir) -> None:
             continue
         folder = Path(config_dir) / m[1]
         for choice in m[2].split(","):
+            choice = choice.removesuffix(".yaml")
             if choice and choice != "null" and not (folder / f"{choice}.yaml").exists():
                 valid = sorted(p.stem for p in folder.glob("*.yaml"))
                 raise ConfigError(f"{m[1]}={choice} is not a config of configs/{m[1]}/ (valid: {', '.join(valid)})")

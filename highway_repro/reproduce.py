@@ -71,21 +71,24 @@ def compose_table(t: Target, scale: str, plain: list[str]):
 
 def grids(cfg, extra: list[str], seeds: str | None = None) -> list[list[str]]:
     """The sweep's grids as override lists: the scale's `hydra.sweeper.params` (its seeds replaced by `seeds` where
-    given: a study's), then each of `extra_grids` on top of it, its rows (`variant`) cut to the grid's own: a study
-    whose rows are some of its table's takes the table's extra seeds of those rows, no other row. Command-line
-    overrides (`extra`) replace a grid's value of the same key."""
+    given: a study's), then each of `extra_grids` on top of it, its rows (`variant`) cut to the grid's own (or to
+    the rows given by hand in `extra`): a study whose rows are some of its table's takes the table's extra seeds of
+    those rows, no other row. Command-line overrides (`extra`) replace a grid's value of the same key."""
     base = {str(k): str(v) for k, v in (cfg.hydra.sweeper.params or {}).items()}
     if seeds is not None:
         base["seed"] = seeds
-    rows = base.get("variant", "").split(",")
+    given = [o.split("=", 1)[1] for o in extra if o.split("=", 1)[0].lstrip("+~") == "variant"]
+    rows = (given[-1] if given else base.get("variant", "")).split(",")  # rows chosen by hand: those
     out = []
     for g in [{}] + [dict(x) for x in (cfg.get("extra_grids") or [])]:
         g = {str(k): str(v) for k, v in g.items()}
-        if "variant" in g and "variant" in base:
+        rest = extra
+        if "variant" in g and (given or "variant" in base):
             g["variant"] = ",".join(v for v in g["variant"].split(",") if v in rows)
             if not g["variant"]:
                 continue
-        out.append([f"{k}={v}" for k, v in {**base, **g}.items()] + extra)
+            rest = [o for o in extra if o.split("=", 1)[0].lstrip("+~") != "variant"]  # (cut to them above)
+        out.append([f"{k}={v}" for k, v in {**base, **g}.items()] + rest)
     return out
 
 

@@ -261,7 +261,7 @@ def _user_failure(e: Exception, done: Path, multirun: bool, is_main: bool = True
     """One of USER_ERRORS: one line on stderr and exit code 2 (HYDRA_FULL_ERROR=1 adds the traceback). In a
     multirun the line names the job, metrics.json (`done`; None: the folder holds another run's, left as it is)
     records the error (the report marks this cell with it), Hydra goes on with the other jobs, and the multirun
-    exits 2 once they have run (`SweepEnd`)."""
+    exits 2 once they have run (`SweepEnd`, told through a file in the sweep folder)."""
     msg = str(e).splitlines()[0] if str(e) else type(e).__name__
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         traceback.print_exception(e)
@@ -271,43 +271,51 @@ def _user_failure(e: Exception, done: Path, multirun: bool, is_main: bool = True
     if is_main:
         job = " ".join(HydraConfig.get().overrides.task) if HydraConfig.initialized() else ""
         if done is not None:
-            record = {"status": "failed", "error": f"{type(e).__name__}: {msg}"}
-            if os.environ.get(MULTIRUN_ENV):  # which multirun made it (SweepEnd)
-                record["multirun"] = os.environ[MULTIRUN_ENV]
-            write_json_atomic(done, record)
-        else:  # nothing written (another run's folder): SweepEnd counts it from here (the basic launcher's jobs)
-            _UNRECORDED.append(job or "?")
+            write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {msg}"})
+        if os.environ.get(MULTIRUN_ENV):
+            errors = Path(os.environ[MULTIRUN_ENV])
+            errors.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(errors / f"{os.getpid()}-{time.time_ns()}.json", {"job": job})
         print(f"error: [{job}] {msg}" if job else f"error: {msg}", file=sys.stderr, flush=True)
     return None
 
 
-MULTIRUN_ENV = "HIGHWAY_MULTIRUN"  # set by SweepEnd for the jobs of one multirun (its launchers' workers inherit it)
-_UNRECORDED: list[str] = []  # user errors of this process's jobs that wrote no metrics.json (SweepEnd)
+# The folder where the jobs of one multirun note their user errors for SweepEnd: set by it in the environment, which
+# the jobs of every launcher inherit (the basic launcher's run in this process, joblib's in workers it starts).
+MULTIRUN_ENV = "HIGHWAY_MULTIRUN_ERRORS"
 
 
 class SweepEnd(Callback):
     """Hydra callback (configs/train.yaml, hydra.callbacks): a multirun in which a job failed on the user's input
-    exits 2 after all its jobs have run, with one line (the jobs' own lines came before it). The jobs' metrics.json
-    name the multirun that wrote them (an id in the environment, which the workers of any launcher inherit), so the
-    jobs of another multirun into the same folder at the same time (the table runner runs 2) are not counted; a job
-    that could write none (its folder holds another recipe's run) is counted in this process. A bug in a job raises
-    out of Hydra's sweeper before this."""
+    exits 2 after all its jobs have run, with one line (the jobs' own lines came before it). Each such job writes a
+    file into `<sweep dir>/.user_errors/<this multirun's id>/` (`_user_failure`), also a job whose folder holds
+    another recipe's run and so gets no metrics.json; the jobs of another multirun into the same folder at the same
+    time (the table runner runs 2) write into their own. A bug in a job raises out of Hydra's sweeper before this."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        os.environ[MULTIRUN_ENV] = f"{os.getpid()}-{time.time_ns()}"
+        folder = Path(config.hydra.sweep.dir) / ".user_errors" / f"{os.getpid()}-{time.time_ns()}"
+        os.environ[MULTIRUN_ENV] = str(folder.resolve())
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         import json
+        import shutil
 
-        me = os.environ.pop(MULTIRUN_ENV, None)
-        failed = [p.parent.name for p in sorted(Path(config.hydra.sweep.dir).rglob("metrics.json"))
-                  if me and json.loads(p.read_text()).get("multirun") == me] + _UNRECORDED
-        _UNRECORDED.clear()
-        if failed:
-            n = len(failed)
-            print(f"error: {n} job{'s' if n > 1 else ''} of this multirun failed ({', '.join(failed)}); the lines "
-                  "above say why", file=sys.stderr)
-            sys.exit(2)
+        folder = os.environ.pop(MULTIRUN_ENV, None)
+        if folder is None or not Path(folder).is_dir():
+            return
+        jobs = []
+        for f in sorted(Path(folder).glob("*.json")):
+            try:
+                jobs.append(json.loads(f.read_text())["job"] or "?")
+            except (OSError, ValueError, KeyError, TypeError):
+                jobs.append("?")
+        shutil.rmtree(folder, ignore_errors=True)
+        if not any(Path(folder).parent.iterdir()):
+            Path(folder).parent.rmdir()
+        n = len(jobs)
+        print(f"error: {n} job{'s' if n > 1 else ''} of this multirun failed ({'; '.join(jobs)}); the lines above "
+              "say why", file=sys.stderr)
+        sys.exit(2)
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
@@ -320,8 +328,9 @@ def main(cfg: DictConfig):
         given = any(o.lstrip("+~").startswith("variant=") for o in HydraConfig.get().overrides.task)
         settle_variant(cfg, CONFIG_DIR, given)
         validate(cfg)
-    except ConfigError as e:
-        return _user_failure(e, out_dir / "metrics.json", multirun)
+    except ConfigError as e:  # (before torch and the process group: under torchrun, rank 0 records it)
+        rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))
+        return _user_failure(e, out_dir / "metrics.json", multirun, is_main=rank == "0")
     from highway_repro.engine.distributed import init_from_env, world_size_from_env
 
     dist = None
@@ -379,8 +388,12 @@ def _main(cfg: DictConfig, out_dir: Path, multirun: bool, dist=None):
 def cli():
     """The command (`python -m highway_repro.train`, `highway-train`): a misspelt config-group choice on the command
     line is one line and exit 2 before Hydra composes; then Hydra's `main`."""
+    args = sys.argv[1:]
+    more_configs = any(a.split("=", 1)[0] in ("--config-dir", "-cd", "--config-path", "-cp")
+                       or a.lstrip("+").startswith("hydra.searchpath") for a in args)  # other folders: Hydra checks
     try:
-        check_group_choices([a for a in sys.argv[1:] if not a.startswith("-")], CONFIG_DIR)
+        if not more_configs:
+            check_group_choices([a for a in args if not a.startswith("-")], CONFIG_DIR)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

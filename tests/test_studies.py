@@ -37,6 +37,12 @@ def test_placement_scan_grid_is_one_gated_layer_per_row_two_seeds_and_the_tables
         f"seed={s},variant=tanh_l{k}" for s in (0, 1) for k in range(1, 7)}
     _, _, by_hand = plan(TARGETS["ht_placement_scan"], "cpu", ["seed=5"])  # a seed given by hand: every row, once
     assert by_hand == [f"seed=5,variant={v}" for v in rows]
+    # rows given by hand take the table's third seed where the table has one for them, and no other row does
+    assert plan(TARGETS["ht_placement_scan"], "cpu", ["variant=tanh_l3"])[2] == [
+        "seed=0,variant=tanh_l3", "seed=1,variant=tanh_l3"]
+    assert plan(TARGETS["ht_char_ptb"], "cpu", ["variant=sdu_tanh,highway"])[2] == [
+        "seed=0,variant=sdu_tanh", "seed=1,variant=sdu_tanh", "seed=0,variant=highway", "seed=1,variant=highway",
+        "seed=2,variant=sdu_tanh"]
 
 
 def test_gate_zoo_parts_cover_every_gate_kind_on_three_models():
