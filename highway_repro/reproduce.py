@@ -69,6 +69,11 @@ def compose_table(t: Target, scale: str, plain: list[str]):
         return compose("train", overrides=overrides + plain, return_hydra_config=True)
 
 
+def override_key(o: str) -> str:
+    """The key of a Hydra override: `+model.x=1` -> `model.x`."""
+    return o.split("=", 1)[0].lstrip("+~")
+
+
 def grids(cfg, extra: list[str], seeds: str | None = None) -> list[list[str]]:
     """The sweep's grids as override lists: the scale's `hydra.sweeper.params` (its seeds replaced by `seeds` where
     given: a study's), then each of `extra_grids` on top of it, its rows (`variant`) cut to the grid's own (or to
@@ -77,18 +82,18 @@ def grids(cfg, extra: list[str], seeds: str | None = None) -> list[list[str]]:
     base = {str(k): str(v) for k, v in (cfg.hydra.sweeper.params or {}).items()}
     if seeds is not None:
         base["seed"] = seeds
-    given = [o.split("=", 1)[1] for o in extra if o.split("=", 1)[0].lstrip("+~") == "variant"]
-    rows = (given[-1] if given else base.get("variant", "")).split(",")  # rows chosen by hand: those
+    given = [o for o in extra if override_key(o) == "variant"]
+    if given:  # rows chosen by hand replace the grid's rows
+        base["variant"], extra = given[-1].split("=", 1)[1], [o for o in extra if o not in given]
+    rows = base.get("variant", "").split(",")
     out = []
     for g in [{}] + [dict(x) for x in (cfg.get("extra_grids") or [])]:
         g = {str(k): str(v) for k, v in g.items()}
-        rest = extra
-        if "variant" in g and (given or "variant" in base):
+        if "variant" in g and "variant" in base:
             g["variant"] = ",".join(v for v in g["variant"].split(",") if v in rows)
             if not g["variant"]:
                 continue
-            rest = [o for o in extra if o.split("=", 1)[0].lstrip("+~") != "variant"]  # (cut to them above)
-        out.append([f"{k}={v}" for k, v in {**base, **g}.items()] + rest)
+        out.append([f"{k}={v}" for k, v in {**base, **g}.items()] + extra)
     return out
 
 
@@ -103,7 +108,7 @@ def jobs_of(grid: list[str]) -> list[list[str]]:
 
 def dirname(job: list[str], exclude: list[str]) -> str:
     """The job's folder name: Hydra's `override_dirname` (sorted key=value, excluded keys left out)."""
-    return ",".join(sorted(o for o in job if o.split("=", 1)[0].lstrip("+~") not in exclude))
+    return ",".join(sorted(o for o in job if override_key(o) not in exclude))
 
 
 def plan(t: Target, scale: str, extra: list[str]) -> tuple[object, list[list[str]], list[str]]:
@@ -352,7 +357,7 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     from highway_repro.config import GATE_OPTIONS, validate
 
     validate(cfg)  # a bad override given for the whole table: one line before anything is planned or started
-    gate = [o for o in extra if o.split("=", 1)[0].lstrip("+~") in {f"model.{k}" for k in GATE_OPTIONS}]
+    gate = [o for o in extra if override_key(o) in {f"model.{k}" for k in GATE_OPTIONS}]
     if gate and any(o.startswith("variant=") for g in gs for o in g):  # each row is a variant: its gate options
         raise ConfigError(f"[{name}] {gate[0]}: the table's rows are variants (configs/variant/), each with its own "
                           "gate options, which this would override in every row (other gate options: python -m "
@@ -369,7 +374,7 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
             or not (fresh and estimate_only) and _status(sweep_dir / n if t.sweep else sweep_dir) in FINISHED]
     if not fresh:
         _refuse_other_recipe(name, scale, [n for n in done if n not in queued], sweep_dir, results)
-    own_recipe = all(o.split("=", 1)[0].lstrip("+~") in REPEAT_KEYS for o in extra)  # else kept runs price nothing
+    own_recipe = all(override_key(o) in REPEAT_KEYS for o in extra)  # else kept runs price nothing
     per, how = estimate_s(cfg, kept if own_recipe else None)
     todo = [n for n in names if n not in done]
     threads = int(cfg.get("threads") or 1)
@@ -607,7 +612,7 @@ def other_recipe(part: str, scale: str, folders: list[Path]) -> dict[str, str]:
         if not (saved.exists() and ov.exists()):
             continue
         job = [o for o in OmegaConf.to_container(OmegaConf.load(ov))
-               if o.split("=", 1)[0].lstrip("+~") not in ("experiment", "scale", "sweep") and not o.startswith("hydra")]
+               if override_key(o) not in ("experiment", "scale", "sweep") and not o.startswith("hydra")]
         repeat = [o for o in job if o.split("=", 1)[0] in REPEAT_KEYS]
         cell = tuple(o for o in job if o not in repeat)
         if cell not in cells:

@@ -257,6 +257,11 @@ def _summary(final: dict) -> str:
     return line + (f" ({final['error']})" if final.get("error") else "")
 
 
+# The folder where the jobs of one multirun note their user errors for SweepEnd: set by it in the environment, which
+# the jobs of every launcher inherit (the basic launcher's run in this process, joblib's in workers it starts).
+MULTIRUN_ENV = "HIGHWAY_MULTIRUN_ERRORS"
+
+
 def _user_failure(e: Exception, done: Path, multirun: bool, is_main: bool = True):
     """One of USER_ERRORS: one line on stderr and exit code 2 (HYDRA_FULL_ERROR=1 adds the traceback). In a
     multirun the line names the job, metrics.json (`done`; None: the folder holds another run's, left as it is)
@@ -278,11 +283,6 @@ def _user_failure(e: Exception, done: Path, multirun: bool, is_main: bool = True
             write_json_atomic(errors / f"{os.getpid()}-{time.time_ns()}.json", {"job": job})
         print(f"error: [{job}] {msg}" if job else f"error: {msg}", file=sys.stderr, flush=True)
     return None
-
-
-# The folder where the jobs of one multirun note their user errors for SweepEnd: set by it in the environment, which
-# the jobs of every launcher inherit (the basic launcher's run in this process, joblib's in workers it starts).
-MULTIRUN_ENV = "HIGHWAY_MULTIRUN_ERRORS"
 
 
 class SweepEnd(Callback):
