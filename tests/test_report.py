@@ -454,3 +454,24 @@ def test_fig1_best_curves_keep_the_last_logged_training_loss(tmp_path, monkeypat
     build_table("hn_fig1", runs, tmp_path / "fig1", {})
     best = [p for p in panels if p.title.endswith(": best")]
     assert best and all(xs[-1] == 16000 for p in best for xs, _ in p.series.values())
+
+
+def test_placement_scan_plots_the_trained_layers_against_lines_over_every_k(tmp_path):
+    """The scan's k panels: a point per trained layer k (here only k = 2), the baseline and all-layers rows as flat
+    lines over every k of the grid (1-6 from the table's rows), not over the trained ones only."""
+    from highway_repro.report.spec import render
+    from highway_repro.report.tables import TABLES, _placement_panels
+
+    for v, test in (("baseline", [2.20, 2.22]), ("sdu_tanh", [2.10, 2.12]), ("tanh_l2", [2.15, 2.19])):
+        for seed, x in enumerate(test):
+            fake_run(tmp_path / f"seed={seed},variant={v}", [f"variant={v}", f"seed={seed}"], {"variant": v},
+                     {"status": "done", "step": 300, "val/bpc": x, "test/bpc": x}, [{"step": 100, "val/bpc": x + 1}])
+    fake_run(tmp_path / "seed=0,variant=tanh_l5", ["variant=tanh_l5", "seed=0"], {"variant": "tanh_l5"},
+             {"status": "failed", "error": "killed"})
+    t, _, _ = render(TABLES["ht_placement_scan"], load_runs(tmp_path))
+    test_panel, auc_panel = _placement_panels(t)
+    k_only, base, every = (test_panel.series[s] for s in
+                           ("SDU tanh in layer k only", "baseline (no gate)", "SDU tanh, all layers"))
+    assert k_only == ([2], [pytest.approx(2.17)])  # the failed k = 5 is not a point
+    assert base == ([1, 6], [pytest.approx(2.21)] * 2) and every == ([1, 6], [pytest.approx(2.11)] * 2)
+    assert auc_panel.series["SDU tanh in layer k only"] == ([2], [pytest.approx(3.17)])

@@ -15,6 +15,7 @@ class Panel:
     dashed: bool = False  # reference curves (another source): dashed, with markers
     colors: dict = field(default_factory=dict)  # label -> colour, to match series across panels
     xlabel: str = "step"
+    styles: dict = field(default_factory=dict)  # label -> extra matplotlib line style, e.g. {"marker": "o"}
 
 
 def plot(path, panels: list[Panel], ncols: int | None = None, panel_size=(7.0, 4.5)) -> Path:
@@ -30,6 +31,7 @@ def plot(path, panels: list[Panel], ncols: int | None = None, panel_size=(7.0, 4
     for ax, p in zip(axes.flat, panels):
         for label, (xs, ys) in p.series.items():
             style = {"ls": "--", "marker": "o", "ms": 3, "alpha": 0.7} if p.dashed else {"lw": 1.5}
+            style |= p.styles.get(label, {})
             ax.plot(xs, ys, label=label, color=p.colors.get(label), **style)
         ax.set_xlabel(p.xlabel)
         ax.set_ylabel(p.ylabel)

@@ -332,8 +332,13 @@ def _placement_panels(t) -> list[Panel]:
     """Final test bpc and mean val bpc over the run (AUC) against the gated layer k, with the baseline and the
     all-layers row as flat lines; mean over seeds (the error is in the table)."""
     test, auc = Measure("test/bpc", "test bpc"), Measure("val/bpc", "", how="auc")
-    ks = sorted(int(v[len("tanh_l"):]) for (v,), row in t.by_id.items()
-                if v.startswith("tanh_l") and v[len("tanh_l"):].isdigit() and row.done)
+
+    def layer(v: str) -> int | None:
+        return int(v[len("tanh_l"):]) if v.startswith("tanh_l") and v[len("tanh_l"):].isdigit() else None
+
+    ks = sorted(k for (v,), row in t.by_id.items() if (k := layer(v)) is not None and row.done)
+    grid = {layer(v) for v in (*t.spec.order.get("variant", ()), *(v for (v,) in t.by_id))} - {None}
+    span = [min(grid), max(grid)] if grid else []  # the flat lines cover every k of the grid, trained or not
     panels = []
     for m, title in ((test, "final test bpc vs the one gated layer k"),
                      (auc, "mean val bpc over the run (AUC) vs k")):
@@ -343,8 +348,12 @@ def _placement_panels(t) -> list[Panel]:
         for rid, label in (("baseline", "baseline (no gate)"), ("sdu_tanh", "SDU tanh, all layers")):
             row = t.by_id.get((rid,))
             if row and row.done and ks:
-                series[label] = ([min(ks), max(ks)], [row.mean(m)] * 2)
-        panels.append(Panel(title, series, "bpc", xlabel="gated layer k"))
+                series[label] = (span, [row.mean(m)] * 2)
+        panels.append(Panel(title, series, "bpc", xlabel="gated layer k",
+                            colors={"baseline (no gate)": "C0", "SDU tanh, all layers": "C1",
+                                    "SDU tanh in layer k only": "C3"},  # the curves' colours in panel 1
+                            styles={"SDU tanh in layer k only": {"marker": "o", "ms": 5},
+                                    "baseline (no gate)": {"ls": "--"}, "SDU tanh, all layers": {"ls": "--"}}))
     return panels
 
 
