@@ -351,7 +351,7 @@ def _placement_panels(t) -> list[Panel]:
                 series[label] = (span, [row.mean(m)] * 2)
         panels.append(Panel(title, series, "bpc", xlabel="gated layer k",
                             colors={"baseline (no gate)": "C0", "SDU tanh, all layers": "C1",
-                                    "SDU tanh in layer k only": "C3"},  # the curves' colours in panel 1
+                                    "SDU tanh in layer k only": "black"},  # baseline, all layers: as in panel 1
                             styles={"SDU tanh in layer k only": {"marker": "o", "ms": 5},
                                     "baseline (no gate)": {"ls": "--"}, "SDU tanh, all layers": {"ls": "--"}}))
     return panels
