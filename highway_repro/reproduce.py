@@ -223,7 +223,7 @@ REPEAT_KEYS = ("seed", "trial")  # the keys that repeat one cell of a grid (its 
 
 def _grid_cell(name: str) -> str:
     """A job folder name without its seed= / trial= parts: the grid cell the run repeats."""
-    return ",".join(p for p in name.split(",") if p.split("=", 1)[0] not in REPEAT_KEYS)
+    return ",".join(p for p in name.split(",") if override_key(p) not in REPEAT_KEYS)
 
 
 def per_run_s(names: list[str], finished: list[Path], fallback: float | None) -> list[float | None]:
@@ -613,7 +613,7 @@ def other_recipe(part: str, scale: str, folders: list[Path]) -> dict[str, str]:
             continue
         job = [o for o in OmegaConf.to_container(OmegaConf.load(ov))
                if override_key(o) not in ("experiment", "scale", "sweep") and not o.startswith("hydra")]
-        repeat = [o for o in job if o.split("=", 1)[0] in REPEAT_KEYS]
+        repeat = [o for o in job if override_key(o) in REPEAT_KEYS]
         cell = tuple(o for o in job if o not in repeat)
         if cell not in cells:
             cfg = compose_table(TARGETS[part], scale, list(cell))

@@ -339,21 +339,21 @@ def _placement_panels(t) -> list[Panel]:
     ks = sorted(k for (v,), row in t.by_id.items() if (k := layer(v)) is not None and row.done)
     grid = {layer(v) for v in (*t.spec.order.get("variant", ()), *(v for (v,) in t.by_id))} - {None}
     span = [min(grid), max(grid)] if grid else []  # the flat lines cover every k of the grid, trained or not
+    k_only = "SDU tanh in layer k only"
+    flat = {"baseline": "baseline (no gate)", "sdu_tanh": "SDU tanh, all layers"}  # row -> label
+    colors = {k_only: "black", flat["baseline"]: "C0", flat["sdu_tanh"]: "C1"}  # the flat rows: as in panel 1
+    styles = {k_only: {"marker": "o", "ms": 5}} | {label: {"ls": "--"} for label in flat.values()}
     panels = []
     for m, title in ((test, "final test bpc vs the one gated layer k"),
                      (auc, "mean val bpc over the run (AUC) vs k")):
         series = {}
         if ks:
-            series["SDU tanh in layer k only"] = (ks, [t.by_id[(f"tanh_l{k}",)].mean(m) for k in ks])
-        for rid, label in (("baseline", "baseline (no gate)"), ("sdu_tanh", "SDU tanh, all layers")):
+            series[k_only] = (ks, [t.by_id[(f"tanh_l{k}",)].mean(m) for k in ks])
+        for rid, label in flat.items():
             row = t.by_id.get((rid,))
             if row and row.done and ks:
                 series[label] = (span, [row.mean(m)] * 2)
-        panels.append(Panel(title, series, "bpc", xlabel="gated layer k",
-                            colors={"baseline (no gate)": "C0", "SDU tanh, all layers": "C1",
-                                    "SDU tanh in layer k only": "black"},  # baseline, all layers: as in panel 1
-                            styles={"SDU tanh in layer k only": {"marker": "o", "ms": 5},
-                                    "baseline (no gate)": {"ls": "--"}, "SDU tanh, all layers": {"ls": "--"}}))
+        panels.append(Panel(title, series, "bpc", xlabel="gated layer k", colors=colors, styles=styles))
     return panels
 
 
