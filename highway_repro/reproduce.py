@@ -646,7 +646,8 @@ def _refuse_other_recipe(name: str, scale: str, done: list[str], sweep_dir: Path
 
 def _wall_of(records: list[dict]) -> float:
     """The wall time of several tables' records (the parts of one target, whose runs overlap in one queue): the
-    union of their intervals, plus the time of older records that have none."""
+    union of their intervals, plus the time of older records that have none. Also for one record whose commands
+    overlapped (two checkouts training rows of one table side by side, their records merged)."""
     spans = sorted(tuple(i) for r in records for i in r.get("intervals", []))
     total, end = 0.0, float("-inf")
     for a, b in spans:
@@ -662,7 +663,7 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path, echo: bo
     sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
     record = _record(kept, False)
     meta = {"commands": record["commands"] or [f"make {make_target(name)} SCALE={scale}"],  # none: not run yet
-            "scale": scale, "wall_s": record["wall_s"] or None,
+            "scale": scale, "wall_s": _wall_of([record]) or None,  # commands that overlapped count once
             "planned": sum(len(grid_names(p, scale)) for p in t.parts or (name,)),
             "part_of": next((n for n, x in TARGETS.items() if name in x.parts), None),
             "scale_files": scale_files(name, scale)}

@@ -352,6 +352,8 @@ def test_wall_time_of_overlapping_parts_counts_each_second_once():
     recs = [{"wall_s": 10.0, "intervals": [[0.0, 10.0]]}, {"wall_s": 10.0, "intervals": [[8.0, 18.0]]},
             {"wall_s": 5.0}]  # a record from before intervals were kept
     assert _wall_of(recs) == 18.0 + 5.0
+    # one record of two commands that ran side by side (two checkouts, records merged): their union
+    assert _wall_of([{"wall_s": 20.0, "intervals": [[0.0, 10.0], [5.0, 15.0]]}]) == 15.0
 
 
 def test_estimate_only_trains_nothing(tmp_path):
