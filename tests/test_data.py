@@ -337,6 +337,19 @@ def test_augment_matches_loop():
         assert torch.equal(out[i], ref.flip(-1) if flip[i] else ref)
 
 
+def test_mnist_augment_is_a_shift_of_at_most_2px():
+    x = torch.rand(50, 1, 28, 28) + 1.0  # no zeros inside, so the zero border shows the shift
+    out = vision.ImageData._pad_crop_flip(x, torch.Generator().manual_seed(0), *vision.AUGMENT["mnist"])
+    shifts = set()
+    for i in range(50):
+        hits = [(dy, dx) for dy in range(-2, 3) for dx in range(-2, 3)
+                if torch.equal(out[i], torch.roll(torch.nn.functional.pad(x[i], (2, 2, 2, 2)), (dy, dx), (1, 2))
+                               [:, 2:30, 2:30])]
+        assert len(hits) == 1  # a pure translation (no flip), zeros where it leaves the image
+        shifts.add(hits[0])
+    assert len(shifts) > 10  # all 25 offsets are drawn; 50 draws cover more than 10 of them
+
+
 class Evil:
     def __init__(self, target):
         self.target = target

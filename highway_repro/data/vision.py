@@ -9,9 +9,12 @@ float32 and normalised on the fly:
   global contrast normalisation per image (x/255, minus the image's mean, divided
   by its standard deviation over all pixels and channels), then the per-pixel
   mean of the (normalised) training images is subtracted. ``"scale"``: x/255.
-* ``augment=True`` (CIFAR only, Highway Table 3): zero-pad 8 px on each side
-  (after normalisation, so the pad value is the mean for ``gcn``), random 32x32
-  crop, horizontal flip with probability 1/2; vectorised over the batch.
+* ``augment=True``: the data set's standard augmentation (``AUGMENT``), vectorised over
+  the batch. CIFAR (Highway Table 3): zero-pad 8 px on each side (after normalisation,
+  so the pad value is the mean for ``gcn``), random 32x32 crop, horizontal flip with
+  probability 1/2. MNIST (not in the paper; our cpu-scale gate-analysis recipe):
+  random translation by up to 2 px each way (zero-pad 2, random 28x28 crop: the pad
+  is background under ``scale``/``caffe``), no flip.
 
 Sampling: epoch e uses a fresh permutation seeded by (seed, e); batch b of that
 epoch is positions [b*B, (b+1)*B) of it (the last partial batch is dropped);
@@ -39,7 +42,7 @@ log = logging.getLogger(__name__)
 
 VISION_OPTIONS = ("batch_size", "eval_batch_size", "seed", "val_size", "augment", "normalize", "train_limit",
                   "cache_dir")
-CIFAR_PAD = 8
+AUGMENT = {"mnist": (2, False), "cifar10": (8, True), "cifar100": (8, True)}  # name -> (pad px, random h-flip)
 
 
 # ----------------------------------------------------------------------------- readers
@@ -148,8 +151,8 @@ class ImageData:
                  train_limit: int | None = None):
         if normalize not in normalizations:
             raise sources.DataError(f"{name}: normalize={normalize!r} is not valid; choose one of {', '.join(normalizations)}")
-        if augment and not name.startswith("cifar"):
-            raise sources.DataError(f"{name}: augment=True is only defined for CIFAR (pad, crop, flip)")
+        if augment and name not in AUGMENT:
+            raise sources.DataError(f"{name}: augment=True is not defined for it; defined for {', '.join(AUGMENT)}")
         self.name, self.seed, self.normalize, self.augment = name, int(seed), normalize, bool(augment)
         self.batch_size, self.eval_batch_size = int(batch_size), int(eval_batch_size)
         x, y = train
@@ -203,15 +206,17 @@ class ImageData:
         return self._gcn(x) - self.pixel_mean
 
     @staticmethod
-    def _pad_crop_flip(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    def _pad_crop_flip(x: torch.Tensor, gen: torch.Generator, pad: int = 8, flip: bool = True) -> torch.Tensor:
+        """x (B, C, H, W) -> (B, C, H, W): zero-pad `pad` px, random crop per image, random h-flip if `flip`."""
         B, C, H, W = x.shape
-        p = CIFAR_PAD
+        p = pad
         padded = torch.nn.functional.pad(x, (p, p, p, p))
         oy = torch.randint(0, 2 * p + 1, (B,), generator=gen)
         ox = torch.randint(0, 2 * p + 1, (B,), generator=gen)
-        flip = torch.rand(B, generator=gen) < 0.5
         cols = ox[:, None] + torch.arange(W)[None, :]                       # (B, W)
-        cols = torch.where(flip[:, None], cols.flip(1), cols)               # mirrored read = horizontal flip
+        if flip:
+            mirror = torch.rand(B, generator=gen) < 0.5
+            cols = torch.where(mirror[:, None], cols.flip(1), cols)         # mirrored read = horizontal flip
         rows = oy[:, None] + torch.arange(H)[None, :]                       # (B, H)
         b = torch.arange(B)[:, None, None, None]
         c = torch.arange(C)[None, :, None, None]
@@ -231,7 +236,8 @@ class ImageData:
         x, y = self.data["train"]
         xb = self._float(x[idx])
         if self.augment:
-            xb = self._pad_crop_flip(xb, torch.Generator().manual_seed(_seed(self.seed, step, 1)))
+            pad, flip = AUGMENT[self.name]
+            xb = self._pad_crop_flip(xb, torch.Generator().manual_seed(_seed(self.seed, step, 1)), pad, flip)
         return xb, y[idx]
 
     def eval_batches(self, split: str):
