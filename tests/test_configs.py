@@ -38,6 +38,13 @@ def test_experiment_composes(experiment, scale):
         assert n_params(model) > 0
 
 
+def test_gate_analyses_augment_mnist_only_at_the_cpu_scale():
+    """The cpu scale's one change to the paper's Figs. 2-4 recipe (docs/discrepancies.md O8); the paper scale has none."""
+    assert compose(["experiment=hn_analysis", "scale=cpu"]).data.augment is True
+    paper = compose(["experiment=hn_analysis", "scale=paper"])
+    assert paper.data.augment is False and paper.model.width == "paper" and paper.trainer.max_steps == 30000
+
+
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_smoke_is_smaller_than_paper(experiment):
     paper = compose([f"experiment={experiment}", "scale=paper"])
