@@ -206,10 +206,9 @@ class ImageData:
         return self._gcn(x) - self.pixel_mean
 
     @staticmethod
-    def _pad_crop_flip(x: torch.Tensor, gen: torch.Generator, pad: int = 8, flip: bool = True) -> torch.Tensor:
-        """x (B, C, H, W) -> (B, C, H, W): zero-pad `pad` px, random crop per image, random h-flip if `flip`."""
+    def _pad_crop_flip(x: torch.Tensor, gen: torch.Generator, p: int = 8, flip: bool = True) -> torch.Tensor:
+        """x (B, C, H, W) -> (B, C, H, W): zero-pad `p` px, random crop per image, random h-flip if `flip`."""
         B, C, H, W = x.shape
-        p = pad
         padded = torch.nn.functional.pad(x, (p, p, p, p))
         oy = torch.randint(0, 2 * p + 1, (B,), generator=gen)
         ox = torch.randint(0, 2 * p + 1, (B,), generator=gen)
