@@ -76,6 +76,24 @@ def seed_everything(seed: int, deterministic: bool) -> None:
         torch.backends.cudnn.benchmark = False
 
 
+def keep_freed_memory() -> bool:
+    """Speed on CPU, numbers unchanged: ask glibc's malloc to keep freed memory in the process (no mmap per large
+    block: M_MMAP_MAX 0; no trimming of the heap top below 1 GiB: M_TRIM_THRESHOLD), as the GPU caching
+    allocators do. By default a freed tensor of more than the mmap threshold (128 KiB, adapting up to 32 MiB) or at
+    the top of the heap goes back to the kernel, and the next one faults in every 4 KiB page on first touch: a
+    training step of the cpu-scale R-Transformer took ~10,000 page faults and memory-bound operations (ReLU and its
+    backward on 5,120 x 512) ran ~5x slower. Peak memory stays resident. Returns False (nothing changed) where the
+    C library has no mallopt (not glibc)."""
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_mmap_max = -1, -4  # glibc's malloc.h
+    return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, 1 << 30))
+
+
 def _instantiate(node: DictConfig, **kwargs):
     """`instantiate(node)`, letting the project's own errors through as raised: Hydra wraps whatever a constructor
     raises (a data set's bad option, a checksum mismatch) into an InstantiationException with a traceback."""
@@ -154,6 +172,7 @@ def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
 
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
+    keep_freed_memory()
     seed_everything(cfg.seed, cfg.deterministic)
     data = _instantiate(cfg.data)
     validate_against_data(cfg, data)

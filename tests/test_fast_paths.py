@@ -11,7 +11,7 @@ from torch import nn
 from conftest import needs_mirror
 from highway_repro.data.tokenizers import ByteTokenizer, _byte_counts
 from highway_repro.models import gates, kernels
-from highway_repro.models.r_transformer import LocalRNN, RTransformer
+from highway_repro.models.r_transformer import LocalRNN, OfficialLayerNorm, RTransformer
 from highway_repro.models.transformer_lm import TransformerLM
 from highway_repro.models.transformer_xl import TransformerXL
 
@@ -129,14 +129,43 @@ def test_local_rnn_kernel_and_plain_equal_step_by_step_reference(rnn, window, T)
     _assert_same(_run(plain, [x]), ref, atol=1e-12)
 
 
-def test_local_rnn_kernel_runs_under_bf16_autocast():
+@pytest.mark.parametrize("window", [1, 3])
+def test_local_gru_recurrence_gradcheck(window):
+    torch.manual_seed(window)
+    d, T = 3, 4
+    args = [torch.randn(2, T + window - 1, 3 * d), torch.randn(3 * d, d), torch.randn(3 * d)]
+    args = [a.double().requires_grad_() for a in args]
+    assert torch.autograd.gradcheck(lambda *a: kernels._LocalGRU.apply(*a, window), args)
+
+
+def test_official_layer_norm_kernel_gradcheck_and_equals_plain():
     torch.manual_seed(0)
-    fast, plain = LocalRNN(8, "lstm", 3, fused=True), LocalRNN(8, "lstm", 3)
+    fast, plain = _pair(lambda fused: OfficialLayerNorm(6, fused=fused))
+    with torch.no_grad():  # weights and bias away from 1 / 0, so that their gradients are checked too
+        for m in (fast, plain):
+            m.weight.copy_(torch.linspace(-1.5, 2.0, 6, dtype=torch.float64))
+            m.bias.copy_(torch.linspace(0.3, -0.4, 6, dtype=torch.float64))
+    x = torch.randn(2, 5, 6, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, w, b: kernels.official_layer_norm(a, w, b, 1e-6),
+                                    (x, fast.weight.detach().requires_grad_(), fast.bias.detach().requires_grad_()))
+    _assert_same(_run(fast, [x]), _run(plain, [x]), atol=1e-12)
+
+
+@pytest.mark.parametrize("rnn", ["gru", "lstm"])
+def test_local_rnn_kernel_runs_under_bf16_autocast(rnn):
+    torch.manual_seed(0)
+    fast, plain = LocalRNN(8, rnn, 3, fused=True), LocalRNN(8, rnn, 3)
     plain.load_state_dict(fast.state_dict())
     x = torch.randn(2, 5, 8)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = fast(x)
-    torch.testing.assert_close(out.float(), plain(x), atol=3e-2, rtol=0)
+    out.float().pow(2).sum().backward()  # the gradients come back in the parameters' dtype
+    ref = plain(x)
+    ref.pow(2).sum().backward()
+    torch.testing.assert_close(out.float(), ref, atol=3e-2, rtol=0)
+    for a, b in zip(fast.parameters(), plain.parameters()):
+        assert a.grad.dtype == torch.float32
+        torch.testing.assert_close(a.grad, b.grad, atol=0.1, rtol=0.1)
 
 
 def _mask(q, k, window=None):

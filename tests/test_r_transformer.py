@@ -85,15 +85,17 @@ def test_paper_size_word_ptb_counts(norm_style):
         base + 6 * (2 * d * d + 2 * d)
 
 
-def test_official_layer_norm_by_hand():
-    """a * (x - mean) / (std + 1e-6) + b with the UNBIASED std (the R-Transformer code), element by element."""
+@pytest.mark.parametrize("fused", [False, True])
+def test_official_layer_norm_by_hand(fused):
+    """a * (x - mean) / (std + 1e-6) + b with the UNBIASED std (the R-Transformer code), element by element;
+    the plain formula and the kernel."""
     x = [1.0, -2.0, 0.5, 4.0]
     a, b = [0.5, 2.0, -1.0, 1.5], [0.1, 0.0, -0.3, 0.2]
     n = len(x)
     mean = sum(x) / n
     std = (sum((v - mean) ** 2 for v in x) / (n - 1)) ** 0.5  # unbiased: n - 1
     expected = [a[i] * (x[i] - mean) / (std + 1e-6) + b[i] for i in range(n)]
-    ln = OfficialLayerNorm(n).double()
+    ln = OfficialLayerNorm(n, fused=fused).double()
     with torch.no_grad():
         ln.weight.copy_(torch.tensor(a, dtype=torch.float64))
         ln.bias.copy_(torch.tensor(b, dtype=torch.float64))
