@@ -130,12 +130,13 @@ def test_local_rnn_kernel_and_plain_equal_step_by_step_reference(rnn, window, T)
 
 
 @pytest.mark.parametrize("window", [1, 3])
-def test_local_gru_recurrence_gradcheck(window):
+@pytest.mark.parametrize("fn,gates", [(kernels._LocalGRU, 3), (kernels._LocalLSTM, 4)])
+def test_local_rnn_recurrence_gradcheck(fn, gates, window):
     torch.manual_seed(window)
     d, T = 3, 4
-    args = [torch.randn(2, T + window - 1, 3 * d), torch.randn(3 * d, d), torch.randn(3 * d)]
+    args = [torch.randn(2, T + window - 1, gates * d), torch.randn(gates * d, d), torch.randn(gates * d)]
     args = [a.double().requires_grad_() for a in args]
-    assert torch.autograd.gradcheck(lambda *a: kernels._LocalGRU.apply(*a, window), args)
+    assert torch.autograd.gradcheck(lambda *a: fn.apply(*a, window), args)
 
 
 def test_official_layer_norm_kernel_gradcheck_and_equals_plain():

@@ -9,7 +9,8 @@ and gradients (and gradcheck in float64). No model imports this module for anyth
 - `rel_attention(q, kv, rk, u, v, mask, scale, p_drop)`: the relative multi-head attention of Transformer-XL
   (`transformer_xl.RelMultiHeadAttn`).
 - `local_rnn(x, rnn, window)`: the R-Transformer's local RNN (`r_transformer.LocalRNN`) with each position's
-  input projection computed once; the GRU's window recurrence with a hand-written backward (`_LocalGRU`).
+  input projection computed once; the window recurrence with a hand-written backward (`_LocalGRU`,
+  `_LocalLSTM`).
 - `official_layer_norm(x, weight, bias, eps)`: the official R-Transformer LayerNorm
   (`r_transformer.OfficialLayerNorm`: unbiased std + eps) with a hand-written backward.
 
@@ -192,21 +193,11 @@ def local_rnn(x: torch.Tensor, rnn: torch.nn.Module, window: int) -> torch.Tenso
     inside the r * (...) term; LSTM gates i, f, g, o); the first step starts from h = 0 (and c = 0), so
     its hidden product is just b_hh. Returns (B, T, d).
     """
-    B, T, d = x.shape
     k = window
     w_ih, w_hh, b_ih, b_hh = rnn.weight_ih_l0, rnn.weight_hh_l0, rnn.bias_ih_l0, rnn.bias_hh_l0
     gi = F.linear(F.pad(x, (0, 0, k - 1, 0)), w_ih, b_ih)  # (B, T+k-1, G*d), padded rows = b_ih
     if isinstance(rnn, torch.nn.LSTM):
-        # h = None stands for h = 0 (the first step's hidden product is b_hh); with window 1 the one step runs
-        # on a zero h, so weight_hh gets its (zero) gradient as in the plain path rather than none
-        h, c = (None if k > 1 else x.new_zeros(B, T, d)), None
-        for j in range(k):
-            g = gi[:, j:j + T] + (b_hh if h is None else F.linear(h, w_hh, b_hh))  # (B, T, 4d)
-            i, f, gg, o = g.chunk(4, dim=-1)
-            c_new = torch.sigmoid(i) * torch.tanh(gg)  # (B, T, d)
-            c = c_new if c is None else torch.sigmoid(f) * c + c_new  # c = 0 at the first step
-            h = torch.sigmoid(o) * torch.tanh(c)
-        return h
+        return _LocalLSTM.apply(gi, w_hh, b_hh, k)
     return _LocalGRU.apply(gi, w_hh, b_hh, k)
 
 
@@ -274,6 +265,73 @@ class _LocalGRU(torch.autograd.Function):
         return dgi, dw.to(ctx.dtypes[0]), db.to(ctx.dtypes[1]), None
 
 
+
+
+class _LocalLSTM(torch.autograd.Function):
+    """The window recurrence of the local LSTM from the input projections gi (B, T+k-1, 4d): returns the last
+    hidden state h_k (B, T, d) of the k steps (torch's cell: gates i, f, g, o; h_0 = c_0 = 0).
+
+    Forward per step: one addmm (h W_hh^T + b_hh), one add, the activations in place on the step's (B, T, 4d)
+    gate tensor, c = f * c + i * g, h = o * tanh(c). Backward writes the four pre-activation gradients into one
+    (B, T, 4d) buffer, adds it to the step's slice of d gi in place and runs one mm for dh and one addmm_ for
+    d W_hh, carrying dc. Float arithmetic in gi's dtype (bf16 under autocast).
+    """
+
+    @staticmethod
+    def forward(ctx, gi, w_hh, b_hh, k):
+        B, Tp, G = gi.shape
+        T, d = Tp - k + 1, G // 4
+        w, b = w_hh.to(gi.dtype), b_hh.to(gi.dtype)
+        saved = []  # per step: h_j and c_j (None for the zero start), the activated gates (B, T, 4d), tanh(c)
+        h = c = None
+        with torch.autocast(gi.device.type, enabled=False):
+            for j in range(k):
+                a = gi[:, j:j + T] + (b if h is None else torch.addmm(b, h.reshape(-1, d), w.t()).view(B, T, G))
+                a[..., :2 * d].sigmoid_()  # i, f
+                a[..., 2 * d:3 * d].tanh_()  # g
+                a[..., 3 * d:].sigmoid_()  # o
+                i, f, g, o = a.split(d, dim=-1)
+                c_new = i * g if c is None else torch.addcmul(i * g, f, c)  # (B, T, d)
+                tc = torch.tanh(c_new)
+                saved.append((h, c, a, tc))
+                h, c = o * tc, c_new
+        ctx.saved = saved  # tensors made here, not inputs: plain attributes are safe (no version checks needed)
+        ctx.k, ctx.dtypes = k, (w_hh.dtype, b_hh.dtype)
+        ctx.save_for_backward(w)
+        return h
+
+    @staticmethod
+    def backward(ctx, dh):
+        (w,) = ctx.saved_tensors
+        saved, k = ctx.saved, ctx.k
+        B, T, d = dh.shape
+        dh = dh.to(w.dtype)
+        dgi = dh.new_zeros(B, T + k - 1, 4 * d)
+        dw, db = torch.zeros_like(w), dh.new_zeros(4 * d)
+        buf = dh.new_empty(B, T, 4 * d)  # the pre-activation gradients [i | f | g | o]
+        da_i, da_f, da_g, da_o = buf.split(d, dim=-1)
+        dc = None  # d loss / d c_{j+1} from the later steps
+        for j in reversed(range(k)):
+            h, c, a, tc = saved[j]
+            i, f, g, o = a.split(d, dim=-1)
+            _ACT_GRAD["sigmoid"](dh * tc, o, grad_input=da_o)
+            dc_j = _ACT_GRAD["tanh"](dh * o, tc)  # through h = o * tanh(c)
+            dc = dc_j if dc is None else dc_j.add_(dc)
+            _ACT_GRAD["sigmoid"](dc * g, i, grad_input=da_i)
+            _ACT_GRAD["tanh"](dc * i, g, grad_input=da_g)
+            if c is None:
+                da_f.zero_()  # c_0 = 0: the forget gate has no effect at the first step
+            else:
+                _ACT_GRAD["sigmoid"](dc * c, f, grad_input=da_f)
+            dgi[:, j:j + T] += buf
+            g2 = buf.view(-1, 4 * d)  # (B*T, 4d), d of the gates' hidden product
+            db += g2.sum(0)
+            if h is None:
+                break
+            dc = dc * f
+            dw.addmm_(g2.t(), h.reshape(-1, d))  # (4d, d)
+            dh = torch.mm(g2, w).view(B, T, d)
+        return dgi, dw.to(ctx.dtypes[0]), db.to(ctx.dtypes[1]), None
 
 
 # ----------------------------------------------------------------------------- R-Transformer LayerNorm
