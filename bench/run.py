@@ -20,6 +20,7 @@ import torch
 
 from bench import cases, timing
 from highway_repro.engine.loggers import cpu_model
+from highway_repro.train import keep_freed_memory
 
 REPO = Path(__file__).resolve().parents[1]
 HF_PYTHON_DEFAULT = REPO / ".venv-bench-hf" / "bin" / "python"
@@ -729,11 +730,13 @@ def main(argv=None) -> int:
     busy = load > 0.5 * cores
     threads = args.threads or (1 if busy else cores)
     torch.set_num_threads(threads)
+    kept = keep_freed_memory()  # as every training run: the peers in the same process share it
     clock = args.clock if args.clock != "auto" else ("cpu" if busy and threads == 1 else "wall")
     timing.set_clock(clock)
     t0 = time.perf_counter()
     info = machine()
     info["timing"] = (f"{'process CPU time' if clock == 'cpu' else 'wall clock'}, {threads} torch thread(s)"
+                      + ("; freed memory kept in the process (highway_repro.train.keep_freed_memory)" if kept else "")
                       + (f" (the machine was busy, load {load:.1f} on {cores} cores: one thread per contender "
                          "does not wait in thread barriers for descheduled threads, and CPU time leaves out the "
                          "time other jobs held the core; tokens/s are per CPU-second)" if busy else ""))

@@ -209,8 +209,8 @@ class _LocalGRU(torch.autograd.Function):
     Forward per step: one addmm (h W_hh^T + b_hh), one add and one sigmoid for [r | z], an addcmul and a tanh
     for n, an addcmul for h = n + z * (h - n). Backward writes [da_r | da_z | da_n] into one (B, T, 3d)
     buffer, adds it to the step's slice of d gi in place, turns its n part into d(h W_hh^T)_n = da_n * r, and
-    runs one mm for dh and one addmm_ for d W_hh: no zero-filled copy of gi per step, no concatenation
-    (autograd through the plain loop: both, each step). Float arithmetic in gi's dtype (bf16 under autocast).
+    runs one mm for dh and one addmm_ for d W_hh (autograd through the same loop zero-fills a copy of gi and
+    concatenates the gate gradients at every step). Float arithmetic in gi's dtype (bf16 under autocast).
     """
 
     @staticmethod
@@ -263,8 +263,6 @@ class _LocalGRU(torch.autograd.Function):
             dw.addmm_(g2.t(), h.reshape(-1, d))  # (3d, d)
             dh = torch.addmm(dh_z.view(-1, d), g2, w).view(B, T, d)  # dh_z + d gh W_hh
         return dgi, dw.to(ctx.dtypes[0]), db.to(ctx.dtypes[1]), None
-
-
 
 
 class _LocalLSTM(torch.autograd.Function):
