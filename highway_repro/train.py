@@ -81,9 +81,9 @@ def keep_freed_memory() -> bool:
     block: M_MMAP_MAX 0; no trimming of the heap top below 1 GiB: M_TRIM_THRESHOLD), as the GPU caching
     allocators do. By default a freed tensor of more than the mmap threshold (128 KiB, adapting up to 32 MiB) or at
     the top of the heap goes back to the kernel, and the next one faults in every 4 KiB page on first touch: a
-    training step of the cpu-scale R-Transformer took ~10,000 page faults and memory-bound operations (ReLU and its
-    backward on 5,120 x 512) ran ~5x slower. Peak memory stays resident. Returns False (nothing changed) where the
-    C library has no mallopt (not glibc)."""
+    cpu-scale Transformer-L3 step took 2,500-7,500 page faults, and 1.04x the time (measured in
+    configs/experiment_scale/ht_char_ptb/cpu.yaml). Peak memory stays resident. Returns False (nothing changed)
+    where the C library has no mallopt (not glibc)."""
     import ctypes
 
     try:

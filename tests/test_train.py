@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -258,7 +259,7 @@ def test_bf16_autocast_is_on_and_best_checkpoint_eval_runs(tmp_path):
 
 
 _FAULTS = """
-import ctypes, resource, sys, torch
+import ctypes, resource, torch
 from highway_repro.train import keep_freed_memory
 
 def faults_per_step():  # two 10 MB tensors and their sum, freed each step: the pattern of a training step
@@ -278,7 +279,7 @@ print(keep_freed_memory(), before, faults_per_step())
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
 def test_keep_freed_memory_stops_the_page_faults_of_large_tensors():
     """keep_freed_memory (called by every run) keeps freed tensors' memory in the process: with glibc's mmap
     threshold at its start value, each step of two 10 MB tensors faults in ~7,300 fresh pages; after, none."""
