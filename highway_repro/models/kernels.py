@@ -201,6 +201,38 @@ def local_rnn(x: torch.Tensor, rnn: torch.nn.Module, window: int) -> torch.Tenso
     return _LocalGRU.apply(gi, w_hh, b_hh, k)
 
 
+def _save_recurrence(ctx, saved: list, k: int, w_hh: torch.Tensor, b_hh: torch.Tensor, w: torch.Tensor) -> None:
+    """What the backward of a window recurrence needs: the per-step tensors, k, the parameters' dtypes, W_hh."""
+    ctx.saved = saved  # tensors made here, not inputs: plain attributes are safe (no version checks needed)
+    ctx.k, ctx.dtypes = k, (w_hh.dtype, b_hh.dtype)
+    ctx.save_for_backward(w)
+
+
+def _recurrence_grads(ctx, dh: torch.Tensor, gates: int):
+    """The start of a window recurrence's backward: W_hh, the saved steps, k, dh in W_hh's dtype, zero gradients of
+    gi (B, T+k-1, G*d), W_hh and b_hh, and the step buffer (B, T, G*d) for the gate gradients."""
+    (w,) = ctx.saved_tensors
+    B, T, d = dh.shape
+    dh = dh.to(w.dtype)
+    dgi = dh.new_zeros(B, T + ctx.k - 1, gates * d)
+    buf = dh.new_empty(B, T, gates * d)
+    return w, ctx.saved, ctx.k, dh, dgi, torch.zeros_like(w), dh.new_zeros(gates * d), buf
+
+
+def _hidden_back(buf: torch.Tensor, h, w: torch.Tensor, dw: torch.Tensor, db: torch.Tensor, dh_direct=None):
+    """Backward through one step's hidden product h W_hh^T + b_hh, with `buf` (B, T, G*d) its gradient: adds to db
+    and dw; returns dh = dh_direct + buf W_hh (B, T, d), or None at the first step (h = 0: nothing before it)."""
+    B, T, G = buf.shape
+    g2 = buf.view(-1, G)  # (B*T, G*d)
+    db += g2.sum(0)
+    if h is None:
+        return None
+    d = h.shape[-1]
+    dw.addmm_(g2.t(), h.reshape(-1, d))  # (G*d, d)
+    out = torch.mm(g2, w) if dh_direct is None else torch.addmm(dh_direct.view(-1, d), g2, w)
+    return out.view(B, T, d)
+
+
 class _LocalGRU(torch.autograd.Function):
     """The window recurrence of the local GRU from the input projections gi (B, T+k-1, 3d): returns the last
     hidden state h_k (B, T, d) of the k steps, step j reading gi[:, j:j+T] (torch's cell: r, z, n with b_hn
@@ -231,20 +263,14 @@ class _LocalGRU(torch.autograd.Function):
                 h_new = n - z * n if h is None else torch.addcmul(n, z, h - n)  # (1 - z) n + z h
                 saved.append((h, rz, n, gh_n))
                 h = h_new
-        ctx.saved = saved  # tensors made here, not inputs: plain attributes are safe (no version checks needed)
-        ctx.k, ctx.dtypes = k, (w_hh.dtype, b_hh.dtype)
-        ctx.save_for_backward(w)
+        _save_recurrence(ctx, saved, k, w_hh, b_hh, w)
         return h
 
     @staticmethod
     def backward(ctx, dh):
-        (w,) = ctx.saved_tensors
-        saved, k = ctx.saved, ctx.k
-        B, T, d = dh.shape
-        dh = dh.to(w.dtype)
-        dgi = dh.new_zeros(B, T + k - 1, 3 * d)
-        dw, db = torch.zeros_like(w), dh.new_zeros(3 * d)
-        buf = dh.new_empty(B, T, 3 * d)  # [da_r | da_z | da_n], then [da_r | da_z | da_n * r]
+        w, saved, k, dh, dgi, dw, db, buf = _recurrence_grads(ctx, dh, 3)
+        T, d = dh.shape[1:]
+        # buf: [da_r | da_z | da_n], then [da_r | da_z | da_n * r]
         da_r, da_z, da_n = buf[..., :d], buf[..., d:2 * d], buf[..., 2 * d:]
         for j in reversed(range(k)):
             h, rz, n, gh_n = saved[j]
@@ -256,12 +282,9 @@ class _LocalGRU(torch.autograd.Function):
             _ACT_GRAD["sigmoid"](da_n * gh_n, r, grad_input=da_r)
             dgi[:, j:j + T] += buf
             da_n.mul_(r)  # now d gh_n: buf holds d gh
-            g2 = buf.view(-1, 3 * d)  # (B*T, 3d)
-            db += g2.sum(0)
-            if h is None:
+            dh = _hidden_back(buf, h, w, dw, db, dh_z)  # dh_z + d gh W_hh
+            if dh is None:
                 break
-            dw.addmm_(g2.t(), h.reshape(-1, d))  # (3d, d)
-            dh = torch.addmm(dh_z.view(-1, d), g2, w).view(B, T, d)  # dh_z + d gh W_hh
         return dgi, dw.to(ctx.dtypes[0]), db.to(ctx.dtypes[1]), None
 
 
@@ -293,20 +316,14 @@ class _LocalLSTM(torch.autograd.Function):
                 tc = torch.tanh(c_new)
                 saved.append((h, c, a, tc))
                 h, c = o * tc, c_new
-        ctx.saved = saved  # tensors made here, not inputs: plain attributes are safe (no version checks needed)
-        ctx.k, ctx.dtypes = k, (w_hh.dtype, b_hh.dtype)
-        ctx.save_for_backward(w)
+        _save_recurrence(ctx, saved, k, w_hh, b_hh, w)
         return h
 
     @staticmethod
     def backward(ctx, dh):
-        (w,) = ctx.saved_tensors
-        saved, k = ctx.saved, ctx.k
-        B, T, d = dh.shape
-        dh = dh.to(w.dtype)
-        dgi = dh.new_zeros(B, T + k - 1, 4 * d)
-        dw, db = torch.zeros_like(w), dh.new_zeros(4 * d)
-        buf = dh.new_empty(B, T, 4 * d)  # the pre-activation gradients [i | f | g | o]
+        w, saved, k, dh, dgi, dw, db, buf = _recurrence_grads(ctx, dh, 4)
+        T, d = dh.shape[1:]
+        # buf: the pre-activation gradients [i | f | g | o], which are also those of the gates' hidden product
         da_i, da_f, da_g, da_o = buf.split(d, dim=-1)
         dc = None  # d loss / d c_{j+1} from the later steps
         for j in reversed(range(k)):
@@ -322,13 +339,10 @@ class _LocalLSTM(torch.autograd.Function):
             else:
                 _ACT_GRAD["sigmoid"](dc * c, f, grad_input=da_f)
             dgi[:, j:j + T] += buf
-            g2 = buf.view(-1, 4 * d)  # (B*T, 4d), d of the gates' hidden product
-            db += g2.sum(0)
-            if h is None:
+            dh = _hidden_back(buf, h, w, dw, db)
+            if dh is None:
                 break
             dc = dc * f
-            dw.addmm_(g2.t(), h.reshape(-1, d))  # (4d, d)
-            dh = torch.mm(g2, w).view(B, T, d)
         return dgi, dw.to(ctx.dtypes[0]), db.to(ctx.dtypes[1]), None
 
 
