@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import n_params
+from conftest import n_params, overfit_one_batch
 from highway_repro.errors import ConfigError
 from highway_repro.models.layers import CausalSelfAttention, causal_mask
 from highway_repro.models.probe import GateRecorder
@@ -92,16 +92,7 @@ def test_explicit_mask_equals_is_causal():
 def test_overfits_one_batch(kind, norm):
     torch.manual_seed(0)
     m = tiny(gate_kind=kind, norm=norm, d_model=32, d_ff=64)
-    opt = torch.optim.Adam(m.parameters(), lr=1e-2)
-    data = torch.randint(0, V, (4, 17))
-    x, y = data[:, :-1], data[:, 1:]
-    losses = []
-    for _ in range(40):
-        loss = F.cross_entropy(m(x)[0].reshape(-1, V), y.reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = overfit_one_batch(m, torch.randint(0, V, (4, 17)))
     assert losses[-1] < 0.25 * losses[0], losses[::10]
 
 
