@@ -282,8 +282,8 @@ class Progress(threading.Thread):
     """One line a minute: runs done / total and an ETA; each tick also calls `on_tick` (the runner's `_tick`: keep
     the runs finished so far and record the time), so a sweep killed mid-way loses only its unfinished runs. The
     ETA is the work left (the runs not started, plus the unfinished part of the started ones, by their last logged
-    step of `max_steps`), each run at the mean of the finished runs of its cell (`per_run_s`), else at the pace of
-    the runs finished in this sweep, else the estimate, shared by `jobs`."""
+    step of `max_steps`), each run at the mean of the finished runs of its cell (`per_run_s`), else at the estimate
+    for such a cell (`est`), else at the pace of the runs finished in this sweep, shared by `jobs`."""
 
     def __init__(self, name: str, sweep_dir: Path, names: list[str], jobs: int, est: float | None, every: float = 60,
                  max_steps: int | None = None, on_tick=None, sweep: bool = True):
@@ -302,7 +302,7 @@ class Progress(threading.Thread):
         done = [n for n in self.names if _status(self._folder(n)) in FINISHED]
         failed = [n for n in self.names if _status(self._folder(n)) == "failed"]
         new = _run_seconds([self._folder(n) for n in done if n not in self.start_done])
-        per = sum(new) / len(new) if new else self.est  # for a cell with no finished run
+        per = self.est if self.est is not None or not new else sum(new) / len(new)  # a cell with no finished run
         todo = [n for n in self.names if n not in done and n not in failed]
         secs = per_run_s(todo, [self._folder(n) for n in done], per) if self.sweep else [per] * len(todo)
         if self.max_steps:  # the unfinished part of started runs
@@ -378,9 +378,15 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     per, how = estimate_s(cfg, kept if own_recipe else None)
     todo = [n for n in names if n not in done]
     threads = int(cfg.get("threads") or 1)
+    step_s = cfg.get("est_step_s") if own_recipe else None
+    # a cell with no kept run: the scale file's grid-wide pace where it has one (the runs kept first, e.g. of a
+    # partial table, are often of the cheap cells: a depth-100 net is not priced at the depth-10 runs), else `per`
+    unkept = float(step_s) * int(cfg.trainer.max_steps) if step_s else per
     if t.sweep and per:  # each run at the mean of the kept runs of its cell, where it has some
-        secs = per_run_s(todo, [p.parent for p in kept.glob("*/metrics.json")], per)
-        how += "; each cell's own kept runs where it has some" if secs.count(per) < len(todo) else ""
+        secs = per_run_s(todo, [p.parent for p in kept.glob("*/metrics.json")], unkept)
+        if secs.count(unkept) < len(todo):
+            how += "; each cell's own kept runs where it has some" + (
+                f", else est_step_s {step_s} x {cfg.trainer.max_steps} steps" if unkept != per and unkept in secs else "")
     else:
         secs = [per] * len(todo) if per else []
     total, wall = (sum(secs), wall_s(secs, jobs)) if secs else (None, None)
@@ -413,7 +419,7 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
             exclude = list(cfg.hydra.job.config.override_dirname.exclude_keys)
             jobs_by_name = {dirname(j, exclude): j for g in gs for j in jobs_of(g)}
             p.commands = [base + jobs_by_name[n] for n in todo]
-    p.progress = Progress(name, sweep_dir, names, jobs, per, max_steps=int(cfg.trainer.max_steps),
+    p.progress = Progress(name, sweep_dir, names, jobs, unkept, max_steps=int(cfg.trainer.max_steps),
                           on_tick=lambda: _tick(p), sweep=t.sweep)
     return p
 

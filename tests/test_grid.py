@@ -173,6 +173,18 @@ def test_overrides_that_change_the_recipe_neither_restore_nor_price_by_the_kept_
     assert "2 runs, 1 finished (1 restored from" in capsys.readouterr().out
 
 
+def test_a_partial_table_prices_its_cells_without_kept_runs_at_the_scale_files_pace(tmp_path, capsys):
+    """Half a table kept (the cheap cells first, as a grid in depth order keeps them): the cells with no kept run
+    are priced at est_step_s x max_steps (hn_table1 cpu: 0.2 x 12,600 = 2,520 s), not at the kept runs' mean."""
+    from highway_repro.reproduce import plan_table
+
+    results = tmp_path / "results"
+    _fake_run(results / "highway_networks" / "runs" / "hn_table1-cpu" / "model.width=16,seed=0", wall=30.0)
+    p = plan_table("hn_table1", "cpu", 2, [], tmp_path / "runs", results, estimate_only=True)
+    assert p.secs == [2520.0] * 3 + [30.0] * 2, p.secs  # width 32 (no kept run) first, then width 16's seeds 1, 2
+    assert "else est_step_s 0.2 x 12600 steps" in capsys.readouterr().out
+
+
 def test_kept_runs_are_priced_by_their_cpu_time_per_thread(tmp_path):
     """A CPU run's price is its CPU time / its threads, not its wall time, which a machine shared with other work
     inflates (the L6 run that took 2,197 s of wall time beside a third process used 1,720 CPU-s); a GPU run's
