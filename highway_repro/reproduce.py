@@ -378,15 +378,15 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     per, how = estimate_s(cfg, kept if own_recipe else None)
     todo = [n for n in names if n not in done]
     threads = int(cfg.get("threads") or 1)
-    step_s = cfg.get("est_step_s") if own_recipe else None
     # a cell with no kept run: the scale file's grid-wide pace where it has one (the runs kept first, e.g. of a
     # partial table, are often of the cheap cells: a depth-100 net is not priced at the depth-10 runs), else `per`
-    unkept = float(step_s) * int(cfg.trainer.max_steps) if step_s else per
+    unkept, unkept_how = estimate_s(cfg, None)
+    unkept = unkept or per
     if t.sweep and per:  # each run at the mean of the kept runs of its cell, where it has some
         secs = per_run_s(todo, [p.parent for p in kept.glob("*/metrics.json")], unkept)
         if secs.count(unkept) < len(todo):
             how += "; each cell's own kept runs where it has some" + (
-                f", else est_step_s {step_s} x {cfg.trainer.max_steps} steps" if unkept != per and unkept in secs else "")
+                f", else {unkept_how}" if unkept != per and unkept in secs else "")
     else:
         secs = [per] * len(todo) if per else []
     total, wall = (sum(secs), wall_s(secs, jobs)) if secs else (None, None)
