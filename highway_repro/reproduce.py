@@ -301,8 +301,10 @@ class Progress(threading.Thread):
         """(runs done, runs failed, the seconds each run still to go needs on one job: None where unknown)."""
         done = [n for n in self.names if _status(self._folder(n)) in FINISHED]
         failed = [n for n in self.names if _status(self._folder(n)) == "failed"]
-        new = _run_seconds([self._folder(n) for n in done if n not in self.start_done])
-        per = self.est if self.est is not None or not new else sum(new) / len(new)  # a cell with no finished run
+        per = self.est  # a cell with no finished run
+        if per is None:  # no estimate: the pace of the runs finished in this sweep
+            new = _run_seconds([self._folder(n) for n in done if n not in self.start_done])
+            per = sum(new) / len(new) if new else None
         todo = [n for n in self.names if n not in done and n not in failed]
         secs = per_run_s(todo, [self._folder(n) for n in done], per) if self.sweep else [per] * len(todo)
         if self.max_steps:  # the unfinished part of started runs

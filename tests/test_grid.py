@@ -236,6 +236,20 @@ def test_a_queue_of_tables_has_one_line_for_all_their_runs(tmp_path):
     assert "[queue of 2 tables] 1/5 runs done, 4 to go; ETA 3.0 min" in queue_line(plans, 2)
 
 
+def test_without_an_estimate_a_cell_with_no_finished_run_goes_at_this_sweeps_pace(tmp_path):
+    """No kept runs and no est_step_s: the ETA prices the cells no run has finished at the mean of the runs this
+    sweep finished (not of the runs done before it started), and is unknown until one has."""
+    from highway_repro.reproduce import Progress
+
+    sweep = tmp_path / "sweep"
+    _fake_run(sweep / "model.depth=10,trial=0", wall=600.0)  # done before the sweep started: not its pace
+    names = ["model.depth=10,trial=0", "model.depth=20,trial=0", "model.depth=50,trial=0"]
+    p = Progress("t", sweep, names, jobs=1, est=None)
+    assert "1/3 runs done, 2 to go; ETA unknown" in p.line()
+    _fake_run(sweep / "model.depth=20,trial=0", wall=120.0)
+    assert "2/3 runs done, 1 to go; ETA 2.0 min" in p.line()
+
+
 def test_runs_are_priced_by_the_finished_runs_of_their_own_cell(tmp_path):
     """A depth-100 net is not priced at the mean of the depth-10 runs that happened to finish first."""
     from highway_repro.reproduce import Progress, per_run_s
