@@ -74,14 +74,12 @@ def override_key(o: str) -> str:
     return o.split("=", 1)[0].lstrip("+~")
 
 
-def grids(cfg, extra: list[str], seeds: str | None = None) -> list[list[str]]:
-    """The sweep's grids as override lists: the scale's `hydra.sweeper.params` (its seeds replaced by `seeds` where
-    given: a study's), then each of `extra_grids` on top of it, its rows (`variant`) cut to the grid's own (or to
-    the rows given by hand in `extra`): a study whose rows are some of its table's takes the table's extra seeds of
-    those rows, no other row. Command-line overrides (`extra`) replace a grid's value of the same key."""
+def grids(cfg, extra: list[str]) -> list[list[str]]:
+    """The sweep's grids as override lists: the scale's `hydra.sweeper.params`, then each of `extra_grids` on top of
+    it, its rows (`variant`) cut to the grid's own (or to the rows given by hand in `extra`): a study whose rows are
+    some of its table's takes the table's extra seeds of those rows, no other row. Command-line overrides (`extra`)
+    replace a grid's value of the same key."""
     base = {str(k): str(v) for k, v in (cfg.hydra.sweeper.params or {}).items()}
-    if seeds is not None:
-        base["seed"] = seeds
     given = [o for o in extra if override_key(o) == "variant"]
     if given:  # rows chosen by hand replace the grid's rows
         base["variant"], extra = given[-1].split("=", 1)[1], [o for o in extra if o not in given]
@@ -116,7 +114,7 @@ def plan(t: Target, scale: str, extra: list[str]) -> tuple[object, list[list[str
     plain, _ = _split(extra)
     cfg = compose_table(t, scale, plain)
     exclude = list(cfg.hydra.job.config.override_dirname.exclude_keys)
-    gs = grids(cfg, list(extra), t.seeds.get(scale)) if t.sweep else [list(extra)]  # a seed= given by hand wins
+    gs = grids(cfg, list(extra)) if t.sweep else [list(extra)]  # a seed= given by hand wins
     names = list(dict.fromkeys(dirname(j, exclude) for g in gs for j in (jobs_of(g) if t.sweep else [g])))
     return cfg, gs, names
 

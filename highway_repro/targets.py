@@ -15,7 +15,7 @@ Adding a table = one line here + those files (docs/DESIGN.md walks through it). 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,8 +30,6 @@ class Target:
     sweep: bool = True        # False: a single run (no configs/sweep file)
     after: str | None = None  # a module run on the finished run folder (it writes the report and its kept findings)
     grid: str | None = None   # configs/sweep/<grid>.yaml when it is not the experiment's own (a study's rows)
-    seeds: dict = field(default_factory=dict)  # scale -> the seeds of every row ("0,1"), in place of the scale's
-    #                                          (its `extra_grids` still add their seeds to the rows the grid has)
     reuse: tuple = ()         # tables (same experiment) whose kept runs of the same name are reused, not trained
     parts: tuple = ()         # a report over the runs of these targets (trained in one queue), not a sweep of its own
     study: bool = False       # not a paper table: `make reproduce-all` leaves it out, `make tables` builds it
@@ -67,16 +65,16 @@ TARGETS: dict[str, Target] = {
     # issue 14's studies, at the cpu scale of the tables they extend, reusing those tables' runs
     "ht_placement_scan": Target("ht_enwik8_l6", "highway_transformer/placement_scan",
                                 "Study: SDU tanh in exactly one layer k of the 6-layer Transformer-XL, k = 1..6",
-                                grid="ht_placement_scan", seeds={"cpu": "0,1"}, reuse=("ht_enwik8_l6",), study=True),
+                                grid="ht_placement_scan", reuse=("ht_enwik8_l6",), study=True),
     "ht_zoo_char_ptb": Target("ht_char_ptb", "highway_transformer/gate_zoo_char_ptb_l3",
                               "Study (gate zoo, part): every gate kind on Transformer-L3, char-PTB",
-                              grid="ht_gate_zoo", seeds={"cpu": "0,1"}, reuse=("ht_char_ptb",), study=True),
+                              grid="ht_gate_zoo", reuse=("ht_char_ptb",), study=True),
     "ht_zoo_char_ptb_rt": Target("ht_char_ptb_rt", "highway_transformer/gate_zoo_char_ptb_rt",
                                  "Study (gate zoo, part): every gate kind on R-Transformer-L3, char-PTB",
-                                 grid="ht_gate_zoo", seeds={"cpu": "0,1"}, reuse=("ht_char_ptb_rt",), study=True),
+                                 grid="ht_gate_zoo", reuse=("ht_char_ptb_rt",), study=True),
     "ht_zoo_enwik8_l6": Target("ht_enwik8_l6", "highway_transformer/gate_zoo_enwik8_l6",
                                "Study (gate zoo, part): every gate kind on the 6-layer Transformer-XL, enwik8",
-                               grid="ht_gate_zoo", seeds={"cpu": "0,1"}, reuse=("ht_enwik8_l6",), study=True),
+                               grid="ht_gate_zoo", reuse=("ht_enwik8_l6",), study=True),
     "ht_gate_zoo": Target("ht_enwik8_l6", "highway_transformer/gate_zoo",
                           "Study: every gate kind x 3 models, with a parameter-matched baseline",
                           parts=("ht_zoo_char_ptb", "ht_zoo_char_ptb_rt", "ht_zoo_enwik8_l6"), study=True),

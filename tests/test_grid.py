@@ -79,19 +79,46 @@ def test_every_swept_variant_exists():
 
 
 def test_grid_of_enwik8_l6_at_cpu_scale():
-    """Two seeds for every row, a third for the baseline and the paper's main rows (issue 12), from the files."""
+    """Two seeds for every row, five for the rows a paper claim compares, from the files."""
     from highway_repro.reproduce import plan
     from highway_repro.targets import TARGETS
 
     _, grids, names = plan(TARGETS["ht_enwik8_l6"], "cpu", [])
-    assert len(grids) == 2 and len(names) == 8 * 2 + 3 == len(set(names))
-    assert "seed=2,variant=sdu_tanh" in names and "seed=2,variant=highway" not in names
+    assert len(grids) == 2 and len(names) == 8 * 2 + 6 * 3 == len(set(names))
+    assert "seed=4,variant=tanh_l3_6" in names and "seed=2,variant=gated_attn" not in names
     # a command-line override replaces the grid's value of the same key in every grid
     _, _, names = plan(TARGETS["ht_enwik8_l6"], "cpu", ["variant=baseline"])
-    assert names == ["seed=0,variant=baseline", "seed=1,variant=baseline", "seed=2,variant=baseline"]
+    assert names == [f"seed={s},variant=baseline" for s in range(5)]
     _, _, names = plan(TARGETS["hn_fig1"], "smoke", [])
     assert names == ["model.depth=4,model.kind=plain,trial=0", "model.depth=4,model.kind=highway,trial=0",
                      "model.depth=4,model.kind=residual,trial=0"]
+
+
+def test_paper_claim_rows_have_five_seeds_at_cpu_scale():
+    """Every row that a paper claim compares (report/papers.PAPER_CLAIMS) runs at least 5 seeds at the cpu scale
+    (a random search: its trials); every other row at least 2."""
+    from collections import Counter
+
+    from highway_repro.report.papers import PAPER_CLAIMS
+    from highway_repro.reproduce import override_key, plan
+    from highway_repro.targets import TARGETS
+
+    def cells(table):
+        out = Counter()
+        for n in plan(TARGETS[table], "cpu", [])[2]:
+            parts = dict(p.split("=", 1) for p in n.split(","))
+            out[tuple(v for k, v in sorted(parts.items()) if override_key(k) not in ("seed", "trial"))] += 1
+        return out
+
+    tables = {c.table for c in PAPER_CLAIMS} - {"ht_paper_anchor"}  # the anchor: paper size, its own seed count
+    for table in sorted(tables):
+        n = cells(table)
+        assert min(n.values()) >= 2, (table, n)
+        for c in (c for c in PAPER_CLAIMS if c.table == table):
+            for side in (c.row, c.against) if isinstance(c.against, tuple) else (c.row,):
+                for row in ((r,) for r in side) if len(side) > 1 and table == "ht_placement_scan" else (side,):
+                    want = {k for k in n if set(row) <= set(k) or set(k) <= set(row)}
+                    assert want and all(n[k] >= 5 for k in want), (table, row, {k: n[k] for k in want})
 
 
 def _fake_run(folder, status="done", wall=10.0, cpu=None, info=None):
@@ -168,7 +195,7 @@ def test_overrides_that_change_the_recipe_neither_restore_nor_price_by_the_kept_
     _fake_run(kept / "model.width=16,seed=0", wall=3000.0)
     p = plan_table("hn_table1", "cpu", 1, ["trainer.max_steps=10"], tmp_path / "runs", results, estimate_only=True)
     out = capsys.readouterr().out
-    assert "6 runs, 0 finished (0 restored from" in out and len(p.todo) == 6 and "x 10 steps" in out, out
+    assert "10 runs, 0 finished (0 restored from" in out and len(p.todo) == 10 and "x 10 steps" in out, out
     plan_table("hn_table1", "cpu", 1, ["seed=0"], tmp_path / "runs", results, estimate_only=True)  # the same recipe
     assert "2 runs, 1 finished (1 restored from" in capsys.readouterr().out
 
@@ -181,7 +208,7 @@ def test_a_partial_table_prices_its_cells_without_kept_runs_at_the_scale_files_p
     results = tmp_path / "results"
     _fake_run(results / "highway_networks" / "runs" / "hn_table1-cpu" / "model.width=16,seed=0", wall=30.0)
     p = plan_table("hn_table1", "cpu", 2, [], tmp_path / "runs", results, estimate_only=True)
-    assert p.secs == [2520.0] * 3 + [30.0] * 2, p.secs  # width 32 (no kept run) first, then width 16's seeds 1, 2
+    assert p.secs == [2520.0] * 5 + [30.0] * 4, p.secs  # width 32 (no kept run) first, then width 16's seeds 1-4
     assert "else est_step_s 0.2 x 12600 steps" in capsys.readouterr().out
 
 
@@ -387,7 +414,7 @@ def test_estimate_only_trains_nothing(tmp_path):
                         "--estimate", "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "results")],
                        cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "19 runs, 0 finished" in r.stdout and "CPU-hours" in r.stdout
+    assert "34 runs, 0 finished" in r.stdout and "CPU-hours" in r.stdout
     assert not (tmp_path / "runs").exists()
     # every table, then the total: the sum of the tables' lines
     r = subprocess.run([sys.executable, "-m", "highway_repro.reproduce", "--all", "--scale", "cpu", "--jobs", "2",
@@ -397,10 +424,12 @@ def test_estimate_only_trains_nothing(tmp_path):
     cpu_h = [float(m) for m in re.findall(r"= ([0-9.]+) CPU-hours", r.stdout)]
     total = re.search(r"\[all\] scale=cpu: estimated ([0-9.]+) CPU-hours", r.stdout)
     assert len(cpu_h) >= 10 and total and abs(float(total.group(1)) - sum(cpu_h)) < 0.1 * len(cpu_h)
-    # issue 12's budget: each table at most 4.5 h on 2 jobs, from the scale files' measured step costs
+    # the cpu scale's budget: each table at most 8 h on 2 jobs, the whole set 40 h, from the scale files' step costs
     walls = {t: float(v) * (60 if u == "h" else 1) for t, v, u in
              re.findall(r"^\[(\w+)\] scale=cpu: \d+ runs.* ([0-9.]+) (h|min) wall with 2 job", r.stdout, re.M)}
-    assert len(walls) == len(cpu_h) and max(walls.values()) <= 4.5 * 60, walls
+    assert len(walls) == len(cpu_h) and max(walls.values()) <= 8 * 60, walls
+    whole = re.search(r"\[all\] scale=cpu: .* ([0-9.]+) h wall with 2 job", r.stdout)
+    assert whole and float(whole.group(1)) <= 40, r.stdout
     assert not (tmp_path / "runs").exists()  # the kept runs are counted, not copied into sweep folders
     # --fresh with --estimate prices the whole grid and deletes nothing
     (tmp_path / "runs" / "hn_table1-cpu").mkdir(parents=True)
@@ -408,7 +437,7 @@ def test_estimate_only_trains_nothing(tmp_path):
     r = subprocess.run([sys.executable, "-m", "highway_repro.reproduce", "hn_table1", "--scale", "cpu", "--fresh",
                         "--estimate", "--runs", str(tmp_path / "runs")], cwd=REPO, capture_output=True, text=True,
                        timeout=120)
-    assert r.returncode == 0 and "6 runs, 0 finished" in r.stdout, r.stdout + r.stderr[-2000:]
+    assert r.returncode == 0 and "10 runs, 0 finished" in r.stdout, r.stdout + r.stderr[-2000:]
     assert (tmp_path / "runs" / "hn_table1-cpu" / "model.width=16,seed=0" / "metrics.json").exists()
 
 
@@ -418,7 +447,7 @@ def test_the_runner_takes_several_tables_and_names_a_wrong_one(tmp_path):
     r = subprocess.run(base + ["hn_table1", "hn_cifar", "trainer.max_steps=10"], cwd=REPO, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "[hn_table1] scale=cpu: 6 runs" in r.stdout and "[hn_cifar] scale=cpu: 6 runs" in r.stdout
+    assert "[hn_table1] scale=cpu: 10 runs" in r.stdout and "[hn_cifar] scale=cpu: 8 runs" in r.stdout
     assert "[queue] scale=cpu: estimated " in r.stdout
     r = subprocess.run(base + ["hn_tabel1"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "table='hn_tabel1' is not a table (valid: demo, hn_analysis" in r.stderr, r.stderr
@@ -449,8 +478,8 @@ def test_the_runner_takes_several_tables_and_names_a_wrong_one(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.index("[ht_enwik8_l6]") < r.stdout.index("[ht_zoo_enwik8_l6]")
     assert r.stdout.count("[ht_zoo_enwik8_l6] scale=cpu") == 1
-    assert "15 runs, 13 finished (0 restored from" in r.stdout  # (3 of them a third seed of the table's rows)
-    assert "13 to come from ht_enwik8_l6 before it in this queue), 2 to train" in r.stdout
+    assert "24 runs, 22 finished (0 restored from" in r.stdout  # (12 of them seeds 2-4 of the table's rows)
+    assert "22 to come from ht_enwik8_l6 before it in this queue), 2 to train" in r.stdout
 
 
 def test_make_help_lists_every_table():
