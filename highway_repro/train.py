@@ -221,7 +221,7 @@ def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
         write_run_info(out_dir, start_time=now())  # machine, versions, threads, commit: read by the reports
     final = trainer.fit()
     if is_main:
-        write_run_info(out_dir, end_time=now())
+        write_run_info(out_dir, end_time=now(), peak_rss_gb=round(trainer.peak_rss_gb(), 3))
     return final
 
 

@@ -42,6 +42,16 @@ def test_cosine_schedule_goes_to_zero():
     assert lrs[0] == 1.0 and lrs[50] == pytest.approx(0.5) and lrs[100] == pytest.approx(0.0, abs=1e-12)
 
 
+def test_cosine_horizon_is_its_own_option():
+    """A 400-step run with horizon 40,000 follows the first 400 steps of the 40,000-step cosine (the paper's
+    Transformer-XL schedule), not a cosine squeezed into 400 steps."""
+    lrs, _ = _lrs("cosine", 401, max_steps=400, horizon=40000)
+    assert lrs[400] == pytest.approx(0.5 * (1 + math.cos(math.pi * 400 / 40000))) and lrs[400] > 0.999
+    assert _lrs("cosine", 401, max_steps=400)[0][400] == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match=r"optim.scheduler.horizon=0 is not allowed \(valid: a positive integer"):
+        _lrs("cosine", 2, horizon=0)
+
+
 def test_plateau_schedule_divides_on_stall():
     p = torch.nn.Parameter(torch.zeros(1))
     opt = torch.optim.SGD([p], lr=2.0)

@@ -4,13 +4,14 @@
 - `step`: multiply by `gamma` at each of `milestones` (Highway Networks' Caffe solver:
   x0.1 at 60k/120k iterations on MNIST, 100k/150k/175k on CIFAR)
 - `exponential`: multiply by `gamma` every `every` steps (Highway Networks' FC sweep)
-- `cosine`: cosine from lr to `eta_min` over max_steps after `warmup` linear steps
-  (Transformer-XL's enwik8 runs: no warmup, to 0 over 40k steps)
+- `cosine`: cosine from lr to `eta_min` over `horizon` steps (default: the run's max_steps) after
+  `warmup` linear steps (Transformer-XL's enwik8 runs: no warmup, to 0 over 40k steps; a shorter run
+  with `horizon: 40000` follows the paper's schedule for its first steps)
 - `plateau`: divide by 1/`factor` when the validation loss has not improved for
   `patience` evaluations (R-Transformer's PTB runs: /10 char, /2 word)
 
 Built from config with `_partial_: true`; train.py calls it with the optimizer
-and `max_steps`.
+and `max_steps` (the run's length, which `horizon` replaces where it is set).
 """
 
 from __future__ import annotations
@@ -29,11 +30,15 @@ class Schedule:
 
     def __init__(self, optimizer: torch.optim.Optimizer, kind: str = "constant", max_steps: int = 1,
                  milestones=(), gamma: float = 0.1, every: int = 1, warmup: int = 0, eta_min: float = 0.0,
-                 factor: float = 0.1, patience: int = 0, threshold: float = 0.0):
+                 factor: float = 0.1, patience: int = 0, threshold: float = 0.0, horizon: int | None = None):
         if kind not in KINDS:
             raise HighwayError(f"optim.scheduler.kind={kind!r} is not known (valid: {', '.join(KINDS)})")
         if every < 1:
             raise HighwayError(f"optim.scheduler.every={every} must be >= 1")
+        if horizon is not None and (not isinstance(horizon, int) or horizon < 1):
+            raise HighwayError(f"optim.scheduler.horizon={horizon!r} is not allowed (valid: a positive integer, or "
+                               "null for the run's trainer.max_steps)")
+        max_steps = horizon or max_steps
         self.kind, self.optimizer = kind, optimizer
         self.plateau = None
         if kind == "plateau":

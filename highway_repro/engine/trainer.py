@@ -19,7 +19,8 @@ inflated when other jobs share the cores) and, where the device's peak is
 known (a GPU of `flops.PEAK_FLOPS`, or `trainer.peak_flops`), `perf/mfu`; on CPU
 there is no MFU. metrics.json records `time/wall_s` and `time/cpu_s` (this
 process's user + system CPU time; rank 0 under DDP) of the training, both carried
-across resumes.
+across resumes; run_info.json records `peak_rss_gb`, the largest resident memory of
+the processes that trained the run (the runner reserves it for a job of the same cell).
 
 Resume: `ckpt/last.pt` holds model, optimizer, scheduler, step, best_val, RNG
 states, the memory of a memory model and the resolved config; a resumed run
@@ -156,6 +157,7 @@ class Trainer:
         self.last_train: dict = {}  # the last log interval's running training metrics
         self.wall_time = 0.0
         self.cpu_time = 0.0
+        self.peak_rss_before = 0.0  # GiB, the processes that trained the run before a resume
         self.step_flops = flops_lib.StepFlops()
         self.peak_flops = cfg.peak_flops or flops_lib.peak_flops(self.device, cfg.precision)
         # checkpointed too, so that a resumed run logs exactly what an uninterrupted one would:
@@ -163,12 +165,18 @@ class Trainer:
         self.log_position: int | None = None  # metrics.jsonl size at the last checkpoint (resume truncates to it)
 
     # ----------------------------------------------------------------- state
+    def peak_rss_gb(self) -> float:
+        """The largest resident memory of this process so far (Linux: ru_maxrss in KiB), and of the processes
+        that trained the run before a resume, in GiB."""
+        return max(self.peak_rss_before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
+
     def state(self) -> dict:
         return {
             "model": self.raw_model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "scheduler": self.schedule.state_dict(), "step": self.step, "best_val": self.best_val,
             "rng": ckpt_lib.rng_state(), "config": self.run_config, "mems": self.mems,
             "extra": {"bad_steps": self.bad_steps, "wall_time": self.wall_time, "cpu_time": self.cpu_time,
+                      "peak_rss_gb": self.peak_rss_gb(),
                       "logger_run_id": getattr(self.logger, "run_id", None),
                       "train_acc": self.train_acc, "last_train": self.last_train, "log_position": self.log_position},
         }
@@ -185,6 +193,7 @@ class Trainer:
         extra = ckpt.get("extra", {})
         self.bad_steps, self.wall_time = extra.get("bad_steps", 0), extra.get("wall_time", 0.0)
         self.cpu_time = extra.get("cpu_time", 0.0)
+        self.peak_rss_before = extra.get("peak_rss_gb", 0.0)
         self.train_acc = {k: v.to(self.device) if torch.is_tensor(v) else v
                           for k, v in extra.get("train_acc", {}).items()} if self.is_main else {}  # DDP: global sums
         self.last_train, self.log_position = extra.get("last_train", {}), extra.get("log_position")
