@@ -213,8 +213,8 @@ def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
     elif cfg.resume:
         try:
             trainer.load_state(ckpt_lib.load(Path(cfg.resume), map_location=trainer.device))
-        except ckpt_lib.CheckpointError as e:
-            raise ckpt_lib.CheckpointError(f"resume={cfg.resume}: {e}") from None
+        except (ckpt_lib.CheckpointError, ckpt_lib.UnsafeCheckpointError) as e:
+            raise type(e)(f"resume={cfg.resume}: {e}") from None
     if is_main and trainer.step == 0:
         trainer._log({"model/params": n_params})
     if is_main:

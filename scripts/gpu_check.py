@@ -679,6 +679,7 @@ def nan_check(ctx: Ctx) -> dict:
     (no host sync per step; checked before the step-15 log); on CPU (dry run) the deferred path is forced."""
     import torch
 
+    from highway_repro.engine import checkpoint as ckpt_lib
     from highway_repro.engine.trainer import Trainer
     from highway_repro.train import run
 
@@ -706,7 +707,7 @@ def nan_check(ctx: Ctx) -> dict:
                    f"trainer.checkpoint_every={every}"])
     with trainer_class(NanAt):
         final = run(cfg, out)
-    ck = torch.load(out / "ckpt" / "last.pt", map_location="cpu", weights_only=False)
+    ck = ckpt_lib.load(out / "ckpt" / "last.pt")
     finite = all(bool(torch.isfinite(v).all()) for v in ck["model"].values() if torch.is_tensor(v))
     logged = [x.get("step") for x in read_jsonl(out / "metrics.jsonl")]
     res = {"status": final.get("status"), "step": final.get("step"), "error": final.get("error"),
@@ -1055,6 +1056,7 @@ def ddp_worker(args) -> int:
         import torch
         import torch.distributed as tdist
 
+        from highway_repro.engine import checkpoint as ckpt_lib
         from highway_repro.engine.distributed import DistInfo, _pick_device
         from highway_repro.train import run
 
@@ -1084,7 +1086,7 @@ def ddp_worker(args) -> int:
         whole = run(compose(base + [f"trainer.max_steps={steps}", "resume=null"]), fresh_dir(work / "whole"), dist=dist)
         part_dir = fresh_dir(work / "part")
         run(compose(base + [f"trainer.max_steps={half}", "resume=null"]), part_dir, dist=dist)
-        ck = torch.load(part_dir / "ckpt" / "last.pt", map_location="cpu", weights_only=False)
+        ck = ckpt_lib.load(part_dir / "ckpt" / "last.pt")
         resumed = run(compose(base + [f"trainer.max_steps={steps}", "resume=auto"]), part_dir, dist=dist)
         compared = [k for k in ("train/loss", "val/loss") if k in whole and k in resumed]
         result.update({

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import EXPERIMENTS, compose, needs_mirror
+from highway_repro.engine import checkpoint as ckpt_lib
 from highway_repro.models.transformer_xl import TransformerXL
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -108,7 +109,7 @@ def _run(cfg, out):
     final = run(cfg, out)
     lines = [{k: v for k, v in json.loads(x).items() if not k.startswith("perf/")}
              for x in (out / "metrics.jsonl").read_text().splitlines()]
-    ckpt = torch.load(out / "ckpt" / "last.pt", map_location="cpu", weights_only=False)
+    ckpt = ckpt_lib.load(out / "ckpt" / "last.pt")
     return {k: v for k, v in final.items() if not k.startswith("time/")}, lines, ckpt
 
 

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from conftest import REPO, compose, needs_mirror
+from highway_repro.engine import checkpoint as ckpt_lib
 from highway_repro.engine.distributed import DistInfo
 from highway_repro.train import run
 
@@ -106,7 +107,7 @@ def test_two_processes_equal_one_process_memory_lm(lm_runs):
     assert single["status"] == "done" and "val/loss" in single and "test/loss" in single
     _close(json.loads((root / "ddp" / "metrics.json").read_text()), single)
     _same_histories(root / "ddp", root / "single")
-    ckpt = torch.load(root / "ddp" / "ckpt" / "last.pt", map_location="cpu", weights_only=False)
+    ckpt = ckpt_lib.load(root / "ddp" / "ckpt" / "last.pt")
     assert all(m.shape[0] == 4 for m in ckpt["mems"])  # the memory of the global batch, not of one shard
 
 
@@ -118,7 +119,7 @@ def test_resume_under_ddp_after_crash(lm_runs):
     r = _torchrun(overrides, out, crash_at=7)  # the last checkpoint is the one of step 6
     assert r.returncode != 0 and "simulated crash at step 7" in r.stderr
     assert json.loads((out / "metrics.json").read_text())["status"] == "failed"
-    assert torch.load(out / "ckpt" / "last.pt", map_location="cpu", weights_only=False)["step"] == 6
+    assert ckpt_lib.load(out / "ckpt" / "last.pt")["step"] == 6
     r = _torchrun(overrides + ["resume=auto"], out)
     assert r.returncode == 0, r.stderr[-3000:]
     resumed = json.loads((out / "metrics.json").read_text())

@@ -10,6 +10,7 @@ from torch import nn
 
 from conftest import needs_mirror
 from highway_repro.data.tokenizers import ByteTokenizer, _byte_counts
+from highway_repro.engine import checkpoint as ckpt_lib
 from highway_repro.models import gates, kernels
 from highway_repro.models.r_transformer import LocalRNN, OfficialLayerNorm, RTransformer
 from highway_repro.models.transformer_lm import TransformerLM
@@ -261,7 +262,7 @@ def test_deferred_nan_check_stops_like_the_per_step_check(tmp_path, monkeypatch)
         outs[defer] = ({k: v for k, v in final.items() if not k.startswith("time/")},
                        [{k: v for k, v in json.loads(x).items() if not k.startswith("perf/")}
                         for x in (out / "metrics.jsonl").read_text().splitlines()],
-                       torch.load(out / "ckpt" / "last.pt", map_location="cpu", weights_only=False)["step"])
+                       ckpt_lib.load(out / "ckpt" / "last.pt")["step"])
     assert outs[True][0]["status"] == "diverged" and outs[True][0]["step"] == 5
     assert "at step 5" in outs[True][0]["error"] and outs[True][2] == 4
     assert outs[True] == outs[False]

@@ -81,10 +81,12 @@ def test_wall_and_cpu_time_are_carried_across_a_resume(tmp_path, monkeypatch):
     what the checkpoint holds (set to 1000 s each here)."""
     import torch
 
+    from highway_repro.engine import checkpoint as ckpt_lib
+
     overrides = RESUME_CASES["image"] + ["logger=jsonl"]
     _run_with_crash(compose(overrides), tmp_path, crash_at=7, monkeypatch=monkeypatch)
     last = tmp_path / "ckpt" / "last.pt"
-    ckpt = torch.load(last, weights_only=False)
+    ckpt = ckpt_lib.load(last)
     assert ckpt["step"] == 6 and ckpt["extra"]["wall_time"] > 0 and ckpt["extra"]["cpu_time"] >= 0
     ckpt["extra"].update(wall_time=1000.0, cpu_time=1000.0)
     torch.save(ckpt, last)

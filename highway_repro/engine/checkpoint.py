@@ -1,18 +1,30 @@
-"""Checkpoints: plain dicts, written atomically (temp file + fsync + rename).
+"""Checkpoints: plain dicts, written atomically (temp file + fsync + rename), read without running code.
 
-A checkpoint holds {format_version, model, optimizer, scheduler, step, best_val,
-rng, config, mems, extra}. `resume=auto` loads `ckpt/last.pt`; if that file is
-truncated or corrupt it is reported by name, renamed to `last.pt.corrupt` (so that
-the next save does not rotate it into prev.pt) and the previous good one
-(`ckpt/prev.pt`, the last.pt before the latest write) is used instead. A writer
-killed mid-write leaves only a `.<name>.pt.tmp<pid>` file, removed by the next save.
+A checkpoint holds {format_version, model, optimizer, scheduler, step, best_val, rng, config, mems, extra}:
+tensors and plain Python values only (the numpy RNG state as a dict with its key as a tensor). `load` reads
+with `torch.load(weights_only=True)`, which builds tensors and plain values and nothing else; checkpoints
+written before the numpy RNG state was stored as plain data hold it as a numpy array, read through an
+allowlist of exactly the numpy globals such an array needs (`OLD_NUMPY_GLOBALS`). A file that asks for anything
+else (a pickle calling `os.system`, say) is refused with `UnsafeCheckpointError`, one line naming the file and
+what it asks for; it is never taken for a corrupt file (nothing falls back from it, nothing renames it).
+
+`resume=auto` loads `ckpt/last.pt`; if that file is truncated or corrupt it is reported by name, renamed to
+`last.pt.corrupt` (so that the next save does not rotate it into prev.pt) and the previous good one
+(`ckpt/prev.pt`, the last.pt before the latest write) is used instead. A writer killed mid-write leaves only a
+`.<name>.pt.tmp<pid>` file, removed by the next save.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import os
+import pickle
+import pickletools
 import random
+import re
+import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +38,22 @@ log = logging.getLogger(__name__)
 
 class CheckpointError(HighwayError):
     """A checkpoint that is missing, corrupt, of another format version or of another architecture."""
+
+
+class UnsafeCheckpointError(HighwayError):
+    """A checkpoint file that asks for code (a global) no checkpoint of this project holds: refused, never run.
+
+    Not a CheckpointError: such a file is not corrupt, and nothing falls back from it to an older checkpoint."""
+
+
+def _old_numpy_globals() -> list:
+    """What a numpy RNG state pickled as a numpy array (checkpoints written before it was stored as plain data)
+    needs: the array's reconstructor, ndarray, dtype and the class of its uint32 dtype. Nothing else of numpy."""
+    reconstruct = np.zeros(1, dtype=np.uint32).__reduce__()[0]  # numpy._core.multiarray._reconstruct (numpy 2)
+    return [reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
+
+
+OLD_NUMPY_GLOBALS = _old_numpy_globals()
 
 
 def atomic_torch_save(obj, path: Path) -> None:
@@ -45,15 +73,31 @@ def atomic_torch_save(obj, path: Path) -> None:
 
 
 def rng_state() -> dict:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """The RNG states as plain data: Python's (a tuple of ints), numpy's (a dict, its MT19937 key as an int64
+    tensor), torch's (byte tensors)."""
+    _, key, pos, has_gauss, cached_gaussian = np.random.get_state()
+    numpy_state = {"bit_generator": "MT19937", "key": torch.from_numpy(key.astype(np.int64)), "pos": int(pos),
+                   "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)}
+    state = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
+def _numpy_state(saved) -> tuple:
+    """np.random.set_state's tuple from a checkpoint's numpy entry: the plain dict of `rng_state`, or the tuple
+    np.random.get_state() returns (key a uint32 array), as older checkpoints hold it."""
+    if isinstance(saved, dict):
+        key = saved["key"]
+        key = key.numpy() if torch.is_tensor(key) else np.asarray(key)
+        return (saved["bit_generator"], key.astype(np.uint32), int(saved["pos"]), int(saved["has_gauss"]),
+                float(saved["cached_gaussian"]))
+    return tuple(saved)
+
+
 def set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    np.random.set_state(_numpy_state(state["numpy"]))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -73,15 +117,99 @@ def save(ckpt_dir: Path, name: str, payload: dict) -> Path:
     return path
 
 
+def _global_name(obj) -> str:
+    return f"{obj.__module__}.{obj.__qualname__}"
+
+
+def _allowed(names: list[str]) -> list[str]:
+    """The names among `names` that torch's weights-only loader builds by default or OLD_NUMPY_GLOBALS holds."""
+    ours = {_global_name(g) for g in OLD_NUMPY_GLOBALS}
+    try:
+        from torch import _weights_only_unpickler as wou
+
+        torch_own = set(wou._get_allowed_globals())
+    except (ImportError, AttributeError):  # a torch without that table: its own types and OrderedDict
+        return [n for n in names if n in ours or n.startswith("torch.") or n == "collections.OrderedDict"]
+    return [n for n in names if n in ours or n in torch_own]
+
+
+def _pickles(path: Path) -> list[bytes]:
+    """The pickle streams of a checkpoint file: a zip's data.pkl, else the raw file (a bare or legacy pickle)."""
+    if zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as z:
+                return [z.read(n) for n in z.namelist() if n.endswith("data.pkl")]
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError):
+            return []
+    return [path.read_bytes()]
+
+
+def _globals_asked(path: Path) -> list[str]:
+    """Every global the file's pickles name (module.name), read statically (pickletools: nothing is imported or
+    called), up to where a stream stops parsing: a truncated file still tells what it asked for before its end."""
+    found: list[str] = []
+    for data in _pickles(path):
+        stream = io.BytesIO(data)
+        for _ in range(8):  # a legacy torch file is a few pickles in a row, then raw storage bytes
+            pushed: list = []  # what the opcodes pushed (strings, else None): STACK_GLOBAL takes the last two
+            memo: dict = {}
+            try:
+                for op, arg, _pos in pickletools.genops(stream):
+                    if op.name in ("GLOBAL", "INST"):
+                        found.append(".".join(str(arg).split(" ", 1)))
+                    elif op.name == "STACK_GLOBAL":
+                        found.append(f"{pushed[-2] if len(pushed) > 1 else '?'}.{pushed[-1] if pushed else '?'}")
+                    elif op.name == "MEMOIZE":
+                        memo[len(memo)] = pushed[-1] if pushed else None
+                    elif op.name in ("PUT", "BINPUT", "LONG_BINPUT"):
+                        memo[arg] = pushed[-1] if pushed else None
+                    elif op.name in ("GET", "BINGET", "LONG_BINGET"):
+                        pushed.append(memo.get(arg))
+                    elif op.stack_after:
+                        pushed.append(arg if isinstance(arg, str) else None)
+            except Exception:  # the end of the readable pickles
+                break
+            if stream.tell() >= len(data):
+                break
+    return list(dict.fromkeys(found))
+
+
+def _reason(error: Exception) -> str:
+    """One line of a load error: torch's own detail where the weights-only loader gives one."""
+    lines = [x.strip() for x in str(error).splitlines() if x.strip()]
+    detail = [x for x in lines if x.startswith("Unsupported operand")]
+    return (detail or lines or [""])[0]
+
+
+def _refused(path: Path, error: Exception) -> list[str]:
+    """What in the file the weights-only loader refused (globals or types named), [] when it is plain damage."""
+    msg = str(error)
+    named = re.findall(r"GLOBAL ([\w.]+)", msg) + re.findall(r"but got <class '([\w.]+)'>", msg)
+    asked = [g for g in _globals_asked(path) if re.fullmatch(r"[A-Za-z_][\w.]*\.\w+", g)]
+    asked = [g for g in asked if g not in _allowed(asked)]
+    named = [n for n in named if not any(g == n or g.endswith(f".{n}") for g in asked)]  # exec: builtins.exec
+    return list(dict.fromkeys(named + asked))
+
+
 def load(path: Path, map_location="cpu") -> dict:
-    """Load and check one checkpoint; a truncated/corrupt file raises CheckpointError naming it."""
+    """Load and check one checkpoint, running no code from it: a truncated/corrupt file raises CheckpointError
+    naming it, a file that asks for a global no checkpoint holds raises UnsafeCheckpointError naming both."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=False)
-    except Exception as e:  # truncated zip, garbage bytes, ...
-        raise CheckpointError(f"checkpoint {path} is corrupt or truncated ({type(e).__name__}: {e})") from None
+        with torch.serialization.safe_globals(OLD_NUMPY_GLOBALS), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")  # a bare pickle: refused below
+            ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:  # a refused global (UnpicklingError); or a truncated zip, garbage bytes, ...
+        refused = _refused(path, e) if isinstance(e, pickle.UnpicklingError) else []
+        if refused:
+            raise UnsafeCheckpointError(
+                f"checkpoint {path} holds {', '.join(refused)}, which no checkpoint of this project holds (only "
+                f"tensors, plain Python values and numpy's RNG state): refused, nothing in it was run; delete it or "
+                f"resume from another checkpoint") from None
+        reason = ": ".join([type(e).__name__] + [_reason(e)] * bool(_reason(e)))
+        raise CheckpointError(f"checkpoint {path} is corrupt or truncated ({reason})") from None
     if not isinstance(ckpt, dict) or "model" not in ckpt:
         raise CheckpointError(f"checkpoint {path} is not a highway-repro checkpoint (no 'model' entry)")
     version = ckpt.get("format_version")
@@ -91,7 +219,10 @@ def load(path: Path, map_location="cpu") -> dict:
 
 
 def load_latest(ckpt_dir: Path, map_location="cpu") -> dict | None:
-    """The newest good checkpoint of a run folder (last.pt, else prev.pt), or None when there is none."""
+    """The newest good checkpoint of a run folder (last.pt, else prev.pt), or None when there is none.
+
+    Only a corrupt or truncated file is passed over (and renamed *.corrupt); a refused one (UnsafeCheckpointError)
+    stops the run: what asked for code in one file says nothing good of the other."""
     ckpt_dir = Path(ckpt_dir)
     bad = []
     for name in ("last.pt", "prev.pt"):
