@@ -92,6 +92,21 @@ def test_three_verdicts():
         stats.verdict((0, 1), "down")
 
 
+def test_four_verdicts_with_an_equivalence_margin():
+    """NO DIFFERENCE: the interval contains 0 and lies within +-delta; an interval on one side keeps HELD or DID NOT
+    HOLD even inside +-delta; an interval that contains 0 and reaches past delta stays NOT RESOLVED."""
+    d = 0.01
+    assert stats.verdict((-0.006, 0.006), "lower", delta=d) == stats.NO_DIFFERENCE
+    assert stats.verdict((-0.01, 0.01), "lower", delta=d) == stats.NO_DIFFERENCE  # the margin's ends belong to it
+    assert stats.verdict((-0.37, 0.35), "lower", delta=d) == stats.NOT_RESOLVED  # too few runs to tell
+    assert stats.verdict((-0.006, 0.02), "lower", delta=d) == stats.NOT_RESOLVED
+    assert stats.verdict((-0.008, -0.002), "lower", delta=d) == stats.HELD  # smaller than delta, but one-sided
+    assert stats.verdict((0.002, 0.008), "lower", delta=d) == stats.NOT_HELD
+    assert stats.verdict((-0.006, 0.006), "lower") == stats.NOT_RESOLVED  # no margin: three verdicts
+    assert stats.verdict((-1.2, -0.8), "lower", threshold=-1.0, delta=0.5) == stats.NO_DIFFERENCE
+    assert stats.verdict(None, "lower", delta=d) == stats.NOT_RESOLVED
+
+
 # ------------------------------------------------------------------ fake run folders
 MACHINE = {"machine": "fakearch", "cpu_model": "Fake CPU 9000", "cpu_count": 64, "torch": "9.9.9", "python": "3.99.0",
            "cuda_device": None, "threads": 1, "git_commit": "abcdef1234567890abcdef1234567890abcdef12"}

@@ -1,11 +1,12 @@
-"""Means, 95 % confidence intervals and the three verdicts (issue 12 item 3).
+"""Means, 95 % confidence intervals and the four verdicts.
 
 - `mean_interval(xs)`: the t-interval of a mean (one sample, n - 1 degrees of freedom).
 - `welch_interval(a, b)`: the interval of mean(a) - mean(b) with Welch's standard error and
   Welch-Satterthwaite degrees of freedom (no equal-variance assumption).
-- `verdict(interval, side, threshold)`: HELD when the interval lies wholly on the claim's side of the
-  threshold, DID NOT HOLD when wholly on the other side, NOT RESOLVED otherwise (and when an interval
-  cannot be formed: fewer than 2 values on a side).
+- `verdict(interval, side, threshold, delta)`: HELD when the interval lies wholly on the claim's side of the
+  threshold, DID NOT HOLD when wholly on the other side, NO DIFFERENCE when it contains the threshold and lies
+  wholly within +-delta of it (a comparison of two rows with an equivalence margin), NOT RESOLVED otherwise (and
+  when an interval cannot be formed: fewer than 2 values on a side).
 
 The t quantile is computed here (scipy is not a dependency): Student's t CDF through the regularised
 incomplete beta function (continued fraction, Numerical Recipes 6.4), inverted by bisection. The tests
@@ -17,7 +18,7 @@ from __future__ import annotations
 import math
 import statistics
 
-HELD, NOT_HELD, NOT_RESOLVED = "HELD", "DID NOT HOLD", "NOT RESOLVED"
+HELD, NOT_HELD, NO_DIFFERENCE, NOT_RESOLVED = "HELD", "DID NOT HOLD", "NO DIFFERENCE", "NOT RESOLVED"
 LEVEL = 0.95
 
 
@@ -118,9 +119,12 @@ def welch_interval(a, b, level: float = LEVEL) -> tuple[float, float] | None:
     return diff - half, diff + half
 
 
-def verdict(interval: tuple[float, float] | None, side: str, threshold: float = 0.0) -> str:
+def verdict(interval: tuple[float, float] | None, side: str, threshold: float = 0.0,
+            delta: float | None = None) -> str:
     """HELD if `interval` lies wholly on `side` ("lower" or "higher") of `threshold`, DID NOT HOLD if wholly on
-    the other side (touching the threshold counts as not wholly), NOT RESOLVED otherwise or without an interval."""
+    the other side (touching the threshold counts as not wholly; an interval on one side keeps its verdict even
+    when it also lies within +-delta), NO DIFFERENCE if it lies within [threshold - delta, threshold + delta]
+    (`delta`: the equivalence margin; None: no such verdict), NOT RESOLVED otherwise or without an interval."""
     if side not in ("lower", "higher"):
         raise ValueError(f"side={side!r} is not known (valid: lower, higher)")
     if interval is None:
@@ -131,6 +135,8 @@ def verdict(interval: tuple[float, float] | None, side: str, threshold: float = 
         return HELD
     if below or above:
         return NOT_HELD
+    if delta is not None and threshold - delta <= lo and hi <= threshold + delta:
+        return NO_DIFFERENCE
     return NOT_RESOLVED
 
 
