@@ -20,7 +20,7 @@ known (a GPU of `flops.PEAK_FLOPS`, or `trainer.peak_flops`), `perf/mfu`; on CPU
 there is no MFU. metrics.json records `time/wall_s` and `time/cpu_s` (this
 process's user + system CPU time; rank 0 under DDP) of the training, both carried
 across resumes; run_info.json records `peak_rss_gb`, the largest resident memory of
-the processes that trained the run (the runner reserves it for a job of the same cell).
+the processes that trained the run.
 
 Resume: `ckpt/last.pt` holds model, optimizer, scheduler, step, best_val, RNG
 states, the memory of a memory model and the resolved config; a resumed run
