@@ -84,10 +84,11 @@ bench-compile: setup ## eager vs torch.compile for the benchmark models (results
 		--out results/bench_compile
 
 # one GPU, no network: carry data/gpu_mirror and .gpu_deps (made here by `python scripts/gpu_check.py --prepare`)
-GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
+# the venv's Python where there is one (DRY=1: the one `setup` makes), else the machine's (GPU_PYTHON=... to choose)
+GPU_PYTHON ?= $(if $(DRY)$(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 GPU_CHECK_ARGS ?=
 .PHONY: gpu-check
-gpu-check: ## one GPU, < 8 min: speed, MFU, memory, bf16, nccl, NaN policy, enwik8 curve (results/gpu_check.md); DRY=1: CPU, tiny
+gpu-check: $(if $(DRY),setup) ## one GPU, < 8 min: speed, MFU, memory, bf16, nccl, NaN policy, enwik8 curve (results/gpu_check.md); DRY=1: CPU, tiny
 	$(GPU_PYTHON) scripts/gpu_check.py $(if $(DRY),--dry-run) $(GPU_CHECK_ARGS)
 
 clean: ## remove run folders (not results/)

@@ -110,13 +110,36 @@ class Case:
     overrides: tuple = ()
     files: tuple = ()  # mirror-layout files it reads
     group: str = "B"  # A: the issue's MFU targets (measured first), B: the rest, C: only for the table times
-    cpu_bf16: bool = True  # False: oneDNN has no bf16 LSTM on CPUs without AVX512-BF16 (dry run: bf16 skipped)
+    bf16_lstm: bool = False  # True: holds an LSTM; on CPU, oneDNN runs it in bf16 only with AVX512-BF16 or AMX
     dry: tuple = ()  # extra overrides of the dry run (smaller image batches: bf16 convolutions are slow on CPU)
 
 
+VARIANTS = frozenset(p.stem for p in (REPO / "configs" / "variant").glob("*.yaml"))
+
+
+def variant(name: str) -> str:
+    """A Highway Transformer variant by its config name; a name with no `configs/variant/<name>.yaml` fails at import,
+    not minutes into a GPU run."""
+    if name not in VARIANTS:
+        raise ValueError(f"variant={name!r}: no configs/variant/{name}.yaml; allowed: {', '.join(sorted(VARIANTS))}")
+    return name
+
+
 def _ht(gated: str | None = "sdu_tanh") -> tuple:
-    base = (("baseline", ("variant=baseline",)),)
-    return base + (((gated, (f"variant={gated}",)),) if gated else ())
+    base = ((variant("baseline"), ("variant=baseline",)),)
+    return base + (((variant(gated), (f"variant={gated}",)),) if gated else ())
+
+
+def cpu_bf16_features() -> list[str]:
+    """The CPU's bf16 features as its flags list them (/proc/cpuinfo); elsewhere oneDNN's own check."""
+    try:
+        flags = next((ln.split(":", 1)[1].split() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                      if ln.startswith("flags")), [])
+        return [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
+    except OSError:
+        import torch
+
+        return ["mkldnn_bf16"] if torch.ops.mkldnn._is_mkldnn_bf16_supported() else []
 
 
 HN = (("plain", ("model.kind=plain",)), ("highway", ("model.kind=highway",)))
@@ -125,9 +148,9 @@ CASES = (
     Case("txl6", "Transformer-XL 6 layers, enwik8", "ht_enwik8_l6", "ht_enwik8_l6", _ht(),
          ("data=enwik8_prefix",), ENWIK8, "A"),
     Case("tlm3", "Transformer-L3, char-PTB", "ht_char_ptb", "ht_char_ptb", _ht(), (), PTB, "A"),
-    Case("txl12", "Transformer-XL 12 layers, enwik8", "ht_enwik8_l12", "ht_enwik8_l12", _ht("tanh_all"),
+    Case("txl12", "Transformer-XL 12 layers, enwik8", "ht_enwik8_l12", "ht_enwik8_l12", _ht("sdu_tanh"),
          ("data=enwik8_prefix",), ENWIK8),
-    Case("rt_word", "R-Transformer-L3, word-PTB", "ht_word_ptb", "ht_word_ptb", _ht(), (), PTB, cpu_bf16=False),
+    Case("rt_word", "R-Transformer-L3, word-PTB", "ht_word_ptb", "ht_word_ptb", _ht(), (), PTB, bf16_lstm=True),
     Case("mnist_conv", "highway conv net, 10 layers width 32, MNIST", "hn_table1", "hn_table1", HN, (), MNIST,
          dry=SMALL_IMAGES),
     Case("cifar_conv", "highway conv net, 19 layers, CIFAR-10", "hn_cifar", "hn_cifar", HN,
@@ -547,7 +570,8 @@ def machine(ctx: Ctx) -> dict:
 
     facts = {"python": platform.python_version(), "torch": torch.__version__,
              "torch CUDA build": torch.version.cuda or "none", "cuDNN": torch.backends.cudnn.version(),
-             "CPU cores": os.cpu_count(), "platform": platform.platform(),
+             "CPU cores": os.cpu_count(), "CPU bf16 features": ", ".join(cpu_bf16_features()) or "none",
+             "platform": platform.platform(),
              # NGC containers set the first: fp32 matmuls then run in TF32 whatever the code asks (the "fp32" peak too)
              **{v: os.environ.get(v, "unset") for v in ("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "NVIDIA_TF32_OVERRIDE")}}
     with contextlib.suppress(Exception):
@@ -871,9 +895,9 @@ def run_throughput(ctx: Ctx, groups: str, reserve: float = 0.0) -> None:
     for case, variant, ov, precision in throughput_jobs(groups):
         if ctx.args.cases and case.key not in ctx.args.cases:
             continue
-        if ctx.dry and precision == "bf16" and not case.cpu_bf16:
-            ctx.rep.problem(f"throughput {case.key} {variant} bf16", "not run on CPU: oneDNN has no bf16 LSTM on "
-                                                                     "CPUs without AVX512-BF16 (a CPU limit)")
+        if ctx.dry and precision == "bf16" and case.bf16_lstm and not cpu_bf16_features():
+            ctx.rep.problem(f"throughput {case.key} {variant} bf16", "cannot run on this CPU: its flags have neither "
+                                                                     "avx512_bf16 nor amx_bf16 (oneDNN's bf16 LSTM)")
             continue
         need = 8 if ctx.dry else (30 if case.key == "txl12" else 15)
         phase(ctx, f"throughput {case.key} {variant} {precision}", need + reserve, throughput, case, variant, ov,
@@ -1242,8 +1266,9 @@ def tables_section(ctx: Ctx) -> None:
 
 # ----------------------------------------------------------------------------- --prepare (on the CPU box)
 
-DEP_MODULES = ("hydra", "omegaconf", "antlr4", "yaml", "tqdm", "pytest", "_pytest", "pluggy", "iniconfig",
-               "packaging", "pygments", "exceptiongroup", "tomli", "py")
+CONFIG_DEPS = ("hydra", "omegaconf", "antlr4")  # what a CUDA PyTorch image lacks: the config stack
+TEST_DEPS = ("yaml", "tqdm", "pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "exceptiongroup",
+             "tomli", "py")  # `--test-deps`: for a bare Python (7 MiB, most of it pygments)
 
 
 def prepare_data(src: Path, dst: Path, n_train: int = 3000, n_test: int = 1000) -> dict:
@@ -1286,14 +1311,15 @@ def prepare_data(src: Path, dst: Path, n_train: int = 3000, n_test: int = 1000) 
     return {"files": len(files), "bytes": sum(p.stat().st_size for p in files)}
 
 
-def prepare_deps(dst: Path) -> dict:
-    """Pure-Python copies of hydra, omegaconf, antlr4, yaml, pytest and their helpers from this interpreter
-    (compiled extensions left out: yaml falls back to pure Python), for a GPU machine that lacks them."""
+def prepare_deps(dst: Path, modules: tuple = CONFIG_DEPS) -> dict:
+    """Pure-Python copies of `modules` (hydra, omegaconf, antlr4; with TEST_DEPS also yaml, pytest and their
+    helpers) from this interpreter (compiled extensions left out: yaml falls back to pure Python), for a GPU
+    machine that lacks them."""
     if dst.exists():
         shutil.rmtree(dst)
     dst.mkdir(parents=True)
     copied, absent = [], []
-    for mod in DEP_MODULES:
+    for mod in modules:
         spec = None
         with contextlib.suppress(ImportError, ValueError):
             spec = importlib.util.find_spec(mod)
@@ -1312,9 +1338,11 @@ def prepare_deps(dst: Path) -> dict:
 
 def prepare(args) -> int:
     src = Path(args.prepare_from or os.environ.get("HIGHWAY_DATA_MIRROR") or "/work/shared/data")
+    if src.resolve() == GPU_MIRROR.resolve():
+        raise SystemExit(f"--from {src}: that is the folder --prepare writes; give the full offline mirror")
     d = prepare_data(src, GPU_MIRROR, args.cifar_train, args.cifar_test)
     say(f"data: {d['files']} files, {d['bytes'] / 2 ** 20:.1f} MiB in {GPU_MIRROR}")
-    p = prepare_deps(DEPS)
+    p = prepare_deps(DEPS, CONFIG_DEPS + (TEST_DEPS if args.test_deps else ()))
     say(f"packages: {', '.join(p['copied'])} ({p['bytes'] / 2 ** 20:.1f} MiB) in {DEPS}"
         + (f"; not in this interpreter (fine if the GPU's Python is >= 3.11): {', '.join(p['absent'])}"
            if p["absent"] else ""))
@@ -1349,6 +1377,8 @@ def parse(argv):
     ap.add_argument("--prepare", action="store_true", help="write data/gpu_mirror and .gpu_deps here (CPU), then exit")
     ap.add_argument("--from", dest="prepare_from", help="--prepare: the full offline mirror (default "
                                                         "$HIGHWAY_DATA_MIRROR, else /work/shared/data)")
+    ap.add_argument("--test-deps", action="store_true", help="--prepare: carry yaml, pytest and their helpers too "
+                                                               "(for a Python that lacks them)")
     ap.add_argument("--cifar-train", type=int, default=3000)
     ap.add_argument("--cifar-test", type=int, default=1000)
     ap.add_argument("--plot", metavar="CURVES_CSV", help="draw <name>.png from a curves CSV, then exit")
@@ -1376,6 +1406,8 @@ def main(argv=None) -> int:
     T0 = time.monotonic()  # the budget counts from here (also when a test calls main in-process)
     args = parse(argv)
     found = setup_paths()
+    if args.prepare:  # before the default below points HIGHWAY_DATA_MIRROR at the folder --prepare rewrites
+        return prepare(args)
     if args.data:
         os.environ["HIGHWAY_DATA_MIRROR"] = str(Path(args.data).resolve())
     elif not os.environ.get("HIGHWAY_DATA_MIRROR") and GPU_MIRROR.is_dir():
@@ -1387,8 +1419,6 @@ def main(argv=None) -> int:
         csv_path = Path(args.plot)
         print(plot_curves(csv_path, csv_path.with_suffix(".png")))
         return 0
-    if args.prepare:
-        return prepare(args)
 
     missing, optional = preflight(found)
     command = "python scripts/gpu_check.py " + " ".join(argv if argv is not None else sys.argv[1:])

@@ -1,9 +1,10 @@
-"""Tests that need a CUDA GPU (marker `cuda`): skipped without one; `make gpu-check` runs them on the GPU.
+"""The device tests: each runs on CPU in the fast suite and on CUDA (marker `cuda`, skipped without a GPU;
+`make gpu-check` runs `pytest -m cuda`), so a change that breaks the CUDA path fails here on any machine.
 
-On the device they check what the CPU suite checks on CPU: the Transformer-XL attention core equals the
-explicit formula (fp64) and stays close to fp32 under bf16 autocast; every experiment's model trains a
-step under bf16 autocast with finite fp32 gradients; the deferred NaN check (the CUDA default) stops a
-run exactly as the per-step check; a checkpoint written on the device (memory included) resumes the run.
+They check: the Transformer-XL attention kernel equals the plain formulas (fp64) and stays close to fp32
+under bf16 autocast; every experiment's model trains a step under bf16 autocast with finite fp32 gradients;
+the deferred NaN check (the CUDA default) stops a run exactly as the per-step check; a checkpoint written on
+the device (memory included) resumes the run.
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ from conftest import EXPERIMENTS, compose, needs_mirror
 from highway_repro.engine import checkpoint as ckpt_lib
 from highway_repro.models.transformer_xl import TransformerXL
 
-pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
-DEVICE = "cuda"
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]  # conftest skips `cuda` without a GPU
 # data meta of the image sets (what the data layer passes to the model); language models get a vocabulary
 IMAGE_META = {"mnist": {"num_classes": 10, "input_shape": (1, 28, 28)},
               "cifar10": {"num_classes": 10, "input_shape": (3, 32, 32)},
@@ -27,21 +27,24 @@ IMAGE_META = {"mnist": {"num_classes": 10, "input_shape": (1, 28, 28)},
 VOCAB = 50
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kw", [{}, {"clamp_len": 3}, {"same_length": True}, {"norm": "pre", "gate_kind": "sdu_tanh"}])
-def test_transformer_xl_core_equals_explicit_attention_on_cuda(kw):
-    """The hand-written training kernel (_RelAttnCore: strided rel-shift view, un-shift in backward) on the device."""
-    torch.manual_seed(0)
-    m = TransformerXL(13, n_layers=2, d_model=16, n_heads=2, d_head=8, d_inner=32, dropout=0.0, tgt_len=6,
-                      mem_len=5, **kw).double().to(DEVICE)
-    with torch.no_grad():
-        m.r_w_bias.normal_(0, 1.0)
-        m.r_r_bias.normal_(0, 1.0)
-    x = torch.randint(0, 13, (2, 6), device=DEVICE)
-    mems = [torch.randn(2, 5, 16, dtype=torch.float64, device=DEVICE) for _ in range(2)]
-    results = []
+def test_transformer_xl_core_equals_explicit_attention(kw, device):
+    """The hand-written training kernel (_RelAttnCore: strided rel-shift view, un-shift in backward) against the
+    plain formulas, the same weights in both (`fused` builds the same parameters from the same seed)."""
+    models = []
     for fused in (True, False):
-        m.set_fused_attention(fused)
-        m.zero_grad()
+        torch.manual_seed(0)
+        m = TransformerXL(13, n_layers=2, d_model=16, n_heads=2, d_head=8, d_ff=32, dropout=0.0, tgt_len=6,
+                          mem_len=5, fused=fused, **kw).double().to(device)
+        with torch.no_grad():
+            m.r_w_bias.copy_(torch.linspace(-1, 1, 16).view(2, 8))  # make u, v matter
+            m.r_r_bias.copy_(torch.linspace(1, -1, 16).view(2, 8))
+        models.append(m)
+    x = torch.randint(0, 13, (2, 6), device=device)
+    mems = [torch.randn(2, 5, 16, dtype=torch.float64, device=device) for _ in range(2)]
+    results = []
+    for m in models:
         logits, _ = m(x, mems=mems)
         logits.pow(2).sum().backward()
         results.append((logits.detach(), [p.grad.clone() for p in m.parameters()]))
@@ -50,20 +53,21 @@ def test_transformer_xl_core_equals_explicit_attention_on_cuda(kw):
         torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
 
 
-def test_transformer_xl_bf16_autocast_close_to_fp32_on_cuda():
+@pytest.mark.parametrize("device", DEVICES)
+def test_transformer_xl_bf16_autocast_close_to_fp32(device):
     """Full memory, training path: the bf16 loss within 1% of fp32, gradients fp32, finite, same direction."""
     torch.manual_seed(0)
     V = 204
-    m = TransformerXL(V, n_layers=2, d_model=128, n_heads=4, d_head=32, d_inner=256, dropout=0.0, tgt_len=64,
-                      mem_len=64).to(DEVICE)
-    x = torch.randint(0, V, (4, 64), device=DEVICE)
-    y = torch.randint(0, V, (4, 64), device=DEVICE)
+    m = TransformerXL(V, n_layers=2, d_model=128, n_heads=4, d_head=32, d_ff=256, dropout=0.0, tgt_len=64,
+                      mem_len=64).to(device)
+    x = torch.randint(0, V, (4, 64), device=device)
+    y = torch.randint(0, V, (4, 64), device=device)
     with torch.no_grad():
         _, mems = m(x)
     out = {}
     for bf16 in (False, True):
         m.zero_grad()
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
             logits, _ = m(x, mems=mems)
         loss = F.cross_entropy(logits.float().reshape(-1, V), y.reshape(-1))
         loss.backward()
@@ -74,8 +78,9 @@ def test_transformer_xl_bf16_autocast_close_to_fp32_on_cuda():
     assert F.cosine_similarity(out[True][1], out[False][1], dim=0) > 0.99
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
-def test_every_model_trains_a_bf16_step_on_cuda(experiment):
+def test_every_model_trains_a_bf16_step(experiment, device):
     """Each experiment's model (smoke size) through its task under bf16 autocast on the device (cuDNN RNNs too)."""
     from hydra.utils import instantiate
 
@@ -84,16 +89,16 @@ def test_every_model_trains_a_bf16_step_on_cuda(experiment):
     cfg = compose([f"experiment={experiment}", "scale=smoke"])
     meta = IMAGE_META.get(str(cfg.data.name), {"vocab_size": VOCAB})
     torch.manual_seed(0)
-    model = instantiate(cfg.model, _convert_="all", **meta).to(DEVICE).train()
+    model = instantiate(cfg.model, _convert_="all", **meta).to(device).train()
     if "vocab_size" in meta:
         shape = (int(cfg.data.batch_size), int(cfg.data.seq_len))
-        batch = (torch.randint(0, VOCAB, shape, device=DEVICE), torch.randint(0, VOCAB, shape, device=DEVICE))
+        batch = (torch.randint(0, VOCAB, shape, device=device), torch.randint(0, VOCAB, shape, device=device))
         task = build_task("lm")
     else:
-        batch = (torch.randn(8, *meta["input_shape"], device=DEVICE),
-                 torch.randint(0, meta["num_classes"], (8,), device=DEVICE))
+        batch = (torch.randn(8, *meta["input_shape"], device=device),
+                 torch.randint(0, meta["num_classes"], (8,), device=device))
         task = build_task("classification")
-    with torch.autocast("cuda", dtype=torch.bfloat16):
+    with torch.autocast(device, dtype=torch.bfloat16):
         loss, sums, _ = task.forward(model, batch)
     loss.backward()
     assert torch.isfinite(loss)
@@ -126,9 +131,10 @@ def _close(a: dict, b: dict, rel: float) -> bool:
 
 
 @needs_mirror
-def test_deferred_nan_check_on_cuda_stops_like_the_per_step_check(tmp_path, monkeypatch):
-    """On CUDA the trainer defers the check (no host sync per step): same stop step, error, checkpoint and log
-    as the per-step check, and the deferred path is the one that caught it."""
+@pytest.mark.parametrize("device", DEVICES)
+def test_deferred_nan_check_stops_like_the_per_step_check(tmp_path, monkeypatch, device):
+    """On CUDA the trainer defers the check (no host sync per step; on CPU it is asked for here): same stop step,
+    error, checkpoint and log as the per-step check, and the deferred path is the one that caught it."""
     from highway_repro.engine.trainer import Trainer
 
     forward, check = Trainer._forward, Trainer._check_finite
@@ -148,12 +154,13 @@ def test_deferred_nan_check_on_cuda_stops_like_the_per_step_check(tmp_path, monk
     monkeypatch.setattr(Trainer, "_forward", nan_from_step_5)
     monkeypatch.setattr(Trainer, "_check_finite", spy)
     cfg = compose(["experiment=demo", "scale=smoke", "model.depth=3", "trainer.max_steps=12", "trainer.log_every=4",
-                   "trainer.checkpoint_every=4", "trainer.eval_every=0", "trainer.device=cuda", "logger=jsonl"])
+                   "trainer.checkpoint_every=4", "trainer.eval_every=0", f"trainer.device={device}", "logger=jsonl"])
     outs = {}
-    for defer in (None, False):  # None: the trainer's choice, deferred on CUDA
+    deferred = None if device == "cuda" else True  # None: the trainer's choice, deferred on CUDA
+    for defer in (deferred, False):
         monkeypatch.setattr(Trainer, "defer_nan_check", defer)
         outs[defer] = _run(cfg, tmp_path / str(defer))
-    final, lines, ckpt = outs[None]
+    final, lines, ckpt = outs[deferred]
     assert final["status"] == "diverged" and final["step"] == 5 and "at step 5" in final["error"]
     assert ckpt["step"] == 4 and all(torch.isfinite(v).all() for v in ckpt["model"].values())
     assert caught == [5]  # the deferred check found it (the per-step run never leaves a pending step)
@@ -163,19 +170,43 @@ def test_deferred_nan_check_on_cuda_stops_like_the_per_step_check(tmp_path, monk
 
 
 @needs_mirror
-def test_checkpoint_on_cuda_resumes_the_run(tmp_path):
-    """Transformer-XL (memory, dropout RNG of the device in the checkpoint): 4 steps straight vs 2 + resume=auto."""
-    base = ["experiment=ht_enwik8_l6", "scale=smoke", "trainer.device=cuda", "trainer.log_every=2",
+@pytest.mark.parametrize("device", DEVICES)
+def test_checkpoint_on_the_device_resumes_the_run(tmp_path, device):
+    """Transformer-XL (memory, dropout RNG of the device in the checkpoint): 4 steps straight vs 2 + resume=auto
+    (the optimizer state follows the model onto the device)."""
+    base = ["experiment=ht_enwik8_l6", "scale=smoke", f"trainer.device={device}", "trainer.log_every=2",
             "trainer.checkpoint_every=2", "trainer.eval_every=2", "trainer.eval_max_batches=2",
             "trainer.final_max_batches=2", "trainer.splits=[val]", "optim.scheduler.kind=constant", "logger=jsonl"]
     whole, lines, _ = _run(compose(base + ["trainer.max_steps=4"]), tmp_path / "whole")
     part = tmp_path / "part"
     _, _, ckpt = _run(compose(base + ["trainer.max_steps=2"]), part)
     assert ckpt["step"] == 2 and len(ckpt["mems"]) == 6 and ckpt["mems"][0].shape[1] == 16
-    assert "cuda" in ckpt["rng"]
+    assert ("cuda" in ckpt["rng"]) == torch.cuda.is_available()
     from highway_repro.train import run
 
     resumed = run(compose(base + ["trainer.max_steps=4", "resume=auto"]), part)
     resumed = {k: v for k, v in resumed.items() if not k.startswith("time/")}
     assert resumed["status"] == "done" and resumed["step"] == 4
     assert _close(resumed, whole, 1e-3), (resumed, whole)
+
+
+@needs_mirror
+def test_the_model_is_on_its_device_before_a_checkpoint_is_loaded(tmp_path, monkeypatch):
+    """Optimizer.load_state_dict puts the saved state on the parameters' device: a model moved to the GPU after the
+    load leaves Adam's moments on the CPU, and the first step fails ('Expected all tensors to be on the same
+    device'). On CPU the order is what can be seen: every load comes after the model's move to the device."""
+    from highway_repro.train import run
+
+    base = ["experiment=demo", "scale=smoke", "model.depth=3", "trainer.log_every=2", "trainer.checkpoint_every=2",
+            "trainer.eval_every=0", "logger=jsonl"]
+    out = tmp_path / "run"
+    out.mkdir()
+    run(compose(base + ["trainer.max_steps=2"]), out)
+    events = []
+    move, load = torch.nn.Module.to, torch.optim.Optimizer.load_state_dict
+    monkeypatch.setattr(torch.nn.Module, "to", lambda self, *a, **k: events.append("to") or move(self, *a, **k))
+    monkeypatch.setattr(torch.optim.Optimizer, "load_state_dict",
+                        lambda self, state: events.append("load") or load(self, state))
+    final = run(compose(base + ["trainer.max_steps=4", "resume=auto"]), out)
+    assert final["status"] == "done" and final["step"] == 4
+    assert "load" in events and "to" in events[:events.index("load")], events

@@ -213,3 +213,35 @@ def test_table_times_section_uses_the_measured_step_times(tmp_path):
     assert ("ht_enwik8_l6", "fp32", "table_s") not in rows and rows[("hn_fig1", "", "runs")] == 1200
     line = next(x for x in ctx.rep.sections["tables"][1] if "reproduce-ht-enwik8-l6" in x)
     assert "16.7 h" in line and "3.2 GB" in line
+
+
+@needs_mirror
+def test_dry_run_of_every_case_and_variant_reports_no_problem(tmp_path, monkeypatch):
+    """Every speed case of the GPU run (each model, its baseline and gated variant, bf16 and fp32) composes, builds
+    and steps in the dry run with no problem: a renamed variant or a broken config fails here, not minutes into
+    a GPU lease. The phases the test above covers are skipped."""
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setenv("HIGHWAY_DATA_OFFLINE", "1")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    out = tmp_path / "gpu_check"
+    gc.main(["--dry-run", "--skip", "peak,nan,curve,ddp,tests,tables", "--data", str(mirror()), "--out", str(out),
+             "--runs", str(tmp_path / "runs")])
+    md = out.with_suffix(".md").read_text()
+    problems = md.split("## Errors and skipped parts")[1].split("##")[0].strip()
+    jobs = {(case.key, variant, precision) for case, variant, _, precision in gc.throughput_jobs("ABC")}
+    # a CPU without bf16 instructions cannot run oneDNN's bf16 LSTM: then those cases, and only they, are problems
+    no_bf16 = set() if gc.cpu_bf16_features() else {(c.key, v, "bf16") for c in gc.CASES if c.bf16_lstm
+                                                    for v, _ in c.variants}
+    found = set() if problems == "none" else {line[2:].split(": ")[0] for line in problems.splitlines()}
+    assert found == {f"throughput {k} {v} {p}" for k, v, p in no_bf16}, problems
+    rows = _rows(out.with_suffix(".csv"))
+    measured = {(r["case"], r["variant"], r["precision"]) for r in rows
+                if r["section"] == "throughput" and r["metric"] == "step_s"}
+    assert measured == jobs - no_bf16
+
+
+def test_every_variant_the_check_names_has_a_config():
+    names = {variant for case in gc.CASES for variant, _ in case.variants} - {"plain", "highway"}
+    assert names <= gc.VARIANTS and "sdu_tanh" in names
+    with pytest.raises(ValueError, match="variant='tanh_all'"):
+        gc.variant("tanh_all")

@@ -146,6 +146,9 @@ class Trainer:
         self.dist = dist  # highway_repro.engine.distributed.DistInfo or None
         self.is_main = dist is None or dist.rank == 0
         self.device = resolve_device(cfg.device) if dist is None else dist.device
+        # on the device before a checkpoint is loaded: Optimizer.load_state_dict puts the state where the
+        # parameters are
+        model.to(self.device, memory_format=MEMORY_FORMATS[cfg.memory_format])
         self.step = 0
         self.best_val = math.inf
         self.mems = None
