@@ -244,6 +244,79 @@ def wall_s(secs: list[float], jobs: int) -> float:
     return max(free)
 
 
+# ------------------------------------------------------------------ memory
+DEFAULT_PEAK_GB = 2.0  # a run with no measured or estimated peak (the cpu-scale runs hold 0.3-1.2 GB)
+
+
+def peak_gb(cfg, kept: Path | None) -> tuple[float, str]:
+    """GiB one run of this table holds at its peak: the largest `peak_rss_gb` of its kept runs (run_info.json, written
+    by the trainer), else the scale file's `est_peak_gb`, else DEFAULT_PEAK_GB."""
+    seen = []
+    for f in kept.glob("*/run_info.json") if kept is not None else ():
+        try:
+            v = json.loads(f.read_text()).get("peak_rss_gb")
+        except (OSError, ValueError):
+            continue
+        if isinstance(v, (int, float)) and v > 0:
+            seen.append(float(v))
+    if seen:
+        return max(seen), f"largest of {len(seen)} kept runs"
+    if cfg.get("est_peak_gb"):
+        return float(cfg.est_peak_gb), "est_peak_gb"
+    return DEFAULT_PEAK_GB, "default"
+
+
+def mem_available_gb() -> float | None:
+    """The memory the kernel can give new work without swapping (/proc/meminfo MemAvailable), GiB; None where
+    that file does not exist (then nothing is held back)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 2**20
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def oom_kills() -> int | None:
+    """The kernel's own count of processes its out-of-memory killer has ended: the machine's (/proc/vmstat) plus
+    this container's (cgroup v2 memory.events); None where neither exists. A job that dies of SIGKILL while this
+    count rises was killed for memory; a SIGKILL from anyone else leaves it as it is."""
+    total, found = 0, False
+    for path in (Path("/proc/vmstat"), Path("/sys/fs/cgroup/memory.events")):
+        try:
+            for line in path.read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    total, found = total + int(value), True
+        except (OSError, ValueError):
+            continue
+    return total if found else None
+
+
+def _fits(peak: float, reserved: list[float], budget: float | None) -> bool:
+    """Whether a job of `peak` GiB fits beside the running jobs' `reserved` peaks within `budget` (the memory that
+    was available when the queue started). A job always starts when nothing runs: it can do no better later."""
+    return budget is None or not reserved or sum(reserved) + peak <= budget
+
+
+def _mark_killed(p: "TablePlan", why: str) -> Path | None:
+    """Note in the run folder that the job trained last (the unfinished one written to most recently) why it
+    died, in its run_info.json under `killed`: the report shows it in the run's row."""
+    runs = [p.sweep_dir] if p.single else [p.sweep_dir / n for n in p.todo if (p.sweep_dir / n).is_dir()]
+    runs = [r for r in runs if _status(r) not in FINISHED]
+    if not runs:
+        return None
+    run = max(runs, key=lambda r: max((f.stat().st_mtime for f in r.rglob("*") if f.is_file()), default=0.0))
+    info_path = run / "run_info.json"
+    try:
+        info = json.loads(info_path.read_text()) if info_path.exists() else {}
+    except (OSError, ValueError):
+        info = {}
+    write_json_atomic(info_path, {**info, "killed": why})
+    return run
+
+
 def _last_step(run: Path) -> int:
     """The step of the last complete line of a run's metrics.jsonl (0 when there is none)."""
     try:
@@ -340,6 +413,7 @@ class TablePlan:
     commands: list = field(default_factory=list)
     secs: list = field(default_factory=list)  # one-thread seconds of each run to train
     threads: int = 1
+    peak_gb: float = DEFAULT_PEAK_GB  # GiB one of its runs holds at its peak (`peak_gb`)
     progress: Progress | None = None
     start: float | None = None
     base: dict | None = None  # the table's record as it was when the table started
@@ -376,6 +450,7 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
         _refuse_other_recipe(name, scale, [n for n in done if n not in queued], sweep_dir, results)
     own_recipe = all(override_key(o) in REPEAT_KEYS for o in extra)  # else kept runs price nothing
     per, how = estimate_s(cfg, kept if own_recipe else None)
+    peak, peak_how = peak_gb(cfg, kept if own_recipe else None)
     todo = [n for n in names if n not in done]
     threads = int(cfg.get("threads") or 1)
     # a cell with no kept run: the scale file's grid-wide pace where it has one (the runs kept first, e.g. of a
@@ -400,8 +475,10 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     shown = f"make {make_target(name)} SCALE={scale}" if name != "demo" else "make demo"
     if extra:  # overrides given by hand are part of the command
         shown = shlex.join(["python", "-m", "highway_repro.reproduce", name, "--scale", scale, *extra])
+    if todo and peak_how != "default":
+        print(f"[{name}] memory: {peak:.1f} GB a run at its peak ({peak_how})", flush=True)
     p = TablePlan(name, sweep_dir, kept, not t.sweep, fresh, shown, secs=secs if total else [], threads=threads,
-                  todo=todo)
+                  todo=todo, peak_gb=peak)
     if not todo and not estimate_only and sweep_dir.exists():
         keep(sweep_dir, kept, single=not t.sweep)  # runs that finished after the last keep (a runner killed -9)
     if estimate_only or not todo:
@@ -496,17 +573,34 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None) -> int:
         p.left = len(p.commands)
     live: list[tuple[TablePlan, subprocess.Popen]] = []
     status, stop, shown = 0, StopRequest(), time.time()
+    budget, held, kills_at = mem_available_gb(), set(), {}  # GiB for the queue's jobs; tables told they wait
     old = {s: signal.signal(s, stop) for s in StopRequest.SIGNALS}
     try:
         while (queue or live) and not stop.signum:
             while queue and len(live) < jobs and not stop.signum:
-                p, cmd = queue.pop(0)
+                reserved = [q.peak_gb for q, _ in live]
+                # the first command that fits beside the running ones; a later, smaller one may pass a larger one
+                i = next((k for k, (q, _) in enumerate(queue) if _fits(q.peak_gb, reserved, budget)), None)
+                if i is None:
+                    q = queue[0][0]
+                    if q.name not in held:
+                        held.add(q.name)
+                        print(f"[{q.name}] held back: a run needs {q.peak_gb:.1f} GB at its peak, and "
+                              f"{sum(reserved):.1f} of the {budget:.1f} GB available are reserved for "
+                              f"{len(live)} running job(s)", flush=True)
+                    break
+                p, cmd = queue.pop(i)
+                if not live and budget is not None and p.peak_gb > budget:
+                    print(f"[{p.name}] warning: a run needs {p.peak_gb:.1f} GB at its peak, more than the "
+                          f"{budget:.1f} GB available; it runs alone", file=sys.stderr, flush=True)
                 if p.start is None:
                     p.start, p.base = time.time(), _record(p.kept, p.fresh)
                     if p.progress is not None:
                         p.progress.start()
                 print("+", shlex.join(cmd), flush=True)
-                live.append((p, subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)))  # stopped as a group
+                proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)  # stopped as a group
+                live.append((p, proc))
+                kills_at[proc.pid] = oom_kills()
             time.sleep(0.5)
             if len(plans) > 1 and time.time() - shown >= QUEUE_LINE_EVERY_S:
                 print(queue_line(plans, jobs), flush=True)
@@ -515,7 +609,14 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None) -> int:
                 live.remove((p, proc))
                 rc = _exit_code(proc.returncode)
                 status = status or rc
-                if rc:
+                before, now = kills_at.pop(proc.pid, None), oom_kills()
+                if proc.returncode == -signal.SIGKILL and before is not None and now is not None and now > before:
+                    why = (f"out-of-memory killer (the kernel's OOM kill count rose from {before} to {now} while it "
+                           f"ran; a run needs about {p.peak_gb:.1f} GB)")
+                    run = _mark_killed(p, why)
+                    print(f"[{p.name}] a command was killed by the {why}" + (f"; run {run.name}" if run else ""),
+                          file=sys.stderr, flush=True)
+                elif rc:
                     print(f"[{p.name}] a command exited with status {rc}; the others go on", file=sys.stderr,
                           flush=True)
                 p.left -= 1

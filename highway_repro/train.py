@@ -230,7 +230,7 @@ def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
 # file's cost estimate and extra grids (which runs a table has, not how one trains) and the checkpoint / log cadence
 # (resume is bit-exact at any checkpoint step; the log cadence changes only what the logged running mean of the
 # training loss averages over, not the weights).
-NOT_RECIPE = ("resume", "threads", "logger", "est_step_s", "extra_grids", "trainer.progress", "trainer.device",
+NOT_RECIPE = ("resume", "threads", "logger", "est_step_s", "est_peak_gb", "extra_grids", "trainer.progress", "trainer.device",
               "trainer.log_every", "trainer.checkpoint_every")
 
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -584,3 +585,72 @@ def test_make_tables_skips_a_table_with_only_the_record_of_a_stopped_start(tmp_p
                        cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "no runs under" not in r.stderr and (tmp_path / "results" / "summary.csv").exists()
+
+
+def test_the_queue_holds_back_a_job_whose_memory_does_not_fit(tmp_path, monkeypatch, capsys):
+    """Two paper-size runs of 14 GB do not fit in 20 GB: the second waits for the first to end, while a small run
+    of another table fills the free job beside it (backfill); nothing ever runs beyond the budget."""
+    from highway_repro import reproduce
+
+    monkeypatch.setattr(reproduce, "mem_available_gb", lambda: 20.0)
+    big = _plan(tmp_path, "big", [_marker_cmd(tmp_path, "big1", 1.5), _marker_cmd(tmp_path, "big2", 0.2)])
+    small = _plan(tmp_path, "small", [_marker_cmd(tmp_path, "small1", 0.2)])
+    big.peak_gb, small.peak_gb = 14.0, 1.0
+    assert reproduce.run_queue([big, small], jobs=2) == 0
+
+    def t(m, end):
+        return (tmp_path / f"{m}.{end}").stat().st_mtime
+
+    assert t("big2", "start") >= t("big1", "end")  # held back until the first 14 GB run ended
+    assert t("small1", "start") < t("big1", "end")  # the small run went ahead of it, beside the first
+    assert "[big] held back: a run needs 14.0 GB at its peak, and 14.0 of the 20.0 GB available are reserved" \
+        in capsys.readouterr().out
+
+
+def test_peak_memory_comes_from_kept_runs_else_the_scale_file(tmp_path):
+    from omegaconf import OmegaConf
+
+    from highway_repro.reproduce import DEFAULT_PEAK_GB, peak_gb
+
+    cfg = OmegaConf.create({"est_peak_gb": 14.0})
+    assert peak_gb(cfg, tmp_path) == (14.0, "est_peak_gb")
+    assert peak_gb(OmegaConf.create({}), None) == (DEFAULT_PEAK_GB, "default")
+    for name, gb in (("seed=0", 12.5), ("seed=1", 13.3)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "run_info.json").write_text(json.dumps({"peak_rss_gb": gb}))
+    assert peak_gb(cfg, tmp_path) == (13.3, "largest of 2 kept runs")
+
+
+@pytest.mark.parametrize("oom", [True, False])
+def test_a_job_killed_for_memory_is_named_as_such(tmp_path, monkeypatch, capsys, oom):
+    """A job that dies of SIGKILL while the kernel's OOM kill count rises is reported as killed by the
+    out-of-memory killer, in the runner's output and in its run's row; another SIGKILL is a plain failure."""
+    from highway_repro import reproduce
+    from highway_repro.report.runs import load_run
+
+    counts = iter([7, 8] if oom else [7, 7])
+    monkeypatch.setattr(reproduce, "oom_kills", lambda: next(counts))
+    ckpt = tmp_path / "runs" / "a" / "seed=0" / "ckpt"  # the run the job was training when it died
+    a = _plan(tmp_path, "a", [[sys.executable, "-c", f"import os, pathlib, signal; pathlib.Path({str(ckpt)!r})"
+                               ".mkdir(parents=True); os.kill(os.getpid(), signal.SIGKILL)"]])
+    a.todo, a.peak_gb = ["seed=0"], 14.0
+    assert reproduce.run_queue([a], jobs=1) == 137
+    err = capsys.readouterr().err
+    run = load_run(tmp_path / "runs" / "a" / "seed=0")
+    if oom:
+        assert "[a] a command was killed by the out-of-memory killer (the kernel's OOM kill count rose from 7 to 8" \
+            in err and err.rstrip().endswith("run seed=0")
+        assert run.error.startswith("killed by the out-of-memory killer") and "14.0 GB" in run.error
+    else:
+        assert "out-of-memory" not in err and "exited with status 137" in err
+        assert run.error == "no metrics.json (job died or still running)"
+
+
+def test_the_kernel_counts_oom_kills_here():
+    """The counter the runner reads exists on this machine (Linux: /proc/vmstat has oom_kill since 4.13)."""
+    from highway_repro.reproduce import mem_available_gb, oom_kills
+
+    if not Path("/proc/vmstat").exists():
+        pytest.skip("no /proc/vmstat (not Linux)")
+    assert isinstance(oom_kills(), int) and oom_kills() >= 0
+    assert 0 < mem_available_gb() < 2**20

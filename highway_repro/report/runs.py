@@ -125,11 +125,13 @@ def load_run(path: Path) -> Run:
     final = _read_json(path / "metrics.json")
     status = str(final.get("status", "unknown")) if final else "missing"
     error = final.get("error")
+    info = _read_json(path / "run_info.json")
     if error is None and status == "missing":
-        error = "no metrics.json (job died or still running)"
+        error = (f"killed by the {info['killed']}" if info.get("killed")
+                 else "no metrics.json (job died or still running)")
     elif error is None and status != "done":
         error = f"status {status} at step {final.get('step')}"
-    return Run(path, overrides, config, final, status, error, _read_json(path / "run_info.json"))
+    return Run(path, overrides, config, final, status, error, info)
 
 
 def load_runs(folder) -> list[Run]:
