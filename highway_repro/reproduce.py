@@ -244,6 +244,86 @@ def wall_s(secs: list[float], jobs: int) -> float:
     return max(free)
 
 
+# ------------------------------------------------------------------ calibration
+CALIBRATION = ROOT / "results" / "calibration.json"  # {machine: {scale: {table: probe}}}, committed with the runs
+PROBE_STEPS = 8  # a probe's training steps; the second half is timed
+
+
+def machine_key() -> str:
+    """This machine as the calibration file names it: CPU model and core count."""
+    from highway_repro.engine.loggers import cpu_model
+
+    return f"{cpu_model() or 'unknown CPU'}, {os.cpu_count()} cores"
+
+
+def _step_cost(run: Path) -> float | None:
+    """Mean CPU-s per training step a run logged (perf/cpu_s_per_step: its training steps only), None if none."""
+    vals = []
+    try:
+        for line in (run / "metrics.jsonl").read_text().splitlines():
+            v = json.loads(line).get("perf/cpu_s_per_step") if '"perf/cpu_s_per_step"' in line else None
+            if isinstance(v, (int, float)) and v > 0:
+                vals.append(float(v))
+    except (OSError, ValueError):
+        return None
+    return sum(vals) / len(vals) if vals else None
+
+
+def probe(name: str, scale: str, workdir: Path) -> dict:
+    """Time a few training steps of the first run of table `name`'s grid on this machine, on the scale's threads:
+    {"cell": its folder name, "cpu_s_per_step": CPU-s a step over the second half of PROBE_STEPS steps}."""
+    t = TARGETS[name]
+    cfg, gs, _ = plan(t, scale, [])
+    job = jobs_of(gs[0])[0]
+    cell = dirname(job, list(cfg.hydra.job.config.override_dirname.exclude_keys))
+    out = workdir / f"{name}-{scale}"
+    shutil.rmtree(out, ignore_errors=True)
+    half = PROBE_STEPS // 2
+    cmd = [sys.executable, "-m", "highway_repro.train", f"experiment={t.experiment}", f"scale={scale}", *job,
+           f"trainer.max_steps={PROBE_STEPS}", f"trainer.log_every={half}", "trainer.eval_every=0",
+           "trainer.checkpoint_every=0", "trainer.splits=[val]", "trainer.final_max_batches=1", "logger=jsonl",
+           "trainer.progress=false", f"hydra.run.dir={out}"]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()] if r.returncode == 0 else []
+    timed = [x["perf/cpu_s_per_step"] for x in lines if x.get("step") == PROBE_STEPS and "perf/cpu_s_per_step" in x]
+    if not timed:
+        raise HighwayError(f"[{name}] the calibration probe failed (exit {r.returncode}): "
+                           f"{(r.stderr.strip().splitlines() or ['no output'])[-1]}")
+    return {"cell": cell, "cpu_s_per_step": round(float(timed[-1]), 4),
+            "date": time.strftime("%Y-%m-%d", time.gmtime()), "other_jobs": os.getloadavg()[0] > 0.5}
+
+
+def calibrate(names: list[str], scale: str, workdir: Path, path: Path = CALIBRATION) -> dict:
+    """Probe each table on this machine and record the results under `machine_key()` in `path`."""
+    data = json.loads(path.read_text()) if path.exists() else {}
+    mine = data.setdefault(machine_key(), {}).setdefault(scale, {})
+    for name in names:
+        mine[name] = probe(name, scale, workdir)
+        print(f"[{name}] calibration: {mine[name]['cpu_s_per_step']} CPU-s a step ({mine[name]['cell']})", flush=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, data)
+    return mine
+
+
+def speed_ratio(name: str, scale: str, cfg, kept: Path | None, path: Path = CALIBRATION) -> tuple[float, str]:
+    """How much longer a step takes on this machine than where the estimate's numbers come from: the probe of this
+    machine (`calibrate`) over the same cell's kept runs' logged CPU-s a step, else over the scale file's
+    `est_step_s`; (1.0, "") when this machine has no calibration or nothing to compare it with."""
+    try:
+        mine = json.loads(path.read_text())[machine_key()][scale][name]
+    except (OSError, ValueError, KeyError):
+        return 1.0, ""
+    cell = _grid_cell(mine["cell"])  # the probe's cell, any seed
+    costs = [c for f in (kept.glob("*/metrics.json") if kept is not None else ())
+             if _grid_cell(f.parent.name) == cell and (c := _step_cost(f.parent))]
+    ref, what = ((sum(costs) / len(costs), f"{len(costs)} kept runs' {sum(costs) / len(costs):.3f}") if costs else
+                 (float(cfg.est_step_s), f"est_step_s {cfg.est_step_s}") if cfg.get("est_step_s") else (None, ""))
+    if not ref:
+        return 1.0, ""
+    ratio = mine["cpu_s_per_step"] / ref
+    return ratio, f"x {ratio:.2f} for this machine (probe {mine['cpu_s_per_step']} CPU-s a step vs {what})"
+
+
 # ------------------------------------------------------------------ memory
 DEFAULT_PEAK_GB = 2.0  # a run with no measured or estimated peak (the cpu-scale runs hold 0.3-1.2 GB)
 
@@ -464,6 +544,9 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
                 f", else {unkept_how}" if unkept != per and unkept in secs else "")
     else:
         secs = [per] * len(todo) if per else []
+    ratio, calibrated = speed_ratio(name, scale, cfg, kept if own_recipe else None)
+    if secs and calibrated:
+        secs, how = [s * ratio for s in secs], f"{how}; {calibrated}"
     total, wall = (sum(secs), wall_s(secs, jobs)) if secs else (None, None)
     cost = (f"estimated {len(todo)} x {duration(total / len(todo))} = {total * threads / 3600:.1f} CPU-hours, "
             f"{duration(wall)} wall with {jobs} job(s) ({how})" if total and todo
@@ -900,6 +983,8 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", default="runs/sweeps", help="where sweep folders go")
     ap.add_argument("--report-only", action="store_true", help="only rebuild the report(s) from the kept runs")
     ap.add_argument("--estimate", action="store_true", help="print the plan and its cost; train nothing")
+    ap.add_argument("--calibrate", action="store_true", help=f"time {PROBE_STEPS} steps of each table here (seconds "
+                    "to a minute each), record them in results/calibration.json, then estimate with them")
     args = ap.parse_intermixed_args(argv)
     if args.jobs < 1:
         ap.error(f"--jobs={args.jobs}: runs at once, at least 1")
@@ -935,6 +1020,9 @@ def main(argv=None) -> int:
             status = report_table(name, args.scale, runs_root, results, echo=not args.all) or status
     else:
         try:
+            if args.calibrate:
+                calibrate([p for n in names for p in TARGETS[n].parts or (n,)], args.scale, runs_root / "calibration")
+                args.estimate = True
             status = train(names, args, results, runs_root)
         except HighwayError as e:  # a user mistake: one line, no traceback
             print(f"error: {e}", file=sys.stderr)

@@ -654,3 +654,28 @@ def test_the_kernel_counts_oom_kills_here():
         pytest.skip("no /proc/vmstat (not Linux)")
     assert isinstance(oom_kills(), int) and oom_kills() >= 0
     assert 0 < mem_available_gb() < 2**20
+
+
+def test_the_estimate_follows_the_machine_through_its_calibration(tmp_path, monkeypatch):
+    """A probe of this machine twice as slow a step as the kept runs of the same cell logged doubles the estimate;
+    without kept step costs it compares with the scale file's est_step_s; another machine's probe changes nothing."""
+    from omegaconf import OmegaConf
+
+    from highway_repro import reproduce
+
+    monkeypatch.setattr(reproduce, "machine_key", lambda: "CPU X, 2 cores")
+    monkeypatch.setattr(reproduce, "probe", lambda name, scale, workdir: {"cell": "seed=0,variant=baseline",
+                                                                          "cpu_s_per_step": 0.8})
+    cal = tmp_path / "calibration.json"
+    reproduce.calibrate(["t"], "cpu", tmp_path, cal)
+    kept = tmp_path / "kept"
+    for name, cost in (("seed=1,variant=baseline", 0.4), ("seed=0,variant=sdu_tanh", 9.9)):
+        (kept / name).mkdir(parents=True)
+        (kept / name / "metrics.json").write_text("{}")
+        (kept / name / "metrics.jsonl").write_text(json.dumps({"step": 50, "perf/cpu_s_per_step": cost}) + "\n")
+    cfg = OmegaConf.create({"est_step_s": 0.5})
+    ratio, how = reproduce.speed_ratio("t", "cpu", cfg, kept, cal)
+    assert ratio == pytest.approx(2.0) and "1 kept runs' 0.400" in how  # the baseline cell only, any seed
+    assert reproduce.speed_ratio("t", "cpu", cfg, None, cal)[0] == pytest.approx(1.6)  # vs est_step_s
+    monkeypatch.setattr(reproduce, "machine_key", lambda: "CPU Y, 8 cores")
+    assert reproduce.speed_ratio("t", "cpu", cfg, kept, cal) == (1.0, "")
