@@ -3,17 +3,20 @@
 1. kill and resume (SIGKILL during a step and during a checkpoint write, SIGTERM / SIGINT), through real
    `python -m highway_repro.train` subprocesses, killed at points found by polling the run folder
    (metrics.jsonl, ckpt/.last.pt.tmp<pid>): no test hook in the production code (one fast case, the full
-   sequences are slow); the same interruptions in-process (fast);
+   sequences are slow); the same interruptions in-process (fast), SIGTERM / SIGINT during the final evaluation too;
 2. checkpoints: format version + resolved config, a corrupt last.pt falls back to prev.pt, a checkpoint of
    another architecture is a one-line error; a checkpoint that would run code (a crafted zip or bare pickle) is
    refused in one line wherever it is read (resume=auto, resume=<path>, best.pt), never fallen back from, and
    nothing in it runs; the RNG state is plain data, and checkpoints with numpy's RNG state as an array still load;
 3. the error path: the project's own errors (config values, data, checkpoints) are one line with exit code 2,
-   before torch is imported for a config error (its speed, under 2 s, is a slow test); anything else is a bug
-   and keeps its traceback; in a multirun both mark the job failed;
+   before torch is imported for a config error (its speed, under 2 s, is a slow test), and so are Hydra's
+   composition errors, a full disk and a read-only run folder (no temp file left); anything else is a bug and
+   keeps its traceback; in a multirun both mark the job failed;
 4. NaN / Inf losses (nan_policy stop and skip), injected through `data._target_` (conftest.nan_data);
-5. data faults not covered by tests/test_data.py: truncated files, empty splits, corrupt and interrupted caches;
-6. a sweep with a failing job: the other jobs finish, the report marks the cell with the error (slow).
+5. data faults not covered by tests/test_data.py: truncated or undecodable files, empty splits, corrupt,
+   interrupted and killed caches;
+6. a sweep with a failing job: the other jobs finish, the report marks the cell with the error (slow);
+7. a kept run whose metrics.json cannot be parsed: `make tables` names it, counts it as damaged and fails.
 
 Fuzzing of the gate placement parser and the config validator: tests/test_fuzz.py.
 """
