@@ -173,7 +173,8 @@ def check_added_keys(cfg: DictConfig, overrides: list[str], config_dir) -> None:
         node = OmegaConf.select(cfg, parent, throw_on_missing=False) if parent else cfg
         if isinstance(node, DictConfig) and "_target_" in node:
             continue
-        has = f"; {parent or 'the root'} has {', '.join(str(k) for k in node if k != key.rpartition('.')[2])}" if isinstance(node, DictConfig) else ""
+        others = [str(k) for k in node if k != key.rpartition(".")[2]] if isinstance(node, DictConfig) else []
+        has = f"; {parent or 'the root'} has {', '.join(others)}" if others else ""
         raise ConfigError(f"+{key}={value} is read by nothing: {parent or 'the config root'} has no _target_ "
                           f"(valid: + adds an argument to {', '.join(targets(cfg)) or 'a node with a _target_'}{has})")
 

@@ -811,8 +811,8 @@ def main(argv=None) -> int:
     ap.add_argument("--results", default=None, help="results root (default: results/, or runs/smoke_results for smoke)")
     ap.add_argument("--runs", default="runs/sweeps", help="where sweep folders go")
     ap.add_argument("--report-only", action="store_true", help="only rebuild the report(s) from the kept runs")
-    ap.add_argument("--allow-damaged", action="store_true", help="with --report-only: exit 0 even when a kept run's "
-                    "metrics.json cannot be parsed (such a run is named, counted as damaged and left out of the tables)")
+    ap.add_argument("--allow-damaged", action="store_true", help="with --report-only: exit 0 even when a kept "
+                    "run's metrics.json cannot be parsed (it is named, counted as damaged, left out of the tables)")
     ap.add_argument("--estimate", action="store_true", help="print the plan and its cost; train nothing")
     args = ap.parse_intermixed_args(argv)
     if args.jobs < 1:

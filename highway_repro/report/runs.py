@@ -4,7 +4,7 @@
 |---|---|
 | `.hydra/overrides.yaml` | the command-line overrides of the job (`variant=sdu_tanh`, `seed=1`) |
 | `config_resolved.yaml` (else `.hydra/config.yaml`) | the full config the run used |
-| `metrics.json` | final metrics and `status` (`done`, `failed`, `diverged`, `interrupted`); one that cannot be parsed makes the run `damaged` |
+| `metrics.json` | final metrics and `status` (`done`, `failed`, `diverged`, `interrupted`; `damaged`: unparsable) |
 | `metrics.jsonl` | the history: one JSON object per log step |
 | `run_info.json` | machine, versions, threads, code commit, start and end time (`engine/loggers.write_run_info`) |
 """
