@@ -55,8 +55,8 @@ estimate-%: setup ## print a table's plan and its estimated cost, train nothing:
 reproduce-all: setup ## every paper table at SCALE, JOBS runs at once (default 1; give JOBS=2 on a 2-core machine)
 	$(BIN)/python -m highway_repro.reproduce --all --scale $(SCALE) --jobs $(JOBS)
 
-tables: setup ## rebuild every report and results/summary.csv from the kept runs in results/ (no training)
-	$(BIN)/python -m highway_repro.reproduce --all --scale $(SCALE) --report-only
+tables: setup ## rebuild every report and results/summary.csv from the kept runs in results/ (no training); fails on a damaged metrics.json unless ALLOW_DAMAGED=1
+	$(BIN)/python -m highway_repro.reproduce --all --scale $(SCALE) --report-only $(if $(ALLOW_DAMAGED),--allow-damaged)
 
 # folder with checkouts transformer-xl/, Highway-Transformer/, R-transformer/ (empty: clone the pinned commits)
 OFFICIAL_DIR ?=

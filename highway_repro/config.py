@@ -72,6 +72,9 @@ def _validate(cfg: DictConfig) -> None:
                                                                                    ("none", "all", "both"))))
     if data is not None:
         options.check_data(_values(data, "data"))
+    optimizer = _get(_get(cfg, "", "optim"), "optim", "optimizer")
+    if isinstance(optimizer, DictConfig) and "lr" in optimizer:
+        options.LEARNING_RATE.check("optim.optimizer.lr", _plain(_get(optimizer, "optim.optimizer", "lr")))
     _check_trainer(_get(cfg, "", "trainer"))
     resume = _get(cfg, "", "resume")
     if resume is not None and not isinstance(resume, str):
@@ -143,6 +146,37 @@ def check_group_choices(overrides: list[str], config_dir) -> None:
             if choice and choice != "null" and not (folder / f"{choice}.yaml").exists():
                 valid = sorted(p.stem for p in folder.glob("*.yaml"))
                 raise ConfigError(f"{m[1]}={choice} is not a config of configs/{m[1]}/ (valid: {', '.join(valid)})")
+
+
+def check_added_keys(cfg: DictConfig, overrides: list[str], config_dir) -> None:
+    """A key added on the command line (`+data.train_limit_tokens=4000`) is an argument of a constructor: it must go
+    into a node with a `_target_` (model, data, optim.optimizer, ...), whose constructor checks it; anywhere else
+    (`+optim.lrr=1`) nothing would read it. ConfigError naming it and the nodes that take added keys. Config group
+    choices (`+experiment=x`), Hydra's own keys and `++` (set or add) are left alone."""
+    from pathlib import Path
+
+    def targets(node, prefix: str = "") -> list[str]:
+        out = []
+        for k in node:
+            v = node._get_node(k)  # no interpolation is resolved
+            if isinstance(v, DictConfig) and not v._is_missing() and not v._is_none():
+                out += [prefix + str(k)] if "_target_" in v else targets(v, f"{prefix}{k}.")
+        return out
+
+    for arg in overrides:
+        if not arg.startswith("+") or arg.startswith("++"):
+            continue
+        key, _, value = arg[1:].partition("=")
+        if key.startswith("hydra.") or not key or (Path(config_dir) / key.split("@")[0]).is_dir():
+            continue
+        parent = key.rpartition(".")[0]
+        node = OmegaConf.select(cfg, parent, throw_on_missing=False) if parent else cfg
+        if isinstance(node, DictConfig) and "_target_" in node:
+            continue
+        others = [str(k) for k in node if k != key.rpartition(".")[2]] if isinstance(node, DictConfig) else []
+        has = f"; {parent or 'the root'} has {', '.join(others)}" if others else ""
+        raise ConfigError(f"+{key}={value} is read by nothing: {parent or 'the config root'} has no _target_ "
+                          f"(valid: + adds an argument to {', '.join(targets(cfg)) or 'a node with a _target_'}{has})")
 
 
 def settle_variant(cfg: DictConfig, config_dir, given: bool) -> None:

@@ -6,12 +6,17 @@ checkpoint, a missing or damaged data file) is a subclass of `HighwayError`, so 
 exception (a bug) keep its traceback. `HighwayError` is a `ValueError`, so code that caught ValueError
 before keeps working.
 
-What belongs here: the base class and the error classes that several packages raise or catch (today
-`ConfigError`). Errors of one package may live in that package (`engine.checkpoint.CheckpointError`,
+A write that fails for a reason the user can fix (a full disk, a read-only folder: `UNWRITABLE`) is reported
+the same way, as a `StorageError` naming the path (`storage_error`).
+
+What belongs here: the base class and the error classes that several packages raise or catch (`ConfigError`,
+`StorageError`). Errors of one package may live in that package (`engine.checkpoint.CheckpointError`,
 `data.sources.DataError`) as long as they subclass `HighwayError`.
 """
 
 from __future__ import annotations
+
+import errno
 
 
 class HighwayError(ValueError):
@@ -22,3 +27,31 @@ class ConfigError(HighwayError):
     """A bad option or config value: `model.d_ff=0 is not allowed (valid: a positive integer)`.
 
     Raised by `highway_repro.options` (so by the model constructors and by `config.validate`)."""
+
+
+# The errno values of a write that the user can fix: a full disk or quota, a read-only file system, no permission.
+UNWRITABLE = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+
+
+class StorageError(HighwayError):
+    """A file or folder the run must write cannot be written (see `UNWRITABLE`): `cannot write <path>: ...`."""
+
+
+def unwritable(e: BaseException) -> OSError | None:
+    """The OSError of `UNWRITABLE` that caused `e` (`e` itself, or along its cause and context: torch.save reports a
+    full disk as a RuntimeError raised while handling it), else None."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, OSError) and e.errno in UNWRITABLE:
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def storage_error(e: OSError, path=None) -> StorageError:
+    """The one line for an OSError of `UNWRITABLE`: the path (`path`, else the error's own), what the system said
+    and what to do."""
+    where = path if path is not None else e.filename
+    return StorageError(f"cannot write {where}: {e.strerror or e} (valid: a writable folder with free space; free "
+                        "some space, fix the permissions or choose another hydra.run.dir)")

@@ -23,6 +23,7 @@ the constructor's arguments); a rule between options goes into that model's `_cr
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
@@ -237,6 +238,12 @@ def check_data(values: Mapping, prefix: str = "data.") -> None:
                           f"least {prefix}seq_len={seq_len}; valid: 1..{most})" if most >= 1 else
                           f"{prefix}batch_size={batch} is larger than the training data ({what}, fewer than "
                           f"{prefix}seq_len={seq_len} + 1; valid: none, lower {prefix}seq_len)")
+
+
+# ----------------------------------------------------------------------------- optimizer
+
+# The learning rate of every optimizer (torch's SGD takes nan and inf; Adam refuses them and negative values).
+LEARNING_RATE = Rule("a finite number >= 0", lambda v: is_number(v) and math.isfinite(v) and v >= 0)
 
 
 # ----------------------------------------------------------------------------- trainer

@@ -904,6 +904,19 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path, echo: bo
     return 0
 
 
+def _damaged(results: Path, scale: str, allowed: bool) -> int:
+    """Name each kept run of `scale` whose metrics.json cannot be parsed (the reports count it as damaged and leave
+    it out of their statistics); 1 when there is one, unless `allowed`."""
+    from highway_repro.report.runs import load_run
+
+    runs = [load_run(p.parent) for p in sorted(results.glob(f"*/runs/*-{scale}/*/metrics.json"))]
+    damaged = [r for r in runs if r.status == "damaged"]
+    for r in damaged:
+        print(f"{'warning' if allowed else 'error'}: {r.error}: counted as damaged, left out of the statistics",
+              file=sys.stderr)
+    return int(bool(damaged) and not allowed)
+
+
 def _report(name: str, scale: str, runs_root: Path, results: Path) -> int:
     """report_table for the report thread: an error is printed and counted, and the other reports go on."""
     try:
@@ -982,6 +995,8 @@ def main(argv=None) -> int:
     ap.add_argument("--results", default=None, help="results root (default: results/, or runs/smoke_results for smoke)")
     ap.add_argument("--runs", default="runs/sweeps", help="where sweep folders go")
     ap.add_argument("--report-only", action="store_true", help="only rebuild the report(s) from the kept runs")
+    ap.add_argument("--allow-damaged", action="store_true", help="with --report-only: exit 0 even when a kept "
+                    "run's metrics.json cannot be parsed (it is named, counted as damaged, left out of the tables)")
     ap.add_argument("--estimate", action="store_true", help="print the plan and its cost; train nothing")
     ap.add_argument("--calibrate", action="store_true", help=f"time {PROBE_STEPS} steps of each table here (seconds "
                     "to a minute each), record them in results/calibration.json, then estimate with them")
@@ -1018,6 +1033,7 @@ def main(argv=None) -> int:
             for part in parts if not args.all else ():  # (--all reports the parts under their own names)
                 status = report_table(part, args.scale, runs_root, results) or status
             status = report_table(name, args.scale, runs_root, results, echo=not args.all) or status
+        status = _damaged(results, args.scale, args.allow_damaged) or status
     else:
         try:
             if args.calibrate:

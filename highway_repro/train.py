@@ -21,19 +21,21 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import InstantiationException
+from hydra.errors import (ConfigCompositionException, InstantiationException, MissingConfigException,
+                          OverrideParseException)
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 # No torch (nor numpy, the engine, the data or the models) at import time: main() validates the config
 # first, so a bad value fails in about a second, not after the ~3-5 s torch import
 # (tests/test_reliability.py::test_bad_config_fails_fast_before_torch). Import them inside functions.
-from highway_repro.config import (ConfigError, check_group_choices, check_scale_file, settle_variant, validate,
-                                  validate_against_data)
+from highway_repro.config import (ConfigError, check_added_keys, check_group_choices, check_scale_file, settle_variant,
+                                  validate, validate_against_data)
 from highway_repro.engine.loggers import build_logger, now, write_json_atomic, write_run_info
-from highway_repro.errors import HighwayError
+from highway_repro.errors import HighwayError, StorageError, storage_error, unwritable
 
 # What is reported in one line with exit code 2, without a traceback: the project's own error classes, raised for
 # the user's input (a config value, a data file, a checkpoint). Anything else is a bug and keeps its traceback.
@@ -271,8 +273,10 @@ def check_same_recipe(cfg: DictConfig, out_dir: Path) -> None:
 
 def _summary(final: dict) -> str:
     keys = [k for k in final if k.split("/")[0] in ("train", "val", "test") and isinstance(final[k], float)]
-    line = f"[{final.get('status')}] step {final.get('step')}: " + ", ".join(f"{k}={final[k]:.4f}"
-                                                                           for k in sorted(keys))
+    metrics = ", ".join(f"{k}={final[k]:.4f}" for k in sorted(keys))
+    line = f"[{final.get('status')}] step {final.get('step')}" + (f": {metrics}" if metrics else "")
+    if final.get("status") == "interrupted":
+        line += f" (signal {final.get('signal')}; resume=auto continues it)"
     return line + (f" ({final['error']})" if final.get("error") else "")
 
 
@@ -295,7 +299,10 @@ def _user_failure(e: Exception, done: Path, multirun: bool, is_main: bool = True
     if is_main:
         job = " ".join(HydraConfig.get().overrides.task) if HydraConfig.initialized() else ""
         if done is not None:
-            write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {msg}"})
+            try:
+                write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {msg}"})
+            except StorageError:  # the folder cannot be written (the error may be just that): the line says why
+                pass
         if os.environ.get(MULTIRUN_ENV):
             errors = Path(os.environ[MULTIRUN_ENV])
             errors.mkdir(parents=True, exist_ok=True)
@@ -346,6 +353,7 @@ def main(cfg: DictConfig):
         check_scale_file(CONFIG_DIR, choices.get("experiment"), choices.get("scale"))
         given = any(o.lstrip("+~").startswith("variant=") for o in HydraConfig.get().overrides.task)
         settle_variant(cfg, CONFIG_DIR, given)
+        check_added_keys(cfg, list(HydraConfig.get().overrides.task), CONFIG_DIR)
         validate(cfg)
     except ConfigError as e:  # (before torch and the process group: under torchrun, rank 0 records it)
         rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))
@@ -394,6 +402,8 @@ def _main(cfg: DictConfig, out_dir: Path, multirun: bool, dist=None):
     except USER_ERRORS as e:
         return _user_failure(e, done, multirun, is_main)
     except Exception as e:  # a bug: its traceback is shown; the report still marks the cell as failed
+        if unwritable(e) is not None:  # a full disk or a read-only folder: the user's to fix
+            return _user_failure(storage_error(unwritable(e)), done, multirun, is_main)
         if is_main:
             write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {e}"})
         raise
@@ -404,9 +414,62 @@ def _main(cfg: DictConfig, out_dir: Path, multirun: bool, dist=None):
     return final.get("val/loss")
 
 
+def _hydra_line(e: Exception) -> str:
+    """One line for an error Hydra reports on several: a key that is not in the config names the override and the
+    keys of its node; anything else is Hydra's message and its cause's, up to the details."""
+    cause = e.__cause__
+    key, node = getattr(cause, "full_key", None), getattr(cause, "parent_node", None)
+    if key and isinstance(node, DictConfig) and getattr(cause, "key", None) not in node:
+        given = next((a for a in sys.argv[1:] if a.split("=", 1)[0] == key), key)
+        return f"{given} is not a key of {key.rpartition('.')[0] or 'the config'} (valid: {', '.join(map(str, node))})"
+    if isinstance(e, OverrideParseException):
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        for arg in (a for a in sys.argv[1:] if not a.startswith("-")):
+            try:
+                OverridesParser.create().parse_overrides([arg])
+            except OverrideParseException:
+                return f"{arg} cannot be parsed ({str(e).splitlines()[0]}) (valid: Hydra's override grammar, " \
+                       "https://hydra.cc/docs/advanced/override_grammar/basic/)"
+    lines = []
+    for text in (str(e), str(cause) if isinstance(cause, OmegaConfBaseException) else ""):
+        for line in map(str.strip, text.splitlines()):
+            if line.startswith(("See https://", "Config search path", "full_key:")):
+                break
+            lines += [line] if line else []
+    return " ".join(lines)
+
+
+def _one_line_errors(report):
+    """Hydra's `run_and_report` (it runs the composition and the job, and prints what they raise), with Hydra's own
+    multi-line errors on the command line (a key not in the config, an override it cannot parse, a config it cannot
+    find) and a run folder it cannot write (a full disk, a read-only folder) as one line and exit code 2, like the
+    project's errors. HYDRA_FULL_ERROR=1 keeps Hydra's report and traceback."""
+    def run_and_report(func):
+        def one_line():
+            try:
+                return func()
+            except Exception as e:
+                if isinstance(e, (ConfigCompositionException, MissingConfigException, OverrideParseException)):
+                    line = _hydra_line(e)
+                elif unwritable(e) is not None:
+                    line = str(storage_error(unwritable(e)))
+                else:
+                    raise
+                if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                    raise
+            print(f"error: {line}", file=sys.stderr)
+            sys.exit(2)
+        return report(one_line)
+    return run_and_report
+
+
 def cli():
     """The command (`python -m highway_repro.train`, `highway-train`): a misspelt config-group choice on the command
-    line is one line and exit 2 before Hydra composes; then Hydra's `main`."""
+    line is one line and exit 2 before Hydra composes; then Hydra's `main`, whose own errors on the command line
+    are one line as well (`_one_line_errors`)."""
+    import hydra._internal.utils as hydra_utils  # hydra-core 1.3 (pinned): _run_hydra calls run_and_report
+
     args = sys.argv[1:]
     more_configs = any(a.split("=", 1)[0] in ("--config-dir", "-cd", "--config-path", "-cp")
                        or a.lstrip("+").startswith("hydra.searchpath") for a in args)  # other folders: Hydra checks
@@ -416,6 +479,7 @@ def cli():
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    hydra_utils.run_and_report = _one_line_errors(hydra_utils.run_and_report)
     main()
 
 

@@ -3,23 +3,27 @@
 1. kill and resume (SIGKILL during a step and during a checkpoint write, SIGTERM / SIGINT), through real
    `python -m highway_repro.train` subprocesses, killed at points found by polling the run folder
    (metrics.jsonl, ckpt/.last.pt.tmp<pid>): no test hook in the production code (one fast case, the full
-   sequences are slow); the same interruptions in-process (fast);
+   sequences are slow); the same interruptions in-process (fast), SIGTERM / SIGINT during the final evaluation too;
 2. checkpoints: format version + resolved config, a corrupt last.pt falls back to prev.pt, a checkpoint of
    another architecture is a one-line error; a checkpoint that would run code (a crafted zip or bare pickle) is
    refused in one line wherever it is read (resume=auto, resume=<path>, best.pt), never fallen back from, and
    nothing in it runs; the RNG state is plain data, and checkpoints with numpy's RNG state as an array still load;
 3. the error path: the project's own errors (config values, data, checkpoints) are one line with exit code 2,
-   before torch is imported for a config error (its speed, under 2 s, is a slow test); anything else is a bug
-   and keeps its traceback; in a multirun both mark the job failed;
+   before torch is imported for a config error (its speed, under 2 s, is a slow test), and so are Hydra's
+   composition errors, a full disk and a read-only run folder (no temp file left); anything else is a bug and
+   keeps its traceback; in a multirun both mark the job failed;
 4. NaN / Inf losses (nan_policy stop and skip), injected through `data._target_` (conftest.nan_data);
-5. data faults not covered by tests/test_data.py: truncated files, empty splits, corrupt and interrupted caches;
-6. a sweep with a failing job: the other jobs finish, the report marks the cell with the error (slow).
+5. data faults not covered by tests/test_data.py: truncated or undecodable files, empty splits, corrupt,
+   interrupted and killed caches;
+6. a sweep with a failing job: the other jobs finish, the report marks the cell with the error (slow);
+7. a kept run whose metrics.json cannot be parsed: `make tables` names it, counts it as damaged and fails.
 
 Fuzzing of the gate placement parser and the config validator: tests/test_fuzz.py.
 """
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import logging
@@ -305,6 +309,49 @@ def test_killed_during_the_final_evaluation_logs_it_once(tmp_path, monkeypatch):
 
     assert _in_process_interruptions(tmp_path, monkeypatch, when, ["trainer.checkpoint_every=4", "data.val_size=100",
                                                                    "trainer.splits=[val,test]"]) is None  # killed
+
+
+FINAL = ["trainer.checkpoint_every=3", "data.val_size=100", "trainer.splits=[val,test]"]  # no checkpoint at step 8
+
+
+@needs_mirror
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("final_eval", ["last", "best"])
+def test_a_signal_during_the_final_evaluation_stops_cleanly_and_resumes_exactly(sig, final_eval, tmp_path, capsys,
+                                                                                  monkeypatch):
+    """SIGTERM / SIGINT after the final val pass, during the test pass: the command exits 128 + signal, no traceback,
+    metrics.json says interrupted, last.pt holds step 8 (the last step's weights, also with final_eval=best); then
+    resume=auto redoes the final evaluation and ends with the uninterrupted run's metrics and metrics.jsonl."""
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    overrides = SMALL + FINAL + [f"trainer.final_eval={final_eval}", "trainer.eval_every=4", "threads=1"]
+    ref = _reference(overrides, tmp_path / "ref")
+    assert ref["status"] == "done" and "test/acc" in ref
+    evaluate = Trainer.evaluate
+
+    def ev(self, split, max_batches=None):
+        if split == "test" and not self.stop_requested:
+            signal.raise_signal(sig)  # the handler notes it; the test pass stops at its next batch
+        return evaluate(self, split, max_batches)
+
+    monkeypatch.setattr(Trainer, "evaluate", ev)
+    out = tmp_path / "run"
+    out.mkdir()
+    with pytest.raises(SystemExit) as e:
+        _main(compose(overrides), out, multirun=False)
+    assert e.value.code == 128 + sig
+    assert capsys.readouterr().out.strip() == f"[interrupted] step 8 (signal {sig}; resume=auto continues it)"
+    first = _final(out)
+    assert first["status"] == "interrupted" and first["signal"] == sig and first["step"] == 8
+    assert "test/acc" not in first and not list((out / "ckpt").glob(".*.tmp*"))
+    last = ck.load(out / "ckpt" / "last.pt")
+    assert last["step"] == 8
+    monkeypatch.setattr(Trainer, "evaluate", evaluate)
+    final = run(compose(overrides + ["resume=auto"]), out)
+    assert final["status"] == "done"
+    assert _stable(final) == _stable(ref)
+    assert _history(out) == _history(tmp_path / "ref")
+    done = ck.load(out / "ckpt" / "last.pt")  # the last step's weights, as the uninterrupted run keeps them
+    assert all(torch.equal(v, last["model"][k]) for k, v in done["model"].items())
 
 
 # ============================================================================ 2. checkpoints
@@ -681,7 +728,7 @@ def test_an_option_a_constructor_refuses_is_a_one_line_error(tmp_path, capsys, m
     as raised (here a data set's option), and torch's checks of optimizer values name the config node."""
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     for overrides, line in [(["data.normalize=gcn"], "error: mnist: normalize='gcn' is not valid; choose one of"),
-                            (["optim.optimizer.lr=-1"], "error: optim.optimizer: Invalid learning rate: -1")]:
+                            (["optim.optimizer.momentum=-1"], "error: optim.optimizer: Invalid momentum value: -1")]:
         with pytest.raises(SystemExit) as e:
             _main(compose(["experiment=demo", "scale=smoke", "threads=1"] + overrides), tmp_path, multirun=False)
         assert e.value.code == 2
@@ -793,6 +840,126 @@ def test_bad_config_fails_in_under_2_s(case, tmp_path):
     assert min(walls) < 2.0 * contention, (walls, contention)
 
 
+ONE_LINE_ERRORS = {  # overrides -> the start of the one line (field, value), what it says is allowed
+    "misspelt_key": (["experiment=demo", "optim.lrr=1"], "error: optim.lrr=1 is not a key of optim",
+                     "(valid: optimizer, scheduler, param_groups)"),
+    "added_key_nothing_reads": (["experiment=demo", "+optim.lrr=1"], "error: +optim.lrr=1 is read by nothing",
+                                "valid: + adds an argument to model, data, optim.optimizer, optim.scheduler"),
+    "nan_lr_with_sgd": (["experiment=hn_table1", "optim.optimizer.lr=nan"],
+                        "error: optim.optimizer.lr=nan is not allowed", "(valid: a finite number >= 0)"),
+    "negative_lr_with_sgd": (["experiment=demo", "optim.optimizer.lr=-0.1"],
+                             "error: optim.optimizer.lr=-0.1 is not allowed", "(valid: a finite number >= 0)"),
+    "unparsable_override": (["experiment=demo", "optim.optimizer.lr=["], "error: optim.optimizer.lr=[ cannot be parsed",
+                            "(valid: Hydra's override grammar"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ONE_LINE_ERRORS))
+def test_config_errors_of_hydra_and_of_the_project_are_one_line(case, tmp_path):
+    """A key Hydra does not know (its own message: 5 lines, exit 1), a key added with + that no constructor reads
+    (accepted by Hydra), a learning rate that torch's SGD takes (nan), an override Hydra cannot parse: exit 2, one
+    line naming the field, its value and what is allowed; nothing written, torch not imported."""
+    overrides, start, valid = ONE_LINE_ERRORS[case]
+    out = tmp_path / "run"
+    r = subprocess.run(_cli(overrides + ["scale=smoke", f"hydra.run.dir={out}"], flags=("-X", "importtime")), cwd=REPO,
+                       env=_env(), capture_output=True, text=True, timeout=120)
+    lines = [x for x in r.stderr.splitlines() if not x.startswith("import time:")]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-3000:]
+    assert lines[0].startswith(start) and valid in lines[0], lines
+    assert "torch" not in {x.rsplit("|", 1)[-1].strip() for x in r.stderr.splitlines() if x.startswith("import time")}
+    assert not (out / "metrics.json").exists()
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """A folder that cannot be written: chmod 555, or (as root, who may write anyway) a read-only tmpfs mounted
+    there; skipped where neither works."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    mounted = False
+    if os.access(folder, os.W_OK):
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)], capture_output=True)
+        mounted = r.returncode == 0
+        if not mounted:
+            folder.chmod(0o755)
+            pytest.skip("no read-only folder here (root, and mount is not permitted)")
+    yield folder
+    if mounted:
+        subprocess.run(["umount", str(folder)], check=True)
+    folder.chmod(0o755)
+
+
+@pytest.mark.parametrize("where", ["in", "below"])
+def test_a_read_only_run_folder_is_one_line(where, read_only_folder):
+    """hydra.run.dir that cannot be created or written (Hydra's own report: a traceback, exit 1): one line naming
+    the path, exit 2."""
+    out = read_only_folder / "run" if where == "below" else read_only_folder
+    r = subprocess.run(_cli(["experiment=demo", "scale=smoke", f"hydra.run.dir={out}"]), cwd=REPO, env=_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.splitlines() == [r.stderr.strip()], r.stderr[-3000:]
+    assert r.stderr.startswith(f"error: cannot write {out}") and "(valid: a writable folder" in r.stderr, r.stderr
+
+
+def _enospc(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _full_disk_save(obj, f, *args, **kwargs):
+    """torch.save on a full disk: a partial file, then torch's own error raised while handling the OSError."""
+    f.write(b"PK partial")
+    try:
+        _enospc()
+    except OSError:
+        raise RuntimeError("[enforce fail at inline_container.cc] . unexpected pos 704 vs 598")
+
+
+def _bug(*args, **kwargs):
+    raise KeyError("a bug")
+
+
+def test_a_failed_write_leaves_no_temp_file_and_names_the_path(tmp_path, monkeypatch):
+    """metrics.json and checkpoints are written through a temp file and a rename: a full disk (here at the rename,
+    and inside torch.save) is a StorageError naming the file, and the temp file is removed; an error of another
+    kind keeps its type and leaves no temp file either."""
+    from highway_repro.engine.loggers import write_json_atomic
+    from highway_repro.errors import StorageError
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "replace", _enospc)
+        with pytest.raises(StorageError, match=f"cannot write {tmp_path / 'metrics.json'}: No space left on device"):
+            write_json_atomic(tmp_path / "metrics.json", {"status": "done"})
+    monkeypatch.setattr(torch, "save", _full_disk_save)
+    with pytest.raises(StorageError) as e:
+        ck.save(tmp_path / "ckpt", "last", {"model": {}, "step": 1})
+    assert str(e.value).startswith(f"cannot write {tmp_path / 'ckpt' / 'last.pt'}: No space left on device")
+    monkeypatch.setattr(torch, "save", _bug)
+    with pytest.raises(KeyError):
+        ck.atomic_torch_save({}, tmp_path / "ckpt" / "best.pt")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["ckpt"], list(tmp_path.rglob("*"))
+
+
+@needs_mirror
+@pytest.mark.parametrize("multirun", [False, True])
+def test_a_full_disk_during_training_is_one_line(multirun, tmp_path, capsys, monkeypatch):
+    """The disk fills up while the first checkpoint is written: exit 2 (in a multirun: the job's line, its
+    metrics.json says failed, Hydra goes on), one line naming the checkpoint, no temp file left in ckpt/."""
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.delenv(MULTIRUN_ENV, raising=False)
+    monkeypatch.setattr(torch, "save", _full_disk_save)
+    line = (f"error: cannot write {tmp_path / 'ckpt' / 'last.pt'}: No space left on device (valid: a writable folder "
+            "with free space; free some space, fix the permissions or choose another hydra.run.dir)")
+    if multirun:
+        assert _main(compose(SMALL + ["threads=1"]), tmp_path, multirun=True) is None
+        assert _final(tmp_path) == {"status": "failed", "error": "StorageError: " + line.removeprefix("error: ")}
+    else:
+        with pytest.raises(SystemExit) as e:
+            _main(compose(SMALL + ["threads=1"]), tmp_path, multirun=False)
+        assert e.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [line]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == []
+
+
 # ============================================================================ 4. numerical faults
 
 NAN = ["experiment=demo", "scale=smoke", "model.depth=3", "trainer.max_steps=8", "trainer.checkpoint_every=2",
@@ -811,6 +978,21 @@ def test_nan_loss_stops_as_diverged_and_keeps_the_last_good_checkpoint(tmp_path,
     assert _summary(final).startswith("[diverged] step 5") and "at step 5" in _summary(final)
     c = ck.load(tmp_path / "ckpt" / "last.pt")
     assert c["step"] == 4 and all(torch.isfinite(v).all() for v in c["model"].values())
+
+
+@needs_mirror
+def test_divergence_before_the_first_checkpoint_says_there_is_none(tmp_path, caplog):
+    with caplog.at_level(logging.ERROR):
+        final = run(compose(NAN + ["+data.nan_steps=[1]"]), tmp_path)
+    assert final["status"] == "diverged" and final["step"] == 1 and not (tmp_path / "ckpt").exists()
+    assert "at step 1: stopping; there is no checkpoint yet (none was written before this step)" in caplog.text
+    assert "is kept" not in caplog.text
+
+
+def test_the_summary_line_of_an_interrupted_run_ends_in_what_to_do():
+    assert _summary({"status": "interrupted", "step": 34, "signal": 15}) == \
+        "[interrupted] step 34 (signal 15; resume=auto continues it)"
+    assert _summary({"status": "done", "step": 8, "test/acc": 0.5}) == "[done] step 8: test/acc=0.5000"
 
 
 @needs_mirror
@@ -946,6 +1128,52 @@ def test_empty_text_split_is_named(offline_mirror):
     assert "ptb.valid.txt) is empty" in str(e.value)
 
 
+def test_a_text_file_that_is_not_utf8_is_named(offline_mirror):
+    """A text file whose checksum matches but that is not UTF-8: one line naming it and the first bad byte."""
+    mirror, cache = offline_mirror
+    _ptb(mirror)
+    bad = mirror / "ptb" / "ptb.valid.txt"
+    bad.write_bytes(b" w1 w2 \n w3 \xff\xfe w4 \n")  # Latin-1 bytes, recorded in SHA256SUMS
+    write_sums(mirror)
+    with pytest.raises(data.DataError) as e:
+        data.build("ptb_word", cache_dir=cache, batch_size=2, seq_len=8)
+    _one_line_naming(e, f"{bad} is not UTF-8 text (byte b'\\xff' at offset 12: invalid start byte)")
+
+
+KILLED_CACHE_WRITER = """
+import os, signal, sys
+import numpy as np
+from highway_repro import data
+
+real_save = np.save
+def dying_save(f, arr, allow_pickle=False):
+    if dying_save.calls == 1:  # the second array: half written, then the process is killed
+        f.write(b"\\x93NUMPY partial")
+        f.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+    dying_save.calls += 1
+    real_save(f, arr, allow_pickle=allow_pickle)
+dying_save.calls = 0
+np.save = dying_save
+data.build("ptb_word", cache_dir=sys.argv[1], batch_size=2, seq_len=8)
+"""
+
+
+def test_a_killed_cache_writer_leaves_no_temp_file_after_the_next_build(offline_mirror):
+    """A cache writer killed (SIGKILL) inside an array's write leaves its temp file; the next build removes it (its
+    writer is dead) and writes the cache: no temp file left, the arrays those of an uninterrupted build."""
+    mirror, cache = offline_mirror
+    _ptb(mirror)
+    r = subprocess.run([sys.executable, "-c", KILLED_CACHE_WRITER, str(cache)], cwd=REPO, capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "HIGHWAY_DATA_MIRROR": str(mirror)})
+    assert r.returncode == -signal.SIGKILL, r.stderr[-2000:]
+    (folder,) = list((cache / "prepared").glob("ptb_word-*"))
+    assert [p.name for p in folder.glob("*.tmp")], "the killed writer left no temp file"
+    d = data.build("ptb_word", cache_dir=cache, batch_size=2, seq_len=8)
+    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "test.npy", "train.npy", "val.npy"]
+    assert d.num_tokens("val") == 30 * 9
+
+
 def test_corrupt_data_cache_is_rebuilt_from_the_source(offline_mirror, caplog):
     mirror, cache = offline_mirror
     _ptb(mirror)
@@ -1018,3 +1246,33 @@ def test_sweep_with_a_failing_job_finishes_the_others_and_reports_the_error(tmp_
     assert set(rows) == {"0", "2"}
     assert "| 2 | 1 |" in rows["2"] and "failed" not in rows["2"]
     assert "| 0 | 0 (1 failed) |" in rows["0"] and DEPTH_0 in rows["0"]  # n done (failed), the error
+
+
+# ============================================================================ 7. a damaged kept run in the reports
+
+def test_make_tables_names_a_damaged_kept_run_and_fails(tmp_path, capsys):
+    """A kept run whose metrics.json cannot be parsed: `make tables` names it (path and parse error), the table's
+    header and row count it as damaged, its numbers are in no statistic, and the command exits 1; 0 with
+    --allow-damaged (the same tables). A copy of a results tree, never the committed one."""
+    from highway_repro.reproduce import main as reproduce
+
+    kept = tmp_path / "results" / "highway_transformer" / "runs" / "ht_enwik8_l6-cpu"
+    for seed, bpc in ((0, 1.5), (1, 9.0)):
+        run_dir = kept / f"seed={seed},variant=baseline"
+        run_dir.mkdir(parents=True)
+        (run_dir / "config_resolved.yaml").write_text(f"seed: {seed}\nvariant: baseline\n")
+        (run_dir / "metrics.json").write_text(json.dumps({"status": "done", "step": 10, "test/bpc": bpc,
+                                                          "time/wall_s": 1.0}))
+    damaged = kept / "seed=1,variant=baseline" / "metrics.json"
+    damaged.write_text(damaged.read_text()[:-20])  # cut after the run wrote it
+    args = ["--all", "--report-only", "--scale", "cpu", "--results", str(tmp_path / "results"), "--runs",
+            str(tmp_path / "runs")]
+    assert reproduce(args) == 1
+    err = capsys.readouterr().err
+    assert f"error: {damaged} cannot be parsed (JSONDecodeError: " in err and "counted as damaged" in err
+    md = (tmp_path / "results" / "highway_transformer" / "enwik8_l6.md").read_text()
+    assert "runs: 1 done, 0 failed, 0 missing, **1 damaged (metrics.json cannot be parsed)**" in md
+    rows = [line for line in md.splitlines() if line.startswith("| ") and "(1 damaged)" in line]
+    assert len(rows) == 1 and "| 1 (1 damaged) |" in rows[0] and "9.0" not in md, md
+    assert reproduce(args + ["--allow-damaged"]) == 0
+    assert f"warning: {damaged} cannot be parsed" in capsys.readouterr().err

@@ -56,7 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
-from highway_repro.errors import HighwayError
+from highway_repro.errors import HighwayError, storage_error, unwritable
 
 log = logging.getLogger(__name__)
 
@@ -399,21 +399,49 @@ def fingerprint(relpaths, cache: str | os.PathLike | None = None) -> list:
 
 
 def _save_atomic(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    """Write `path` through `<name>.<pid>.<random>.tmp` and a rename; a failed write removes its temp file, a
+    killed writer's is swept by the next build (`_sweep_temp_files`)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.{os.getpid()}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
         os.replace(tmp, path)
+    except BaseException as e:
+        cause = unwritable(e)
+        if cause is not None:
+            raise storage_error(cause, path) from None
+        raise
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _sweep_temp_files(folder: Path) -> None:
+    """Remove the temp files (`<name>.<pid>.<random>.tmp`) that a killed writer left in a cache folder; those of a
+    writer that still runs (another process building the same cache) are left to it."""
+    for tmp in folder.glob("*.tmp"):
+        parts = tmp.name.split(".")
+        pid = int(parts[-3]) if len(parts) >= 4 and parts[-3].isdigit() else None
+        if pid is None or (pid != os.getpid() and not _alive(pid)):
+            tmp.unlink(missing_ok=True)
 
 
 def load_or_build(name: str, key: dict, build, cache: str | os.PathLike | None = None):
     """Arrays prepared from raw files, cached as ``.npy`` under ``<cache>/prepared/<name>-<hash>/``.
 
     ``build()`` returns ``(arrays: dict[str, np.ndarray], info: dict)`` (info JSON-able).
-    Every file is written atomically (temp file + os.replace), the manifest last;
+    Every file is written atomically (temp file + os.replace), the manifest last; temp files of a killed writer
+    are removed by the next build;
     an unreadable or inconsistent cache is rebuilt with a logged warning.
     """
     blob = json.dumps({"v": CACHE_VERSION, "name": name, **key}, sort_keys=True, default=str)
@@ -434,6 +462,7 @@ def load_or_build(name: str, key: dict, build, cache: str | os.PathLike | None =
                         folder, type(e).__name__, e)
     arrays, info = build()
     folder.mkdir(parents=True, exist_ok=True)
+    _sweep_temp_files(folder)
     for k, arr in arrays.items():
         _save_atomic(folder / f"{k}.npy", lambda f, a=arr: np.save(f, a, allow_pickle=False))
     man = {"key": json.loads(blob), "info": info,

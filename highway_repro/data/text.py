@@ -173,6 +173,14 @@ def _read_lines_datasets(path, cache) -> str:
     return "".join(line + "\n" for line in ds["text"])
 
 
+def _read_utf8(path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise sources.DataError(f"{path} is not UTF-8 text (byte {e.object[e.start:e.start + 1]!r} at offset "
+                                f"{e.start}: {e.reason}); replace it with the data set's text file") from None
+
+
 def _check_choice(name: str, option: str, value, valid) -> None:
     if value not in valid:
         raise sources.DataError(f"{name}: {option}={value!r} is not valid; choose one of {', '.join(map(str, valid))}")
@@ -197,7 +205,7 @@ def _text_stream_data(name: str, folder: str, pattern: str, *, tokenizer: str, v
         if reader == "datasets":
             texts = {s: _read_lines_datasets(p, cache_dir) for s, p in paths.items()}
         else:
-            texts = {s: p.read_text(encoding="utf-8") for s, p in paths.items()}
+            texts = {s: _read_utf8(p) for s, p in paths.items()}
         for s, t in texts.items():
             if not t.strip():
                 raise sources.DataError(f"{name}: the {s} split ({paths[s]}) is empty")

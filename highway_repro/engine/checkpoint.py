@@ -11,7 +11,8 @@ what it asks for; it is never taken for a corrupt file (nothing falls back from 
 `resume=auto` loads `ckpt/last.pt`; if that file is truncated or corrupt it is reported by name, renamed to
 `last.pt.corrupt` (so that the next save does not rotate it into prev.pt) and the previous good one
 (`ckpt/prev.pt`, the last.pt before the latest write) is used instead. A writer killed mid-write leaves only a
-`.<name>.pt.tmp<pid>` file, removed by the next save.
+`.<name>.pt.tmp<pid>` file, removed by the next save; a write that fails (a full disk: `StorageError`) removes its
+own.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from highway_repro.errors import HighwayError
+from highway_repro.engine.loggers import discard
+from highway_repro.errors import HighwayError, storage_error, unwritable
 
 FORMAT_VERSION = 1
 log = logging.getLogger(__name__)
@@ -60,11 +62,18 @@ def atomic_torch_save(obj, path: Path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:  # a full disk, a read-only folder, an exception: no partial temp file is left
+        discard(tmp)
+        cause = unwritable(e)
+        if cause is not None:
+            raise storage_error(cause, path) from None
+        raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

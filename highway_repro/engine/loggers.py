@@ -15,7 +15,7 @@ import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
-from highway_repro.errors import HighwayError
+from highway_repro.errors import HighwayError, storage_error, unwritable
 
 
 def _clean(v):
@@ -24,11 +24,28 @@ def _clean(v):
     return v
 
 
+def discard(tmp: Path) -> None:
+    """Remove a temp file of a failed write, if it was created (on a read-only folder it never was)."""
+    try:
+        Path(tmp).unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
 def write_json_atomic(path: Path, obj) -> None:
+    """Write `path` through a temp file and a rename; a write that fails (a full disk, a read-only folder:
+    `StorageError` naming `path`) leaves no temp file."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
+        os.replace(tmp, path)
+    except BaseException as e:
+        discard(tmp)
+        cause = unwritable(e)
+        if cause is not None:
+            raise storage_error(cause, path) from None
+        raise
 
 
 def cpu_model() -> str | None:

@@ -25,11 +25,15 @@ the processes that trained the run.
 Resume: `ckpt/last.pt` holds model, optimizer, scheduler, step, best_val, RNG
 states, the memory of a memory model and the resolved config; a resumed run
 continues with results identical to an uninterrupted one (CPU, deterministic
-mode). SIGTERM / SIGINT finish the current step, save `last` and exit cleanly.
+mode). SIGTERM / SIGINT finish the current step, save `last` and exit cleanly; during the final evaluation
+they stop it at the next batch (at the next split under DDP), save `last` as it was before the evaluation and
+write metrics.json with `status: interrupted`: the handlers stay until metrics.json is written, and
+`resume=auto` redoes the final evaluation.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import resource
@@ -106,6 +110,10 @@ class Diverged(RuntimeError):
     pass
 
 
+class Interrupted(Exception):
+    """A stop signal during the final evaluation (raised by `Trainer.evaluate` and `_stop_point`, caught in `fit`)."""
+
+
 def _add(acc: dict, sums: dict) -> dict:
     for k, v in sums.items():
         acc[k] = acc[k] + v if k in acc else v
@@ -131,6 +139,7 @@ def _detach_mems(mems):
 
 class Trainer:
     defer_nan_check: bool | None = None  # see _loss_finite; None = on CUDA only
+    in_final_eval: bool = False  # a stop signal ends the evaluation (`evaluate`) only in the final one
 
     def __init__(self, model, data, task, optimizer, schedule, out_dir, logger, cfg: TrainerConfig,
                  run_config: dict | None = None, dist=None, gate_recorder=None):
@@ -235,6 +244,8 @@ class Trainer:
         for i, batch in enumerate(self.data.eval_batches(split)):
             if max_batches is not None and i >= max_batches:
                 break
+            if self.in_final_eval and self.stop_requested and self.dist is None:
+                raise Interrupted
             if self.dist is not None:  # each rank evaluates its rows; the sums are all-reduced below
                 batch = self.dist.shard(batch, strict=False)
                 if batch[0].shape[0] == 0:
@@ -264,9 +275,16 @@ class Trainer:
         return {s: signal.signal(s, self._request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
 
     def fit(self) -> dict:
+        old_handlers = self._install_signals()
+        try:
+            return self._fit()
+        finally:  # kept to the last write: a signal before metrics.json is written is still a clean stop
+            for s, h in old_handlers.items():
+                signal.signal(s, h)
+
+    def _fit(self) -> dict:
         cfg = self.cfg
         self.model.to(self.device, memory_format=MEMORY_FORMATS[cfg.memory_format])
-        old_handlers = self._install_signals()
         bar = None
         if cfg.progress and self.is_main:
             from tqdm import tqdm
@@ -350,7 +368,7 @@ class Trainer:
                     self.train_acc, self.log_position = self._acc_to_save(acc), self._log_size()
                     if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
                         msg = f"non-finite weights after step {self.step} (the loss was finite)"
-                        log.error("%s: stopping; the last good checkpoint is kept in %s", msg, self.ckpt_dir)
+                        log.error("%s: stopping; %s", msg, self._kept())
                         raise Diverged(msg)  # never overwrite the last good checkpoint with them
                     self.save("last")
                 t0 += time.perf_counter() - paused
@@ -362,23 +380,39 @@ class Trainer:
         finally:
             if bar:
                 bar.close()
-            for s, h in old_handlers.items():
-                signal.signal(s, h)
         self.wall_time, self.cpu_time = time.perf_counter() - start_wall, cpu_seconds() - start_cpu
         # the final save keeps this position: a run killed during the final evaluation redoes it, logging it once
         self.train_acc, self.log_position = self._acc_to_save(acc), self._log_size()
         if self.stop_requested and self.step < cfg.max_steps:
-            self.save("last")
-            self.status = "interrupted"
-            return self._finish({"signal": int(self.stop_requested)})
+            return self._interrupted()
         eval_start = time.perf_counter()
-        final = self._final_eval()
+        before = self._eval_state()
+        try:
+            final = self._final_eval()
+        except Interrupted:  # the state before the evaluation is saved: resume=auto redoes the whole of it
+            self._eval_state(before)
+            return self._interrupted()
         # the run's times include its final passes (the last val/test of a small net can be 10 % of its run)
         final["time/final_eval_s"] = round(time.perf_counter() - eval_start, 2)
         self.wall_time, self.cpu_time = time.perf_counter() - start_wall, cpu_seconds() - start_cpu
         self.save("last")
         self.status = "done"
         return self._finish(final)
+
+    def _interrupted(self) -> dict:
+        self.save("last")
+        self.status = "interrupted"
+        return self._finish({"signal": int(self.stop_requested)})
+
+    def _eval_state(self, restore: tuple | None = None) -> tuple:
+        """What an evaluation changes besides the log (the scheduler's plateau state and learning rates, best_val),
+        or, given such a tuple, put it back."""
+        if restore is not None:
+            schedule, lrs, self.best_val = restore
+            self.schedule.load_state_dict(schedule)
+            for g, lr in zip(self.optimizer.param_groups, lrs):
+                g["lr"] = lr
+        return copy.deepcopy(self.schedule.state_dict()), [g["lr"] for g in self.optimizer.param_groups], self.best_val
 
     def _acc_to_save(self, acc: dict) -> dict:
         """The training sums since the last log step, for the checkpoint: under DDP summed over the ranks
@@ -433,8 +467,13 @@ class Trainer:
             return
         if self.cfg.nan_policy == "skip":
             msg += f" (more than trainer.max_bad_steps={self.cfg.max_bad_steps} skipped batches)"
-        log.error("%s: stopping; the last good checkpoint is kept in %s", msg, self.ckpt_dir)
+        log.error("%s: stopping; %s", msg, self._kept())
         raise Diverged(msg)
+
+    def _kept(self) -> str:
+        if (self.ckpt_dir / "last.pt").exists():
+            return f"the last good checkpoint is kept in {self.ckpt_dir}"
+        return "there is no checkpoint yet (none was written before this step)"
 
     def _keep_if_best(self, val_loss: float) -> None:
         """Save `best.pt` when `val_loss` (always measured on the intermediate evaluations' subset,
@@ -460,25 +499,41 @@ class Trainer:
         return metrics
 
     def _final_eval(self) -> dict:
+        self.in_final_eval, last_weights = True, {}
+        try:
+            return self._final_passes(last_weights)
+        finally:
+            self.in_final_eval = False
+            if last_weights:  # last.pt keeps the last step's weights, beside its optimizer state
+                self.raw_model.load_state_dict(last_weights)
+
+    def _final_passes(self, last_weights: dict) -> dict:
+        """The final evaluation; `last_weights` receives the last step's weights when those of best.pt are
+        evaluated (final_eval=best), for `_final_eval` to put back."""
+        self._stop_point()
         cap, sub = self.cfg.final_max_batches, self.cfg.eval_max_batches
         same_data = cap == sub  # the final val pass sees exactly what the intermediate ones saw
         if self.cfg.final_eval == "best" and not same_data and "val" in self.data.splits:
             self._keep_if_best(self.evaluate("val", sub)["val/loss"])  # the last step, judged like the others
         # (with final_eval=last and a capped subset, best.pt and best/val_loss cover the intermediate evaluations)
         final = {**self.last_train, **self._validate(cap, select=same_data)}
-        last_weights = None
         if self.cfg.final_eval == "best" and (self.ckpt_dir / "best.pt").exists():
-            last_weights = {k: v.detach().clone() for k, v in self.raw_model.state_dict().items()}
             best = ckpt_lib.load(self.ckpt_dir / "best.pt", map_location=self.device)
+            last_weights.update({k: v.detach().clone() for k, v in self.raw_model.state_dict().items()})
             ckpt_lib.load_model_state(self.raw_model, best["model"], "best checkpoint")
+            self._stop_point()
             final.update(self.evaluate("val", cap))
         for split in self.cfg.splits:  # "train": a full pass replaces the running mean of the last log interval
             if split != "val" and (split == "train" or split in self.data.splits):
+                self._stop_point()
                 final.update(self.evaluate(split, cap))
-        if last_weights is not None:  # last.pt keeps the last step's weights, beside its optimizer state
-            self.raw_model.load_state_dict(last_weights)
         self._log({k: v for k, v in final.items() if k.startswith("test/")})
         return final
+
+    def _stop_point(self) -> None:
+        """Between the final evaluation's passes: a stop signal (agreed by the ranks under DDP) ends it."""
+        if self._stop_agreed():
+            raise Interrupted
 
     def _log_size(self) -> int | None:
         return self.logger.position() if self.is_main and hasattr(self.logger, "position") else None

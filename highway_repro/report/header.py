@@ -74,11 +74,13 @@ def header(title: str, runs: list[Run], meta: dict | None = None) -> str:
         lines.append(f"- command{'s' if len(commands) > 1 else ''}: " + "; ".join(f"`{c}`" for c in commands))
     n_done = sum(r.done for r in runs)
     n_missing = sum(r.status == "missing" for r in runs)
+    n_damaged = sum(r.status == "damaged" for r in runs)
     s = seeds(runs)
     planned = meta.get("planned")  # the runs of the table's grid (the runner's plan)
     todo = planned - len(runs) if planned and planned > len(runs) else 0
     lines.append(f"- scale: {meta.get('scale') or 'unknown'}; seeds: {', '.join(s) or 'unknown'}; runs: {n_done} done, "
-                 f"{len(runs) - n_done - n_missing} failed, {n_missing} missing"
+                 f"{len(runs) - n_done - n_missing - n_damaged} failed, {n_missing} missing"
+                 + (f", **{n_damaged} damaged (metrics.json cannot be parsed)**" if n_damaged else "")
                  + (f"; **{todo} of the grid's {planned} runs not trained yet: a partial table**" if todo else ""))
     other = meta.get("other_recipe") or {}  # kept runs of an older recipe, left out of the table (the runner)
     if other:

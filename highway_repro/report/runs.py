@@ -4,7 +4,7 @@
 |---|---|
 | `.hydra/overrides.yaml` | the command-line overrides of the job (`variant=sdu_tanh`, `seed=1`) |
 | `config_resolved.yaml` (else `.hydra/config.yaml`) | the full config the run used |
-| `metrics.json` | final metrics and `status` (`done`, `failed`, `diverged`, `interrupted`) |
+| `metrics.json` | final metrics and `status` (`done`, `failed`, `diverged`, `interrupted`; `damaged`: unparsable) |
 | `metrics.jsonl` | the history: one JSON object per log step |
 | `run_info.json` | machine, versions, threads, code commit, start and end time (`engine/loggers.write_run_info`) |
 """
@@ -54,7 +54,7 @@ class Run:
     overrides: dict
     config: dict  # resolved config (config_resolved.yaml), else the composed one (.hydra/config.yaml)
     final: dict  # metrics.json
-    status: str  # done | failed | diverged | interrupted | missing (no metrics.json: died or still running)
+    status: str  # done | failed | diverged | interrupted | missing (no metrics.json: died or still running) | damaged
     error: str | None = None
     run_info: dict = field(default_factory=dict)
     _history: list | None = field(default=None, repr=False)
@@ -118,13 +118,25 @@ class Run:
         return statistics.fmean(vals) if vals else math.nan
 
 
+def _read_metrics(path: Path) -> tuple[dict, str | None]:
+    """metrics.json as a dict, and None; or {} and why it cannot be parsed (the file is written atomically, so such
+    a file was damaged after the run wrote it)."""
+    if not path.exists():
+        return {}, None
+    try:
+        final = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        return {}, f"{type(e).__name__}: {e}"
+    return (final, None) if isinstance(final, dict) else ({}, f"a JSON {type(final).__name__}, not an object")
+
+
 def load_run(path: Path) -> Run:
     path = Path(path)
     overrides = parse_overrides(_read_yaml(path / ".hydra" / "overrides.yaml"))
     config = _read_yaml(path / "config_resolved.yaml") or _read_yaml(path / ".hydra" / "config.yaml") or {}
-    final = _read_json(path / "metrics.json")
-    status = str(final.get("status", "unknown")) if final else "missing"
-    error = final.get("error")
+    final, damage = _read_metrics(path / "metrics.json")
+    status = "damaged" if damage else str(final.get("status", "unknown")) if final else "missing"
+    error = f"{path / 'metrics.json'} cannot be parsed ({damage})" if damage else final.get("error")
     info = _read_json(path / "run_info.json")
     if error is None and status == "missing":
         error = (f"killed by the {info['killed']}" if info.get("killed")

@@ -105,6 +105,11 @@ class Row:
     def failed(self) -> list[Run]:
         return [r for r in self.runs if not r.done]
 
+    @property
+    def damaged(self) -> list[Run]:
+        """The runs whose metrics.json cannot be parsed (among `failed`: out of every statistic)."""
+        return [r for r in self.runs if r.status == "damaged"]
+
     def values(self, m: Measure) -> list[float]:
         return [v for v in (m(r) for r in self.done) if math.isfinite(v)]
 
@@ -142,12 +147,21 @@ def params() -> Column:
                   lambda row, t: {"params": value(row, t)})
 
 
+def _not_done(row: Row) -> str:
+    """` (1 failed, 1 damaged)`: the row's runs that did not finish, those whose metrics.json cannot be parsed apart
+    (as the header counts them)."""
+    damaged = len(row.damaged)
+    failed = len(row.failed) - damaged
+    parts = [f"{failed} failed"] * bool(failed) + [f"{damaged} damaged"] * bool(damaged)
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def count(trials: bool = False) -> Column:
     """n finished runs (trials: "done/failed")."""
     if trials:
         return Column("trials (done/failed)", lambda row, t: f"{len(row.done)}/{len(row.failed)}",
                       lambda row, t: {"n": len(row.done), "n_failed": len(row.failed)})
-    return Column("n", lambda row, t: str(len(row.done)) + (f" ({len(row.failed)} failed)" if row.failed else ""),
+    return Column("n", lambda row, t: str(len(row.done)) + _not_done(row),
                   lambda row, t: {"n": len(row.done), "n_failed": len(row.failed)})
 
 
