@@ -73,7 +73,7 @@ def short(row: str) -> str:
 
 def label(r: dict) -> str:
     two_rows = math.isfinite(_f(r.get("compared_mean")))
-    against = short(r.get("compared_with") or "").split(": ")[-1]  # its model is the row's
+    against = short(str(r.get("compared_with") or "")).split(": ")[-1]  # its model is the row's
     what = f"{short(r['row'])} vs {against}" if two_rows else short(r["row"])
     return f"{r['table']}: {what} ({r['metric']}{', paper' if r.get('paper_claim') in (True, 'yes') else ''})"
 
