@@ -1,4 +1,4 @@
-"""The report package: t quantiles and Welch intervals against known values, the three verdicts, the header read
+"""The report package: t quantiles and Welch intervals against known values, the four verdicts, the header read
 from run folders (not from the machine that builds the report), claims files, results/summary.csv, the README's
 "at a glance" table, and paper tables end to end from fake run folders."""
 

@@ -454,7 +454,8 @@ def test_claim(c: Claim, rows: dict, table: str = "") -> dict:
         if se_df:
             res["tests"] = _t_tests(res["diff"], *se_df, c.side, c.threshold, res["delta"])
         if res["verdict"] == stats.NOT_RESOLVED:
-            res["seeds_needed"] = stats.seeds_needed(res["std"], stats.mean_std(ys)[1], res["diff"], res["delta"])
+            res["seeds_needed"] = stats.seeds_needed(res["std"], stats.mean_std(ys)[1], res["diff"], res["delta"],
+                                                     start=max(len(xs), len(ys)))
         must = f" (must be {'<' if c.side == 'lower' else '>'} {c.threshold:g})" if c.threshold else ""
         band = f", delta ±{res['delta']:.3g}" if res["delta"] is not None else ""
         tested = f"difference {res['diff']:+.4g}{must}, {interval(res['ci'])}{band}"
@@ -475,7 +476,8 @@ def test_claim(c: Claim, rows: dict, table: str = "") -> dict:
             res["tests"] = _t_tests(res["mean"], res["std"] / math.sqrt(len(xs)), len(xs) - 1, c.side,
                                     float(c.against), None)
         if res["verdict"] == stats.NOT_RESOLVED:
-            res["seeds_needed"] = stats.seeds_needed(res["std"], 0.0, res["mean"] - float(c.against), None)
+            res["seeds_needed"] = stats.seeds_needed(res["std"], 0.0, res["mean"] - float(c.against), None,
+                                                     start=len(xs))
         note = f" ({c.paper_note.lstrip('; ')})" if c.paper_note else ""
         line = (f"{label} {c.text}{note}: ours {mean_pm(xs, d)} (n {len(xs)}), "
                 f"{interval(res['ci']).replace('CI', 'CI of the mean')}")

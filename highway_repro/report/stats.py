@@ -218,19 +218,20 @@ def holm_verdicts(tests: list[dict], alpha: float = 1.0 - LEVEL) -> list[str]:
 
 
 def seeds_needed(sd_a: float, sd_b: float, diff: float, delta: float | None, level: float = LEVEL,
-                 cap: int = 1000) -> int | None:
+                 start: int = 2, cap: int = 1000) -> int | None:
     """Seeds per row at which a Welch interval would decide, if the rows kept their measured spreads and their
     difference: the smallest n (equal on both sides) with half-width h(n) = t_q(df(n)) * sqrt((sd_a^2 + sd_b^2) / n)
     below |diff| (the interval then excludes 0: HELD or DID NOT HOLD) or below delta - |diff| (the interval then
     lies within +-delta: NO DIFFERENCE), with df(n) = (n - 1) (sd_a^2 + sd_b^2)^2 / (sd_a^4 + sd_b^4) (Welch's df
-    for equal n) and t_q the (1 + level) / 2 quantile. None when no spread is measured or no n <= `cap` decides."""
+    for equal n) and t_q the (1 + level) / 2 quantile; n counts from `start` (the larger row's seeds now: both rows
+    brought to n). None when no spread is measured or no n <= `cap` decides."""
     va, vb = sd_a * sd_a, sd_b * sd_b
     if not all(math.isfinite(x) for x in (va, vb, diff)) or va + vb == 0.0:
         return None
     target = max(abs(diff), (delta - abs(diff)) if delta is not None else 0.0)
     if target <= 0.0:
         return None
-    for n in range(2, cap + 1):
+    for n in range(max(2, start), cap + 1):
         df = (n - 1) * (va + vb) ** 2 / (va * va + vb * vb)
         if t_quantile(0.5 + level / 2, df) * math.sqrt((va + vb) / n) < target:
             return n
