@@ -1,4 +1,4 @@
-"""The report package: t quantiles and Welch intervals against known values, the three verdicts, the header read
+"""The report package: t quantiles and Welch intervals against known values, the four verdicts, the header read
 from run folders (not from the machine that builds the report), claims files, results/summary.csv, the README's
 "at a glance" table, and paper tables end to end from fake run folders."""
 
@@ -202,21 +202,27 @@ def _claims(path: Path) -> dict:
 
 
 # ------------------------------------------------------------------ end to end
-def test_top_k_claims_take_as_many_runs_on_each_side(tmp_path):
-    """'mean of the best k trials': a kind that lost more trials to divergence is judged on the same number of
-    best trials as the other side, not on fewer, better ones."""
+def test_top_k_claims_count_a_diverged_trial_as_a_failure(tmp_path):
+    """'mean of the best k trials' of a random search: a trial that diverged counts at the worst final value a
+    trial of the compared rows reached (never dropped, so a kind that loses more trials is not judged by fewer,
+    better ones), and the same k on both sides."""
     from highway_repro.report.spec import Claim, Measure, Row, test_claim
 
     m = Measure("train/loss", "loss")
     rows = {}
-    for kind, losses in (("highway", [0.1, 0.2, 0.3, 0.4, 0.5]), ("plain", [0.3, 0.35])):  # plain: 3 diverged
+    for kind, losses in (("highway", [0.1, 0.2, 0.3, 0.4, 0.5]), ("plain", [0.3, 0.35, None, None, None])):
         runs = []
         for i, loss in enumerate(losses):
-            fake_run(tmp_path / f"{kind}{i}", [], {}, {"status": "done", "train/loss": loss})
+            final = {"status": "done", "train/loss": loss} if loss is not None else {"status": "diverged"}
+            fake_run(tmp_path / f"{kind}{i}", [], {}, final)
             runs.append(load_runs(tmp_path / f"{kind}{i}")[0])
         rows[(kind,)] = Row((kind,), kind, runs)
     res = test_claim(Claim("is lower", ("highway",), m, "lower", ("plain",), pick="top", top_k=10), rows)
-    assert (res["n"], res["other_n"]) == (2, 2) and res["mean"] == pytest.approx(0.15)  # not 0.3 over all 5
+    assert (res["n"], res["other_n"]) == (5, 5) and res["mean"] == pytest.approx(0.3)
+    assert res["other_mean"] == pytest.approx((0.3 + 0.35 + 3 * 0.5) / 5)  # not 0.325 over the 2 finished
+    lo, hi = res["ci"]
+    assert res["diff"] == pytest.approx(-0.13) and lo <= res["diff"] <= hi
+    assert res["tests"]["p_side"] < 0.5 < res["tests"]["p_other"]
 
 
 def test_a_row_whose_paper_number_tests_nothing_is_claimed_on_test(tmp_path):
@@ -251,7 +257,9 @@ def test_ht_table_end_to_end(tmp_path):
     c = claims[("SDU sigmoid, all layers (sdu_sigmoid)", "claim", "ends lower than the baseline")]
     assert (c["ci_low"], c["ci_high"]) == (pytest.approx(-0.2 - half, abs=1e-5), pytest.approx(-0.2 + half, abs=1e-5))
     assert c["verdict"] == "HELD" and c["paper"] == 1.371 and c["paper_claim"] is True and c["n_seeds"] == 3
-    assert f"95 % CI [{-0.2 - half:.4g}, {-0.2 + half:.4g}]: **HELD**" in md
+    # delta: 0.5 % of the baseline's mean test bpc (2.02)
+    assert f"95 % CI [{-0.2 - half:.4g}, {-0.2 + half:.4g}], delta ±0.0101: **HELD**" in md
+    assert c["delta"] == pytest.approx(0.0101) and c["family_size"] == 6 and c["holm_verdict"] == "HELD"
     tanh = claims[("SDU tanh, all layers (sdu_tanh)", "claim", "ends lower than the baseline")]
     assert tanh["verdict"] == "NOT RESOLVED"
     hw = claims[("highway", "claim", "ends lower than the baseline")]
@@ -306,7 +314,10 @@ def test_hn_table_and_summary_end_to_end(tmp_path):
     assert {r["part_of"] for r in rows if r["file"] == "ht/part.md"} == {"ht_gate_zoo"}
     assert {r["part_of"] for r in rows if r["file"] != "ht/part.md"} == {""}
     index = (tmp_path / "results" / "README.md").read_text()
-    assert "[Highway Networks, Table 1: 10-layer conv net on MNIST](hn/table1.md) | cpu | 6 | 1 / 1 / 0 | 1 of 2 |" in index
+    # verdicts held / did not hold / no difference / not resolved, raw then Holm, the family, lines linked elsewhere
+    assert ("[Highway Networks, Table 1: 10-layer conv net on MNIST](hn/table1.md) | cpu | 6 | 1 / 1 / 0 / 0 | "
+            "1 / 1 / 0 / 0 | 2 | 0 | 1 of 2 |") in index
+    assert "(ht/part.md) | cpu | 14 | 0 / 0 / 0 / 0 | 0 / 0 / 0 / 0 | 0 | 6 | 0 of 1 |" in index  # the same runs
     assert "Superseded (tables of earlier recipes, kept for the record; not in `summary.csv`): " \
            "[archive/v0/t1.md](archive/v0/t1.md)." in index  # the archived table: indexed, not summarised
     assert "(ht/char.md) | cpu | 14 of 20 (partial) |" in index  # 12 done, 1 failed, 1 missing
@@ -322,7 +333,7 @@ def test_hn_table_and_summary_end_to_end(tmp_path):
     assert "old" not in readme and readme.endswith("<!-- glance:end -->\n\n## Next\n")
     assert "(results/ht/char.md)" in readme and "(results/ht/part.md)" not in readme
     assert "| hn_table1 | width=32, kind=highway reaches the paper's accuracy" in readme
-    assert "**HELD** [99.57, 99.67] | [hn/table1.md](results/hn/table1.md) |" in readme
+    assert "**HELD** [99.57, 99.67] | HELD (2) | — | [hn/table1.md](results/hn/table1.md) |" in readme
     lines = [ln for ln in readme.splitlines() if ln.startswith("| hn_table1 |") or ln.startswith("| ht_char_ptb |")]
     ours = [i for i, ln in enumerate(lines) if " | ours | " in ln]
     assert any(ln.startswith("| ht_char_ptb | highway ends lower than the baseline | ours |") for ln in lines)
@@ -340,7 +351,8 @@ def test_claims_without_runs_on_a_side_are_marked_not_testable(tmp_path):
     build_table("ht_char_ptb", runs, tmp_path / "results" / "ht" / "char", {"scale": "cpu"})
     write_summary(tmp_path / "results", {})
     index = (tmp_path / "results" / "README.md").read_text()
-    assert "(ht/char.md) | cpu | 11 | 0 / 0 / 6 (6) | — |" in index  # 6 not resolved, all 6 for want of runs
+    # 6 not resolved, all 6 for want of runs; no test, so no family
+    assert "(ht/char.md) | cpu | 11 | 0 / 0 / 0 / 6 (6) | 0 / 0 / 0 / 6 | 0 | 0 | — |" in index
     spec = importlib.util.spec_from_file_location("update_readme", REPO / "scripts" / "update_readme.py")
     update_readme = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(update_readme)

@@ -8,13 +8,14 @@
 | module | what |
 |---|---|
 | `runs.py` | run folders -> `Run` (overrides, config, final metrics, history, status, run_info) |
-| `stats.py` | mean ± std, t- and Welch intervals (own t quantile), the three verdicts |
+| `stats.py` | mean ± std, t- and Welch intervals (own t quantile), the four verdicts, Holm, the bootstrap, seeds needed |
 | `papers.py` | every paper number, claim threshold and floor |
 | `spec.py` | the one table style: `TableSpec` (rows, columns, claims, floors) and `render` |
 | `tables.py` | `TABLES` (name -> spec), `build_table` and `findings_path` (a follow-up step's kept findings) |
 | `header.py` | the one header writer (command, scale, seeds, runs, times, machine from run_info.json) |
 | `plots.py` | the one plotting helper |
-| `summary.py` | `<table>.claims.json`, `results/summary.csv`, `results/README.md` |
+| `summary.py` | `<table>.claims.json`, `results/summary.csv` (each comparison once), `results/README.md` |
+| `forest.py` | `results/claims.png`: every distinct comparison, its interval, delta and the paper's effect |
 | `cli.py` | `python -m highway_repro.report` (generic tables of any sweep) |
 
 This package reads files only: it imports neither torch nor the models, the trainer or the runner.

@@ -35,7 +35,8 @@ class Floor(NamedTuple):
 # net is > 2 orders of magnitude below the plain one. Our tests of it at reduced budgets:
 FIG1_TOP_K = 10  # the paper's right panel: mean of the top 10 of 100 runs
 FIG1_TRAINS_BELOW = 0.23  # "trains": final training loss below a tenth of the initial ln 10 = 2.303 nats
-FIG1_HIGHWAY_FACTOR = 10.0  # "highway lower than plain by at least this factor" at depths 50 and 100
+FIG1_HIGHWAY_FACTOR = 100.0  # "more than 2 orders of magnitude": highway below plain by this factor (depths 50, 100)
+FIG1_PLAIN_BELOW = 1e-4  # plain nets of 10 and 20 layers reach a training loss below this
 FIG1_PAPER = "plain 10-20 layers < 1e-4; 100 layers: highway > 100x below plain"
 
 # A2 Table 1, 10-layer conv nets on MNIST, test accuracy %: best and mean ± std of 5 runs (verified)
@@ -173,10 +174,13 @@ MARGINS = {
 }
 
 
-def margin(metric: str, baseline_mean: float) -> float:
+def margin(metric: str, baseline_mean: float) -> float | None:
     """The delta of a comparison on `metric` (Measure.metric: 'bpc', 'mean bpc over evaluations', 'log10 loss', ...)
-    whose compared row has mean `baseline_mean`."""
-    key = next(k for k in MARGINS if k == metric or (k == "mean over evaluations" and metric.startswith("mean ")))
+    whose compared row has mean `baseline_mean`; None for a metric with no margin (no comparison of two rows)."""
+    key = next((k for k in MARGINS if k == metric or (k == "mean over evaluations" and metric.startswith("mean "))),
+               None)
+    if key is None:
+        return None
     m = MARGINS[key]
     return m.value * abs(baseline_mean) if m.relative else m.value
 
@@ -239,3 +243,30 @@ PAPER_CLAIMS = [
     PaperClaim("ht_paper_anchor", ("sdu_tanh",), ("baseline",), "val/bpc@400", "lower",
                "official logs, step 400: 2.4276 vs 2.5668 valid"),
 ]
+
+
+def paper_claim(table: str, row: tuple, against: tuple | float, statistic: str, side: str) -> PaperClaim | None:
+    """The claim of PAPER_CLAIMS on `table` that compares `row` with `against` by `statistic` on `side`, or None
+    (a claim of ours). A pooled side is the flat tuple of its rows' keys, as PAPER_CLAIMS writes it."""
+    for c in PAPER_CLAIMS:
+        same_against = (c.against == against if isinstance(c.against, tuple) else
+                        not isinstance(against, tuple) and math.isclose(c.against, against, rel_tol=1e-9))
+        if (c.table, c.row, c.statistic, c.side) == (table, row, statistic, side) and same_against:
+            return c
+    return None
+
+
+def paper_effect(claim: PaperClaim) -> tuple[float, float | None] | None:
+    """The effect the paper reports for a claim of two rows, on the scale of our difference, and relative to the
+    paper's compared row: the paper's value of the row minus the compared row's (B2: the split the claim names);
+    Fig. 1: log10 of the factor (no relative value); None where the paper gives no number for both rows."""
+    if claim.table == "hn_fig1" and isinstance(claim.against, tuple):
+        return -math.log10(FIG1_HIGHWAY_FACTOR), None
+    table = HT.get(claim.table)
+    if table is None or not isinstance(claim.against, tuple) or len(claim.row) != 1:
+        return None
+    split = 0 if claim.statistic.startswith("val/") else 1 if claim.statistic.startswith("test/") else None
+    a, b = table.rows.get(claim.row[0]), table.rows.get(claim.against[0])
+    if split is None or a is None or b is None or a[split] is None or b[split] is None:
+        return None
+    return a[split] - b[split], (a[split] - b[split]) / b[split]

@@ -7,6 +7,11 @@
   threshold, DID NOT HOLD when wholly on the other side, NO DIFFERENCE when it contains the threshold and lies
   wholly within +-delta of it (a comparison of two rows with an equivalence margin), NOT RESOLVED otherwise (and
   when an interval cannot be formed: fewer than 2 values on a side).
+- `side_p`, `holm`, `holm_verdicts`: one-sided p-values of the same tests and the verdicts of a family of them
+  after Holm's (1979) step-down adjustment.
+- `seeds_needed`: the seeds per row at which a Welch interval would decide, from the measured spread.
+- `bootstrap`, `percentile_interval`: the statistic of a random search (best trial, mean of the top k) on
+  resamples of all of its trials.
 
 The t quantile is computed here (scipy is not a dependency): Student's t CDF through the regularised
 incomplete beta function (continued fraction, Numerical Recipes 6.4), inverted by bisection. The tests
@@ -19,6 +24,11 @@ import math
 import statistics
 
 HELD, NOT_HELD, NO_DIFFERENCE, NOT_RESOLVED = "HELD", "DID NOT HOLD", "NO DIFFERENCE", "NOT RESOLVED"
+VERDICTS = (HELD, NOT_HELD, NO_DIFFERENCE, NOT_RESOLVED)
+VERDICTS_EXPLAINED = ("HELD = the interval lies wholly on the claim's side, DID NOT HOLD = wholly on the other side, "
+                      "NO DIFFERENCE = it contains 0 and lies within +-delta (the equivalence margin of the metric), "
+                      "NOT RESOLVED = none of these (too few runs to tell); the Holm verdict is the same test "
+                      "with the table's claim tests as one family")
 LEVEL = 0.95
 
 
@@ -145,3 +155,101 @@ def point_verdict(value: float, side: str, threshold: float) -> str:
     if not math.isfinite(value):
         return NOT_RESOLVED
     return verdict((value, value), side, threshold) if value != threshold else NOT_HELD
+
+
+# ------------------------------------------------------------------ p-values, Holm, seeds needed, the bootstrap
+def side_p(estimate: float, se: float, df: float, side: str, threshold: float = 0.0) -> float:
+    """One-sided p-value of "the true value lies on `side` of `threshold`" from t = (estimate - threshold) / se:
+    P(T <= t) for side "lower" (small when the estimate lies far below the threshold), P(T >= t) for "higher".
+    The 95 % interval lies wholly on the side exactly when this p is below (1 - LEVEL) / 2. se 0: 0 or 1 (0.5 on
+    the threshold)."""
+    if side not in ("lower", "higher"):
+        raise ValueError(f"side={side!r} is not known (valid: lower, higher)")
+    gap = estimate - threshold
+    if se == 0.0:
+        return 0.5 if gap == 0 else float((gap > 0) == (side == "lower"))
+    t = gap / se
+    return t_cdf(t, df) if side == "lower" else 1.0 - t_cdf(t, df)
+
+
+def welch_se_df(a, b) -> tuple[float, float] | None:
+    """(standard error of mean(a) - mean(b), Welch-Satterthwaite df); None when a side has fewer than two values."""
+    a, b = _finite(a), _finite(b)
+    if len(a) < 2 or len(b) < 2:
+        return None
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    if va + vb == 0.0:
+        return 0.0, math.inf
+    return math.sqrt(va + vb), (va + vb) ** 2 / (va * va / (len(a) - 1) + vb * vb / (len(b) - 1))
+
+
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm's (1979) step-down adjustment: with the m p-values sorted ascending, the i-th (1-based) becomes
+    max over j <= i of min(1, (m - j + 1) p_(j)); returned in the input order. Rejecting where the adjusted p is
+    below alpha controls the family-wise error rate at alpha, whatever the dependence between the tests."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    out, running = [0.0] * m, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        out[i] = running
+    return out
+
+
+def holm_verdicts(tests: list[dict], alpha: float = 1.0 - LEVEL) -> list[str]:
+    """The verdicts of a family of tests after Holm's adjustment. Each test: {"p_side": one-sided p of the claim's
+    side, "p_other": of the other side, "p_equiv": of equivalence (the larger of the two one-sided tests against
+    +-delta; None without a margin)}, or None for a test without a p-value (no interval: NOT RESOLVED). Each of the
+    three lists is adjusted over the family; a verdict is reached when its adjusted p is below alpha / 2 (the
+    one-sided level of a two-sided 95 % interval), so a family of one gives the raw verdicts back."""
+    idx = [i for i, t in enumerate(tests) if t is not None]
+    adj = {k: holm([tests[i][k] for i in idx]) for k in ("p_side", "p_other")}
+    eq = [i for i in idx if tests[i].get("p_equiv") is not None]
+    adj_eq = dict(zip(eq, holm([tests[i]["p_equiv"] for i in eq])))
+    out = [NOT_RESOLVED] * len(tests)
+    for j, i in enumerate(idx):
+        if adj["p_side"][j] < alpha / 2:
+            out[i] = HELD
+        elif adj["p_other"][j] < alpha / 2:
+            out[i] = NOT_HELD
+        elif i in adj_eq and adj_eq[i] < alpha / 2:
+            out[i] = NO_DIFFERENCE
+    return out
+
+
+def seeds_needed(sd_a: float, sd_b: float, diff: float, delta: float | None, level: float = LEVEL,
+                 start: int = 2, cap: int = 1000) -> int | None:
+    """Seeds per row at which a Welch interval would decide, if the rows kept their measured spreads and their
+    difference: the smallest n (equal on both sides) with half-width h(n) = t_q(df(n)) * sqrt((sd_a^2 + sd_b^2) / n)
+    below |diff| (the interval then excludes 0: HELD or DID NOT HOLD) or below delta - |diff| (the interval then
+    lies within +-delta: NO DIFFERENCE), with df(n) = (n - 1) (sd_a^2 + sd_b^2)^2 / (sd_a^4 + sd_b^4) (Welch's df
+    for equal n) and t_q the (1 + level) / 2 quantile; n counts from `start` (the larger row's seeds now: both rows
+    brought to n). None when no spread is measured or no n <= `cap` decides."""
+    va, vb = sd_a * sd_a, sd_b * sd_b
+    if not all(math.isfinite(x) for x in (va, vb, diff)) or va + vb == 0.0:
+        return None
+    target = max(abs(diff), (delta - abs(diff)) if delta is not None else 0.0)
+    if target <= 0.0:
+        return None
+    for n in range(max(2, start), cap + 1):
+        df = (n - 1) * (va + vb) ** 2 / (va * va + vb * vb)
+        if t_quantile(0.5 + level / 2, df) * math.sqrt((va + vb) / n) < target:
+            return n
+    return None
+
+
+def bootstrap(values, statistic, resamples: int = 10000, seed: int = 0) -> list[float]:
+    """The statistic on `resamples` resamples of `values` drawn with replacement, each of the same size as
+    `values` (Efron's bootstrap); seeded, so a report is the same on every build."""
+    import random
+
+    rng, xs = random.Random(seed), list(values)
+    return [statistic(rng.choices(xs, k=len(xs))) for _ in range(resamples)]
+
+
+def percentile_interval(samples: list[float], level: float = LEVEL) -> tuple[float, float]:
+    """The (1 - level) / 2 and (1 + level) / 2 empirical quantiles (nearest rank) of `samples`."""
+    xs = sorted(samples)
+    lo = xs[max(0, math.ceil((1 - level) / 2 * len(xs)) - 1)]
+    hi = xs[min(len(xs) - 1, math.ceil((1 + level) / 2 * len(xs)) - 1)]
+    return lo, hi

@@ -1,9 +1,12 @@
-"""Claim rows: `<out>.claims.json` beside each table, `results/summary.csv` over all of them, and the index
-page `results/README.md` (issue 12 item 7), which also names the expected tables not made yet.
+"""Claim rows: `<out>.claims.json` beside each table, `results/summary.csv` over all of them, the index
+page `results/README.md`, which also names the expected tables not made yet, and the forest plot of every
+distinct comparison, `results/claims.png` (`forest.py`).
 
 A claims file holds one entry per table row (kind `row`: the table's main number, its 95 % interval, the paper's
 number, the floor and whether it is met) and one per claim or floor (kind `claim` / `floor`: the tested
-interval and the verdict).
+interval, delta and the verdict). In summary.csv each distinct comparison (the same runs on each side, the same
+statistic) is one `claim` line, in its home table (`home_rank`); a line of another table on it becomes kind `same`
+with `same_as` naming the home. Per table, the family of its claim lines gets Holm-adjusted verdicts.
 """
 
 from __future__ import annotations
@@ -14,12 +17,14 @@ import math
 from collections import Counter
 from pathlib import Path
 
-from highway_repro.report import stats
+from highway_repro.report import papers, stats
+from highway_repro.report.forest import forest
 from highway_repro.report.spec import UNTESTED, Rendered, floor_met
 
 COLUMNS = ["table", "row", "kind", "metric", "split", "n_seeds", "mean", "std", "ci_low", "ci_high", "paper",
-           "floor", "floor_met", "claim", "verdict", "compared_with", "compared_mean", "diff", "paper_claim",
-           "detail", "scale", "runs", "runs_planned", "part_of", "file"]
+           "floor", "floor_met", "claim", "verdict", "delta", "family_size", "holm_verdict", "compared_with",
+           "compared_mean", "diff", "paper_effect", "paper_claim", "seeds_needed", "same_as", "detail", "scale", "runs",
+           "runs_planned", "part_of", "file"]
 # runs, runs_planned: the table's (partial: fewer); part_of: the study whose combined table also holds these rows
 # (README.md's glance shows that one only)
 
@@ -50,7 +55,7 @@ def claim_rows(name: str, t: Rendered, scale: str | None) -> list[dict]:
     for r in t.results:
         c = r["claim"]
         ci = r["ci"]
-        against = (t.by_id[c.against].name if c.against in t.by_id else "/".join(c.against)) \
+        against = (r["other_label"] or "/".join(map(str, c.against))).replace("`", "") \
             if isinstance(c.against, tuple) else c.against
         out.append({"table": name, "row": r["label"].replace("`", ""), "kind": c.kind, "metric": c.measure.metric,
                     "split": c.measure.split, "n_seeds": r["n"], "mean": _num(r["mean"]),
@@ -59,9 +64,48 @@ def claim_rows(name: str, t: Rendered, scale: str | None) -> list[dict]:
                     "paper": _num(c.paper_value), "floor": c.against if c.kind == "floor" else None,
                     "floor_met": floor_met(r) if c.kind == "floor" else None,
                     "claim": c.text + c.paper_note, "verdict": r["verdict"], "compared_with": against,
-                    "compared_mean": _num(r["other_mean"]), "diff": _num(r["diff"]), "paper_claim": c.paper,
-                    "detail": r["detail"].replace("`", ""), "scale": scale})
+                    "compared_mean": _num(r["other_mean"]), "diff": _num(r["diff"]), "paper_claim": r["paper"],
+                    "detail": r["detail"].replace("`", ""), "scale": scale, "delta": _num(r["delta"]),
+                    "comparison": r["key"], "experiment": r["experiment"], "tests": r["tests"],
+                    "family_size": r["family_size"], "holm_verdict": r["holm"],
+                    "seeds_needed": r["seeds_needed"], "same_as": _same_as(r["same_as"]),
+                    "paper_effect": _num((r["paper_effect"] or (None, None))[0]),
+                    "paper_effect_rel": _num((r["paper_effect"] or (None, None))[1]), "paper_claim_id": r["paper_id"],
+                    "threshold": c.threshold if isinstance(c.against, tuple) else c.against})
     return out
+
+
+def _same_as(s: dict | None) -> str | None:
+    return f"{s['file']}: {s['row']} {s['claim']}" if s else None
+
+
+def home_rank(table: str, part_of: str | None, experiment: str) -> int:
+    """Which table is a comparison's home when several hold it: the table of the runs' own experiment (0), else a
+    table that is not a part of a combined study table (1), else a part (2); ties go to the first file."""
+    return 0 if table == experiment else 1 if not part_of else 2
+
+
+def comparisons_elsewhere(out: Path, table: str, part_of: str | None):
+    """`home(key, experiment)` for a table about to be written to `out`: the line of another table's claims file
+    beside it that holds the same comparison and is its home (`home_rank`), as {"table", "file", "row", "claim"};
+    None when this table is the home. (A study is reported after the tables whose runs it reuses.)"""
+    out = Path(out)
+    lines = {}
+    for f in sorted(out.parent.glob("*.claims.json")):
+        if f.name == out.name + ".claims.json":
+            continue
+        d = json.loads(f.read_text())
+        for r in d["rows"]:
+            if r["kind"] == "claim" and r.get("comparison") and not r.get("same_as"):
+                rank = home_rank(d["table"], d.get("part_of"), r.get("experiment", ""))
+                lines.setdefault(r["comparison"], (rank, {"table": d["table"], "file": d["file"], "row": r["row"],
+                                                         "claim": r["claim"]}))
+
+    def home(key: str, experiment: str) -> dict | None:
+        found = lines.get(key)
+        return found[1] if found and found[0] < home_rank(table, part_of, experiment) else None
+
+    return home
 
 
 def write_claims(name: str, t: Rendered, out: Path, meta: dict, runs: int | None = None) -> Path:
@@ -89,6 +133,33 @@ def _cell(v) -> str:
 ARCHIVE = "archive"  # results/archive/: tables and runs of superseded recipes
 
 
+def distinct(rows: list[dict]) -> None:
+    """Each comparison once: of the claim lines on the same comparison (key `comparison`), the home's stays kind
+    `claim` (the paper's when any of them is), the others become kind `same`, `same_as` naming the home; then
+    each table's family (its `claim` lines with p-values) gets its size and Holm-adjusted verdicts."""
+    homes: dict[str, dict] = {}
+    for r in sorted((r for r in rows if r["kind"] == "claim" and r.get("comparison")),
+                    key=lambda r: home_rank(r["table"], r.get("part_of"), r.get("experiment", ""))):
+        home = homes.setdefault(r["comparison"], r)
+        if home is not r:
+            home["paper_claim"] = home["paper_claim"] or r["paper_claim"]
+            r.update(kind="same", same_as=f"{home['file']}: {home['row']} {home['claim']}", family_size=None,
+                     holm_verdict=None)
+    by_file: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["kind"] == "claim" and r.get("tests") is not None:
+            by_file.setdefault(r["file"], []).append(r)
+    for family in by_file.values():
+        for r, v in zip(family, stats.holm_verdicts([r["tests"] for r in family])):
+            r.update(family_size=len(family), holm_verdict=v)
+
+
+def missing_paper_claims(rows: list[dict]) -> list[papers.PaperClaim]:
+    """The claims of papers.PAPER_CLAIMS that no claim line tests (their table is not made, or lacks the rows)."""
+    tested = {r.get("paper_claim_id") for r in rows if r["kind"] in ("claim", "same")}
+    return [c for i, c in enumerate(papers.PAPER_CLAIMS) if i not in tested]
+
+
 def write_summary(results_root: Path, expected: dict | None = None) -> Path:
     """`<results_root>/summary.csv` from every `*.claims.json` below it but for `archive/` (tables of superseded
     recipes, kept for the record: indexed, not summarised), and the index `<results_root>/README.md`.
@@ -103,7 +174,9 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
         tables.append((d, rel))
         rows += [{**r, "file": rel, "runs": d.get("runs"), "runs_planned": d.get("runs_planned"),
                   "part_of": d.get("part_of")} for r in d["rows"]]
+    distinct(rows)
     root.mkdir(parents=True, exist_ok=True)
+    forest(rows, root / "claims.png")
     path = root / "summary.csv"
     with open(path, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
@@ -111,23 +184,37 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
         w.writerows({k: _cell(r.get(k)) for k in COLUMNS} for r in rows)
     lines = ["# Results", "",
              "Every table of the two papers as reproduced here; each file names the command that made it, the scale, "
-             "seeds, wall time, CPU-hours and machine. `summary.csv` has one line per table row, claim and floor "
-             "(written by `make tables`).", "",
-             "| table | scale | runs | claims held / did not hold / not resolved (not testable yet) | floors met |",
-             "|---|---|---|---|---|"]
+             "seeds, wall time, CPU-hours and machine. `summary.csv` has one line per table row, distinct comparison "
+             "(kind `claim`; a table's line on a comparison that another table holds: kind `same`) and floor "
+             f"(written by `make tables`); `claims.png` draws every distinct comparison. Verdicts: "
+             f"{stats.VERDICTS_EXPLAINED}.", "",
+             "| table | scale | runs | claims held / did not hold / no difference / not resolved (not testable yet) "
+             "| Holm | family | linked to another table | floors met |",
+             "|---|---|---|---|---|---|---|---|"]
+    order = (stats.HELD, stats.NOT_HELD, stats.NO_DIFFERENCE, stats.NOT_RESOLVED)
     for d, rel in tables:
-        v = Counter(r["verdict"] for r in d["rows"] if r["kind"] == "claim")
-        untested = sum(1 for r in d["rows"] if r["kind"] == "claim" and r.get("detail", "").startswith(UNTESTED))
-        fl = [r["floor_met"] for r in d["rows"] if r["kind"] == "floor"]
+        mine = [r for r in rows if r["file"] == rel]
+        claims = [r for r in mine if r["kind"] == "claim"]
+        v = Counter(r["verdict"] for r in claims)
+        h = Counter(r["holm_verdict"] or r["verdict"] for r in claims)
+        untested = sum(1 for r in claims if r.get("detail", "").startswith(UNTESTED))
+        fl = [r["floor_met"] for r in mine if r["kind"] == "floor"]
         n, planned = d.get("runs"), d.get("runs_planned")
         runs = "not recorded" if n is None else f"{n} of {planned} (partial)" if planned and planned > n else str(n)
-        lines.append(f"| [{d['title']}]({rel}) | {d.get('scale') or '?'} | {runs} | {v[stats.HELD]} / "
-                     f"{v[stats.NOT_HELD]} / {v[stats.NOT_RESOLVED]}{f' ({untested})' if untested else ''} | "
-                     f"{f'{sum(fl)} of {len(fl)}' if fl else '—'} |")
-    made = {d["table"] for d, _ in tables}
-    missing = [how for n, how in (expected or {}).items() if n not in made]
+        size = next((r["family_size"] for r in claims if r.get("family_size")), 0)
+        lines.append(f"| [{d['title']}]({rel}) | {d.get('scale') or '?'} | {runs} | "
+                     + " / ".join(str(v[k]) for k in order) + f"{f' ({untested})' if untested else ''} | "
+                     + " / ".join(str(h[k]) for k in order) + f" | {size} | "
+                     f"{sum(r['kind'] == 'same' for r in mine)} | {f'{sum(fl)} of {len(fl)}' if fl else '—'} |")
+    missing = missing_paper_claims(rows)
     if missing:
-        lines += ["", "Not made yet (no kept run, so no table file): " + "; ".join(missing) + "."]
+        per_table = Counter(c.table for c in missing)
+        lines += ["", f"Paper claims (`papers.PAPER_CLAIMS`) with no claim line yet, their table not made or its rows "
+                  f"not trained: {len(missing)} (" + ", ".join(f"{t} {n}" for t, n in per_table.items()) + ")."]
+    made = {d["table"] for d, _ in tables}
+    not_made = [how for n, how in (expected or {}).items() if n not in made]
+    if not_made:
+        lines += ["", "Not made yet (no kept run, so no table file): " + "; ".join(not_made) + "."]
     listed = {rel for _, rel in tables} | {"README.md"}
     others = [p.relative_to(root).as_posix() for p in sorted(root.rglob("*.md"))]
     others = [o for o in others if o not in listed]

@@ -1,0 +1,127 @@
+"""The claim statistics beyond the interval: Holm's adjustment on a published example, the bootstrap of a random
+search's best trial against the exact law of a resampled minimum, the seeds a decision needs, and each comparison
+counted once (a study reusing a table's runs links to the table)."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import pytest
+
+from highway_repro.report import build_table, load_runs, stats, write_summary
+from test_report import MACHINE, fake_run
+
+
+def test_holm_adjusted_p_values_of_a_published_example():
+    """The worked example of the Wikipedia article "Holm-Bonferroni method" (the procedure: Holm 1979, Scand. J.
+    Statist. 6:65-70): four hypotheses with p = 0.01, 0.04, 0.03, 0.005 at alpha 0.05; H4 and H1 are rejected
+    (0.005 < 0.05/4, 0.01 < 0.05/3), H3 is not (0.03 > 0.05/2), so neither is H2. The adjusted p-values of that
+    step-down, max_j<=i min(1, (m - j + 1) p_(j)): 4 x 0.005 = 0.02, 3 x 0.01 = 0.03, 2 x 0.03 = 0.06, then
+    max(0.06, 1 x 0.04) = 0.06; below 0.05 exactly for H1 and H4."""
+    adjusted = stats.holm([0.01, 0.04, 0.03, 0.005])
+    assert adjusted == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert [p < 0.05 for p in adjusted] == [True, False, False, True]
+    assert stats.holm([0.2]) == [0.2] and stats.holm([]) == []
+    assert stats.holm([0.6, 0.5]) == [1.0, 1.0]  # capped at 1
+
+
+def test_holm_verdicts_reduce_to_the_raw_ones_for_a_family_of_one_and_are_stricter_for_more():
+    """One test: Holm changes nothing (the t-test's p agrees with its 95 % interval). Ten tests with p = 0.02 on the
+    claim's side: each alone HELD (0.02 < 0.025), together none (10 x 0.02 > 0.025); a small p stays HELD."""
+    a, b = [2.00, 2.01, 2.02], [2.10, 2.12, 2.11]
+    ci = stats.welch_interval(a, b)
+    se, df = stats.welch_se_df(a, b)
+    diff = sum(a) / 3 - sum(b) / 3
+    test = {"p_side": stats.side_p(diff, se, df, "lower"), "p_other": stats.side_p(diff, se, df, "higher"),
+            "p_equiv": None}
+    assert stats.holm_verdicts([test]) == [stats.verdict(ci, "lower")] == [stats.HELD]
+    assert stats.holm_verdicts([test | {"p_side": test["p_other"], "p_other": test["p_side"]}]) == [stats.NOT_HELD]
+    weak = {"p_side": 0.02, "p_other": 0.98, "p_equiv": None}
+    assert stats.holm_verdicts([weak]) == [stats.HELD]
+    assert stats.holm_verdicts([weak] * 10) == [stats.NOT_RESOLVED] * 10
+    strong = {"p_side": 1e-4, "p_other": 1.0, "p_equiv": None}
+    assert stats.holm_verdicts([strong] + [weak] * 9 + [None]) == [stats.HELD] + [stats.NOT_RESOLVED] * 10
+    equal = {"p_side": 0.4, "p_other": 0.6, "p_equiv": 0.001}
+    assert stats.holm_verdicts([equal, weak]) == [stats.NO_DIFFERENCE, stats.NOT_RESOLVED]
+
+
+@pytest.mark.parametrize("n", [5, 12])
+def test_bootstrap_of_the_best_trial_follows_the_exact_order_statistic_law(n):
+    """A resample of n from n distinct values x_(1) < ... < x_(n) has its minimum >= x_(k) exactly when all n draws
+    fall among the n - k + 1 values >= x_(k): P = ((n - k + 1) / n)^n. The bootstrap's share of resampled minima
+    >= x_(k) must match it within 5 binomial standard errors of RESAMPLES draws (a resample of another size, or a
+    dropped value, moves it by far more)."""
+    from highway_repro.report.spec import RESAMPLES
+
+    xs = [math.sqrt(i) + 0.1 * i for i in range(1, n + 1)]  # distinct, in any order
+    mins = stats.bootstrap(list(reversed(xs)), min, RESAMPLES, seed=3)
+    for k in range(1, n + 1):
+        exact = ((n - k + 1) / n) ** n
+        share = sum(m >= xs[k - 1] for m in mins) / len(mins)
+        tol = 5 * math.sqrt(max(exact * (1 - exact), 1 / RESAMPLES) / RESAMPLES)
+        assert abs(share - exact) <= tol, (k, share, exact)
+    dropped = stats.bootstrap(xs[1:], min, RESAMPLES, seed=3)  # the best trial dropped: another law
+    assert sum(m >= xs[1] for m in dropped) / len(dropped) == 1.0 != pytest.approx(((n - 1) / n) ** n, abs=0.1)
+
+
+def test_seeds_needed_inverts_the_welch_half_width():
+    """The smallest n per row whose Welch half-width t(df(n)) sqrt((sa^2 + sb^2) / n) falls below |difference| (or
+    below delta - |difference|): checked against the half-width of the interval that n values would give."""
+    sa, sb, diff = 0.02, 0.03, -0.03
+    n = stats.seeds_needed(sa, sb, diff, None)
+
+    def half(m):
+        df = (m - 1) * (sa ** 2 + sb ** 2) ** 2 / (sa ** 4 + sb ** 4)
+        return stats.t_quantile(0.975, df) * math.sqrt((sa ** 2 + sb ** 2) / m)
+
+    assert half(n) < abs(diff) <= half(n - 1)
+    assert stats.seeds_needed(sa, sb, -0.01, 0.05) < stats.seeds_needed(sa, sb, -0.01, None)  # equivalence is nearer
+    assert stats.seeds_needed(0.0, 0.0, 0.1, None) is None
+
+
+def _enwik8_runs(folder, variants, name="ht_enwik8_l6"):
+    for v, values in variants.items():
+        for seed, x in enumerate(values):
+            fake_run(folder / f"seed={seed},variant={v}", [f"variant={v}", f"seed={seed}"],
+                     {"variant": v, "seed": seed, "name": name},
+                     {"status": "done", "step": 300, "val/bpc": x + 0.1, "test/bpc": x},
+                     [{"step": 100, "val/bpc": x + 1}, {"step": 200, "val/bpc": x + 0.5}], MACHINE)
+
+
+def test_a_study_reusing_a_tables_runs_adds_no_comparison(tmp_path):
+    """The placement scan reuses the 6-layer table's baseline and all-layers runs: its lines on them link to the
+    table (Markdown, and kind `same` in summary.csv) and leave its family; its own rows' comparisons stay. A study
+    whose baseline has a run more than the table's is a comparison of its own."""
+    table = {"baseline": [2.20, 2.21, 2.22], "sdu_tanh": [2.10, 2.12, 2.11]}
+    scan = {"tanh_l1": [2.19, 2.20], "tanh_l6": [2.15, 2.16]}
+    _enwik8_runs(tmp_path / "l6", table)
+    _enwik8_runs(tmp_path / "scan", table | scan)  # the runner restores the table's runs under their folder names
+    out = tmp_path / "results" / "highway_transformer"
+    build_table("ht_enwik8_l6", load_runs(tmp_path / "l6"), out / "enwik8_l6", {"scale": "cpu"})
+    md = build_table("ht_placement_scan", load_runs(tmp_path / "scan"), out / "placement_scan", {"scale": "cpu"})
+    assert "`sdu_tanh` ends lower than the baseline: the same runs, measure and rows as " \
+           "[ht_enwik8_l6](enwik8_l6.md)" in md
+    write_summary(tmp_path / "results")
+    with open(tmp_path / "results" / "summary.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["kind"] in ("claim", "same")]
+    scan_rows = [r for r in rows if r["table"] == "ht_placement_scan"]
+    same = [r for r in scan_rows if r["kind"] == "same"]
+    assert len(same) == 2 and all(r["same_as"].startswith("highway_transformer/enwik8_l6.md: ") for r in same)
+    assert all(r["verdict"] == "" or r["kind"] == "same" for r in same)
+    own = [r for r in scan_rows if r["kind"] == "claim"]
+    # tanh_l1 and tanh_l6 vs baseline (ends lower, converges faster), and the paper's bottom-vs-top claim
+    assert len(own) == 5 and {r["family_size"] for r in own} == {"5"}
+    bottom = next(r for r in own if "gating a bottom layer" in r["claim"])
+    assert bottom["paper_claim"] == "yes" and bottom["verdict"] == "DID NOT HOLD"  # layer 1 ends higher than 6
+    keys = [(r["table"], r["row"], r["claim"]) for r in rows if r["kind"] == "claim"]
+    assert len(keys) == len(set(keys))
+    n_distinct = len([r for r in rows if r["kind"] == "claim"])
+    # a baseline run more in the study: not the same runs, so a comparison of its own
+    fake_run(tmp_path / "scan" / "seed=3,variant=baseline", ["variant=baseline", "seed=3"],
+             {"variant": "baseline", "seed": 3, "name": "ht_enwik8_l6"},
+             {"status": "done", "step": 300, "val/bpc": 2.33, "test/bpc": 2.23}, [{"step": 100, "val/bpc": 3.2}])
+    build_table("ht_placement_scan", load_runs(tmp_path / "scan"), out / "placement_scan", {"scale": "cpu"})
+    write_summary(tmp_path / "results")
+    with open(tmp_path / "results" / "summary.csv", newline="") as fh:
+        assert sum(r["kind"] == "claim" for r in csv.DictReader(fh)) == n_distinct + 2
