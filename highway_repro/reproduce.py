@@ -293,8 +293,9 @@ def probe(name: str, scale: str, workdir: Path) -> dict:
             "date": time.strftime("%Y-%m-%d", time.gmtime()), "other_jobs": os.getloadavg()[0] > 0.5}
 
 
-def calibrate(names: list[str], scale: str, workdir: Path, path: Path = CALIBRATION) -> dict:
-    """Probe each table on this machine and record the results under `machine_key()` in `path`."""
+def calibrate(names: list[str], scale: str, workdir: Path, path: Path | None = None) -> dict:
+    """Probe each table on this machine and record the results under `machine_key()` in `path` (CALIBRATION)."""
+    path = path or CALIBRATION
     data = json.loads(path.read_text()) if path.exists() else {}
     mine = data.setdefault(machine_key(), {}).setdefault(scale, {})
     for name in names:
@@ -305,12 +306,12 @@ def calibrate(names: list[str], scale: str, workdir: Path, path: Path = CALIBRAT
     return mine
 
 
-def speed_ratio(name: str, scale: str, cfg, kept: Path | None, path: Path = CALIBRATION) -> tuple[float, str]:
+def speed_ratio(name: str, scale: str, cfg, kept: Path | None, path: Path | None = None) -> tuple[float, str]:
     """How much longer a step takes on this machine than where the estimate's numbers come from: the probe of this
     machine (`calibrate`) over the same cell's kept runs' logged CPU-s a step, else over the scale file's
     `est_step_s`; (1.0, "") when this machine has no calibration or nothing to compare it with."""
     try:
-        mine = json.loads(path.read_text())[machine_key()][scale][name]
+        mine = json.loads((path or CALIBRATION).read_text())[machine_key()][scale][name]
     except (OSError, ValueError, KeyError):
         return 1.0, ""
     cell = _grid_cell(mine["cell"])  # the probe's cell, any seed
