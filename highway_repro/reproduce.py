@@ -45,7 +45,7 @@ from highway_repro.targets import (CONFIG_DIR, PAPER_TABLES, REPORTS, ROOT, TARG
 SCALES = tuple(sorted(p.stem for p in (CONFIG_DIR / "scale").glob("*.yaml")))  # configs/scale/<name>.yaml
 KEPT_FILES = ("metrics.json", "metrics.jsonl", "config_resolved.yaml", "run_info.json", ".hydra/overrides.yaml")
 FINISHED = ("done", "diverged")  # a diverged run is a result (a table cell), not a crash
-CPU_BUDGET_JOBS = 2  # issue 12: the cpu scale's budgets (4.5 h a table, 3 h a study) are for 2 jobs x 1 thread
+CPU_BUDGET_JOBS = 2  # the cpu scale's budgets (4.5 h a table, 3 h a study) are for 2 jobs x 1 thread
 
 
 # ------------------------------------------------------------------ the grid
@@ -245,7 +245,8 @@ def wall_s(secs: list[float], jobs: int) -> float:
 
 
 # ------------------------------------------------------------------ calibration
-CALIBRATION = ROOT / "results" / "calibration.json"  # {machine: {scale: {table: probe}}}, committed with the runs
+CALIBRATION_FILE = "calibration.json"  # in the results root, {machine: {scale: {table: probe}}}, committed with the runs
+CALIBRATION: Path | None = None  # another file instead (the tests: none of this machine's)
 PROBE_STEPS = 8  # a probe's training steps; the second half is timed
 
 
@@ -293,9 +294,8 @@ def probe(name: str, scale: str, workdir: Path) -> dict:
             "date": time.strftime("%Y-%m-%d", time.gmtime()), "other_jobs": os.getloadavg()[0] > 0.5}
 
 
-def calibrate(names: list[str], scale: str, workdir: Path, path: Path | None = None) -> dict:
-    """Probe each table on this machine and record the results under `machine_key()` in `path` (CALIBRATION)."""
-    path = path or CALIBRATION
+def calibrate(names: list[str], scale: str, workdir: Path, path: Path) -> dict:
+    """Probe each table on this machine and record the results under `machine_key()` in `path`."""
     data = json.loads(path.read_text()) if path.exists() else {}
     mine = data.setdefault(machine_key(), {}).setdefault(scale, {})
     for name in names:
@@ -306,12 +306,12 @@ def calibrate(names: list[str], scale: str, workdir: Path, path: Path | None = N
     return mine
 
 
-def speed_ratio(name: str, scale: str, cfg, kept: Path | None, path: Path | None = None) -> tuple[float, str]:
+def speed_ratio(name: str, scale: str, cfg, kept: Path | None, path: Path) -> tuple[float, str]:
     """How much longer a step takes on this machine than where the estimate's numbers come from: the probe of this
     machine (`calibrate`) over the same cell's kept runs' logged CPU-s a step, else over the scale file's
     `est_step_s`; (1.0, "") when this machine has no calibration or nothing to compare it with."""
     try:
-        mine = json.loads((path or CALIBRATION).read_text())[machine_key()][scale][name]
+        mine = json.loads((CALIBRATION or path).read_text())[machine_key()][scale][name]
     except (OSError, ValueError, KeyError):
         return 1.0, ""
     cell = _grid_cell(mine["cell"])  # the probe's cell, any seed
@@ -545,7 +545,7 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
                 f", else {unkept_how}" if unkept != per and unkept in secs else "")
     else:
         secs = [per] * len(todo) if per else []
-    ratio, calibrated = speed_ratio(name, scale, cfg, kept if own_recipe else None)
+    ratio, calibrated = speed_ratio(name, scale, cfg, kept if own_recipe else None, results / CALIBRATION_FILE)
     if secs and calibrated:
         secs, how = [s * ratio for s in secs], f"{how}; {calibrated}"
     total, wall = (sum(secs), wall_s(secs, jobs)) if secs else (None, None)
@@ -1000,7 +1000,7 @@ def main(argv=None) -> int:
                     "run's metrics.json cannot be parsed (it is named, counted as damaged, left out of the tables)")
     ap.add_argument("--estimate", action="store_true", help="print the plan and its cost; train nothing")
     ap.add_argument("--calibrate", action="store_true", help=f"time {PROBE_STEPS} steps of each table here (seconds "
-                    "to a minute each), record them in results/calibration.json, then estimate with them")
+                    "to a minute each), record them in <results>/calibration.json, then estimate with them")
     args = ap.parse_intermixed_args(argv)
     if args.jobs < 1:
         ap.error(f"--jobs={args.jobs}: runs at once, at least 1")
@@ -1038,7 +1038,8 @@ def main(argv=None) -> int:
     else:
         try:
             if args.calibrate:
-                calibrate([p for n in names for p in TARGETS[n].parts or (n,)], args.scale, runs_root / "calibration")
+                calibrate([p for n in names for p in TARGETS[n].parts or (n,)], args.scale, runs_root / "calibration",
+                          results / CALIBRATION_FILE)
                 args.estimate = True
             status = train(names, args, results, runs_root)
         except HighwayError as e:  # a user mistake: one line, no traceback

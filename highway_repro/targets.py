@@ -62,7 +62,7 @@ TARGETS: dict[str, Target] = {
                            "Highway Transformer: 6-layer Transformer-XL on enwik8, gate kinds and placement"),
     "ht_enwik8_l12": Target("ht_enwik8_l12", "highway_transformer/enwik8_l12",
                             "Highway Transformer: 12-layer Transformer-XL on enwik8, placement"),
-    # issue 14's studies, at the cpu scale of the tables they extend, reusing those tables' runs
+    # studies, at the cpu scale of the tables they extend, reusing those tables' runs
     "ht_placement_scan": Target("ht_enwik8_l6", "highway_transformer/placement_scan",
                                 "Study: SDU tanh in exactly one layer k of the 6-layer Transformer-XL, k = 1..6",
                                 grid="ht_placement_scan", reuse=("ht_enwik8_l6",), study=True),

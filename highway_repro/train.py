@@ -137,7 +137,7 @@ def build_optimizer(cfg: DictConfig, model: "torch.nn.Module"):
 
 
 def match_params(cfg: DictConfig, meta: dict) -> int:
-    """`match_params: <gate kind>` (the parameter-matched baseline of the gate zoo, issue 14): set model.d_ff of the
+    """`match_params: <gate kind>` (the parameter-matched baseline of the gate zoo): set model.d_ff of the
     ungated model to the width whose parameter count is closest to the same model gated by that kind (same layers
     and sublayers), found from the counts at d_ff and d_ff + 1 (the count is linear in d_ff). Returns the new d_ff."""
     from highway_repro.models.placement import GATE_KINDS, is_gated

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`make gpu-check`: one prepared run that proves the paper-scale configs on one GPU (issue 13).
+"""`make gpu-check`: one prepared run that proves the paper-scale configs on one GPU.
 
     python scripts/gpu_check.py --prepare                  # on the CPU box: the data subset and the pure-Python
                                                            # dependencies to carry (data/gpu_mirror, .gpu_deps)
@@ -1188,7 +1188,7 @@ def paper_plan() -> tuple[dict, ...]:
     from highway_repro.targets import PAPER_TABLES, TARGETS
 
     plan = []
-    for table in PAPER_TABLES:  # the studies (issue 14) are not paper tables
+    for table in PAPER_TABLES:  # the studies are not paper tables
         t = TARGETS[table]
         cfg, grids, names = table_plan(t, "paper", [])
         params = dict(o.split("=", 1) for o in grids[0]) if t.sweep else {}

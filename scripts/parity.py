@@ -105,7 +105,7 @@ PATCHES = {
     ],
 }
 
-TOL_FP32 = 1e-5  # acceptance (issue 14) where the conventions are set equal
+TOL_FP32 = 1e-5  # where the conventions are set equal
 TOL_FP64 = 1e-8  # fp64 keeps two fp32 steps (~1e-9 at most here; see the notes of the report)
 
 

@@ -664,6 +664,7 @@ def test_the_estimate_follows_the_machine_through_its_calibration(tmp_path, monk
     from highway_repro import reproduce
 
     monkeypatch.setattr(reproduce, "machine_key", lambda: "CPU X, 2 cores")
+    monkeypatch.setattr(reproduce, "CALIBRATION", None)  # the file given below, not the fixture's
     monkeypatch.setattr(reproduce, "probe", lambda name, scale, workdir: {"cell": "seed=0,variant=baseline",
                                                                           "cpu_s_per_step": 0.8})
     cal = tmp_path / "calibration.json"

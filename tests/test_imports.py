@@ -12,6 +12,7 @@ function-level imports alike (only `if TYPE_CHECKING:` blocks are left out).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -199,3 +200,13 @@ def test_no_import_cycle():
     g = import_graph()
     found = cycles(g)
     assert not found, "import cycles:\n" + "\n".join(_describe(c, g) for c in found)
+
+
+def test_the_code_speaks_of_itself():
+    """The package, the scripts, the benchmarks, the Makefile and the tests say what is true of the project now:
+    no numbers of a tracker or a work log, which a reader cannot look up (the pattern below)."""
+    pattern = re.compile(r"\b(issue|session)[ -]?#?\d+", re.IGNORECASE)
+    files = [p for d in ("highway_repro", "scripts", "bench", "tests") for p in (REPO / d).rglob("*.py")]
+    found = [f"{p.relative_to(REPO)}:{i}: {line.strip()}" for p in files + [REPO / "Makefile"]
+             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not found, "\n".join(found)

@@ -22,7 +22,7 @@ class PaperTable(NamedTuple):
 
 
 class Floor(NamedTuple):
-    """A level the table's reference row must reach at the cpu scale (issue 12, test split, mean over seeds)."""
+    """A level the table's reference row must reach at the cpu scale (test split, mean over seeds)."""
     row: tuple  # row id, e.g. ("baseline",) or ("32", "highway")
     key: str  # metric key as the table shows it (test/acc in %)
     side: str  # "lower" (<=) or "higher" (>=)
@@ -96,7 +96,7 @@ HT = {
              "its side (lower or higher than the baseline) from the paper's numbers."),
 }
 
-# Our studies (issue 14): no paper numbers; the claim lines test the paper's general claim (gates end lower)
+# Our studies: no paper numbers; the claim lines test the paper's general claim (gates end lower)
 STUDY_NOTE = {
     "ht_placement_scan": "The paper ran prefix sets of layers only (1, 1-2, 1-3, all; its 'layers 3-6' trained the "
                          "baseline, see docs/discrepancies.md): this scan puts the gate in exactly one layer, so it "
@@ -106,7 +106,7 @@ STUDY_NOTE = {
                    "model's FFN (model.d_ff) to the parameter count of the SDU-gated model (train.py match_params).",
 }
 for _name in ("ht_placement_scan", "ht_zoo_char_ptb", "ht_zoo_char_ptb_rt", "ht_zoo_enwik8_l6", "ht_gate_zoo"):
-    HT[_name] = PaperTable("none (our study, issue 14)", {}, note=STUDY_NOTE[
+    HT[_name] = PaperTable("none (our study)", {}, note=STUDY_NOTE[
         "ht_placement_scan" if _name == "ht_placement_scan" else "ht_gate_zoo"])
 
 # B2 training time, 6 layers, hours (UNVERIFIED)
@@ -130,7 +130,7 @@ UNIGRAM = {"ptb_char_raw": ("bpc", 4.3052, 4.3151), "ptb_word": ("ppl", 684.73, 
 UNIGRAM_WARN = 0.95  # warn when the baseline ends within 5 % of the unigram level (log scale for perplexity)
 
 
-# ============================================================ floors of the cpu scale (issue 12 item 1)
+# ============================================================ floors of the cpu scale
 FLOORS = {
     "ht_char_ptb": [Floor(("baseline",), "test/bpc", "lower", 1.80)],
     "ht_char_ptb_rt": [Floor(("baseline",), "test/bpc", "lower", 1.75)],

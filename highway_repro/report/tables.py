@@ -315,7 +315,7 @@ def ht_table(name: str, title: str, metric: str, time_column: bool = False,
                      "jobs running, one thread per run) it mostly reflects the machine's load at the time of each "
                      "run, not the cost of the gates: read it as a measurement only on a dedicated machine. CPU "
                      "time per step (perf/cpu_s_per_step, the process's CPU time over its training steps, logged "
-                     "since session 11) is not inflated by the load: each row's mean over the runs that logged it "
+                     "by the trainer) is not inflated by the load: each row's mean over the runs that logged it "
                      "(— where the row or the baseline has none).")
         return text
 
@@ -373,7 +373,7 @@ def _placement_panels(t) -> list[Panel]:
 
 
 def gate_zoo_table() -> TableSpec:
-    """The gate zoo (issue 14): every gate kind on every model; each gated row against its model's baseline and
+    """The gate zoo: every gate kind on every model; each gated row against its model's baseline and
     its parameter-matched baseline (Welch intervals); a pivot of the verdicts per (kind, model) cell."""
     test = Measure("test/bpc", "test bpc")
     auc = Measure("val/bpc", "mean val bpc over evals (AUC)", how="auc")
@@ -463,7 +463,7 @@ TABLES = {
 
 
 def scale_section(files: list[tuple[str, str]]) -> str:
-    """The scale file(s) of the table, verbatim (issue 12: each change from the paper's recipe, and the pilot curve
+    """The scale file(s) of the table, verbatim (each change from the paper's recipe, and the pilot curve
     behind it, stated in the scale file and in the table), folded so that the table stays on top."""
     if not files:
         return ""
