@@ -179,6 +179,14 @@ def restore(kept: Path, sweep_dir: Path, names: list[str] | None = None, dry: bo
 
 
 # ------------------------------------------------------------------ estimates and progress
+def _on_gpu(run: Path) -> bool:
+    """Whether the run folder's run_info.json names a CUDA device (such a run is not measured by the cpu budget)."""
+    try:
+        return bool(json.loads((run / "run_info.json").read_text()).get("cuda_device"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _run_seconds(runs: list[Path]) -> list[float]:
     """Wall seconds of each finished run with its cores to itself, as the budgets assume (jobs x threads = cores):
     a CPU run's CPU time / its threads, which a machine shared with other work does not inflate (its wall time
@@ -330,15 +338,17 @@ DEFAULT_PEAK_GB = 2.0  # a run with no measured or estimated peak (the cpu-scale
 
 
 def peak_gb(cfg, kept: Path | None) -> tuple[float, str]:
-    """GiB one run of this table holds at its peak: the largest `peak_rss_gb` of its kept runs (run_info.json, written
-    by the trainer), else the scale file's `est_peak_gb`, else DEFAULT_PEAK_GB."""
+    """GiB one run of this table holds at its peak: the largest `peak_rss_gb` of its kept runs made on a CPU
+    (run_info.json, written by the trainer; a run on a GPU holds its model there, so its host memory says nothing of
+    a CPU run's), else the scale file's `est_peak_gb`, else DEFAULT_PEAK_GB."""
     seen = []
     for f in kept.glob("*/run_info.json") if kept is not None else ():
         try:
-            v = json.loads(f.read_text()).get("peak_rss_gb")
+            info = json.loads(f.read_text())
         except (OSError, ValueError):
             continue
-        if isinstance(v, (int, float)) and v > 0:
+        v = info.get("peak_rss_gb")
+        if isinstance(v, (int, float)) and v > 0 and not info.get("cuda_device"):
             seen.append(float(v))
     if seen:
         return max(seen), f"largest of {len(seen)} kept runs"
@@ -890,8 +900,8 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path, echo: bo
         runs += [r for r in part_runs if r.path.name not in other]
         meta["other_recipe"].update({(f"{part}/{k}" if t.parts else k): v for k, v in other.items()})
         own += _trained_for(part, scale, results, [r.path for r in part_runs if r.path.name not in other])
-    if scale == "cpu":  # the budget's measure: the runs' CPU time per thread, on 2 jobs in grid order
-        secs = _run_seconds(own)
+    if scale == "cpu":  # the budget's measure: the runs' CPU time per thread, on 2 jobs in grid order (CPU runs)
+        secs = _run_seconds([p for p in own if not _on_gpu(p)])
         meta["budget"] = (wall_s(secs, CPU_BUDGET_JOBS), len(secs), CPU_BUDGET_JOBS) if secs else None
     if not runs:
         print(f"[{name}] no runs under {kept} or {sweep_dir}", file=sys.stderr)

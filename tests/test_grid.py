@@ -90,6 +90,9 @@ def test_grid_of_enwik8_l6_at_cpu_scale():
     # a command-line override replaces the grid's value of the same key in every grid
     _, _, names = plan(TARGETS["ht_enwik8_l6"], "cpu", ["variant=baseline"])
     assert names == [f"seed={s},variant=baseline" for s in range(5)]
+    # where a run trains and how often it writes checkpoints do not name it: a run made on a GPU keeps its folder
+    assert plan(TARGETS["ht_enwik8_l6"], "cpu", ["variant=baseline", "trainer.device=cuda",
+                                                 "trainer.checkpoint_every=100"])[2] == names
     _, _, names = plan(TARGETS["hn_fig1"], "smoke", [])
     assert names == ["model.depth=4,model.kind=plain,trial=0", "model.depth=4,model.kind=highway,trial=0",
                      "model.depth=4,model.kind=residual,trial=0"]
@@ -607,7 +610,7 @@ def test_the_queue_holds_back_a_job_whose_memory_does_not_fit(tmp_path, monkeypa
         in capsys.readouterr().out
 
 
-def test_peak_memory_comes_from_kept_runs_else_the_scale_file(tmp_path):
+def test_peak_memory_comes_from_kept_cpu_runs_else_the_scale_file(tmp_path):
     from omegaconf import OmegaConf
 
     from highway_repro.reproduce import DEFAULT_PEAK_GB, peak_gb
@@ -618,6 +621,9 @@ def test_peak_memory_comes_from_kept_runs_else_the_scale_file(tmp_path):
     for name, gb in (("seed=0", 12.5), ("seed=1", 13.3)):
         (tmp_path / name).mkdir()
         (tmp_path / name / "run_info.json").write_text(json.dumps({"peak_rss_gb": gb}))
+    assert peak_gb(cfg, tmp_path) == (13.3, "largest of 2 kept runs")
+    (tmp_path / "seed=2").mkdir()  # a run on a GPU: its host memory is not a CPU run's peak
+    (tmp_path / "seed=2" / "run_info.json").write_text(json.dumps({"peak_rss_gb": 20.0, "cuda_device": "NVIDIA H200"}))
     assert peak_gb(cfg, tmp_path) == (13.3, "largest of 2 kept runs")
 
 

@@ -182,6 +182,35 @@ def test_learning_curve_leaves_out_a_final_pass_over_more_data(tmp_path):
     fake_run(uncapped, [], {"trainer": {**capped, "eval_max_batches": None}}, {"status": "done", "step": 300},
              [{"step": s, "val/bpc": y} for s, y in zip((100, 200, 300), curves["baseline"])])
     assert load_runs(uncapped)[0].curve("val/bpc") == [(100, 3.0), (200, 2.5), (300, 2.9)]
+    # a value at a step (the paper-size anchor's val bpc at step 400): the logged value there, else nan
+    at = Measure("val/bpc", "", how="at", step=200)
+    assert at.name == "val/bpc@200" and at.metric == "bpc"
+    assert base.values(at) == [2.5, 2.5] and tanh.mean(at) == pytest.approx(2.4)
+    assert Row(("b",), "b", [load_runs(uncapped)[0]]).values(Measure("val/bpc", "", how="at", step=250)) == []
+
+
+def test_paper_anchor_table_sets_the_step_400_value_beside_the_official_log(tmp_path):
+    """The anchor table: each row's val bpc at step 400, the official log's number, ours - official with the
+    t-interval of the mean, within the tolerance or not; the paper's claim (SDU tanh below the baseline) on it."""
+    from highway_repro.report import build_table, papers
+
+    official = {"baseline": 2.5668, "sdu_tanh": 2.4276}
+    ours = {"baseline": (2.60, 2.62, 2.64), "sdu_tanh": (2.42, 2.43, 2.44)}
+    for v, ys in ours.items():
+        for seed, y in enumerate(ys):
+            hist = [{"step": s, "val/bpc": y + (400 - s) / 100} for s in (100, 200, 300, 400)]
+            fake_run(tmp_path / "runs" / f"seed={seed},variant={v}", [f"variant={v}", f"seed={seed}"],
+                     {"variant": v, "seed": seed}, {"status": "done", "step": 400, "val/bpc": y, "test/bpc": y}, hist)
+    assert papers.ENWIK8_L6_LOGS["baseline"][0] == official["baseline"] and papers.ANCHOR_STEP == 400
+    text = build_table("ht_paper_anchor", load_runs(tmp_path / "runs"), out=tmp_path / "anchor", meta={})
+    base = next(line for line in text.splitlines() if line.startswith("| `baseline`"))
+    cells = [c.strip() for c in base.split("|")]
+    half = 4.302653 * 0.02 / 3 ** 0.5  # t(0.975, 2) x sd / sqrt(n)
+    assert "2.6200 ± 0.0200" in cells and "2.5668" in cells and "yes" in cells
+    assert f"+{2.62 - 2.5668:.4f} [+{2.62 - 2.5668 - half:.4f}, +{2.62 - 2.5668 + half:.4f}]" in cells
+    assert "3.6200 ± 0.0200" in cells  # step 100
+    claim = next(line for line in text.splitlines() if "ends lower than the baseline at step 400" in line)
+    assert "difference -0.19," in claim and claim.endswith("**HELD** (Holm over the table's 1 tests: **HELD**)")
 
 
 ACC = {"16": [0.90, 0.91, 0.92],  # far below the paper's 99.40 - 2 x 0.03: DID NOT HOLD; floor 98.7 not met
@@ -391,9 +420,11 @@ def test_header_reads_run_folders_not_the_builder(tmp_path):
     text = header("T", load_runs(tmp_path), {"commands": ["a", "b", "a"], "scale": "cpu", "wall_s": 60.0})
     assert "- commands: `a`; `b`" in text
     assert "- scale: cpu; seeds: 0, 1, 2; runs: 2 done, 1 failed, 0 missing" in text
-    # 7200 s measured + 1800 s x 2 threads + 600 s x 3 threads (the config's) = 12600 s = 3.50 CPU-hours
-    assert "- wall time: 1.0 min for the commands; training 1.67 h summed over runs, 3.50 CPU-hours (estimated as " \
-           "wall time x threads for 2 of the runs, which recorded no time/cpu_s)" in text
+    # 7200 s measured + 1800 s x 2 threads + 600 s x 3 threads (the config's) = 12600 s = 3.50 CPU-hours; the run on
+    # a GPU also counts its wall time as GPU time: 1800 s = 0.50 GPU-hours
+    assert "- wall time: 1.0 min for the commands; training 1.67 h summed over runs, 0.50 GPU-hours (the wall time " \
+           "of the 1 run made on a GPU), 3.50 CPU-hours (estimated as wall time x threads for 2 of the runs, which " \
+           "recorded no time/cpu_s)" in text
     assert "- machine: fakearch, Fake CPU 9000, 64 CPUs, torch 9.9.9, Python 3.99.0, no GPU (1 run)" in text
     assert "- machine: otherarch, 64 CPUs, torch 9.9.9, Python 3.99.0, GPU Fake GPU (1 run)" in text
     assert "- 1 run folders have no run_info.json" in text

@@ -90,6 +90,11 @@ def header(title: str, runs: list[Run], meta: dict | None = None) -> str:
                      "the table again")
     t = compute_time(runs)
     cpu_h = f"{t['cpu_s'] / 3600:.2f} CPU-hours"
+    gpu = [r.metric("time/wall_s") for r in runs if r.run_info.get("cuda_device")]
+    if gpu:
+        cpu_h = (f"{sum(x for x in gpu if math.isfinite(x)) / 3600:.2f} GPU-hours (the wall time of the {len(gpu)} "
+                 f"run{'s' if len(gpu) > 1 else ''} made on a GPU), " + cpu_h
+                 + (" of the host" if len(gpu) == len(runs) else ""))
     if t["estimated"]:
         cpu_h += (f" (estimated as wall time x threads for {t['estimated']} of the runs, which recorded no "
                   "time/cpu_s" + (f"; {t['unknown_threads']} of them with no thread count: 1 assumed" if

@@ -60,9 +60,11 @@ class Measure:
     key: str  # a metrics.json key; for how="auc" / "rate" a metrics.jsonl key
     label: str  # as the table shows it: "test bpc"
     how: str = "final"  # final | auc (mean over the history) | rate (mean over training logs but the first) | log10
+    #                     | at (the value logged at `step`)
     scale: float = 1.0  # 100: a fraction shown in %
     digits: int = 4
     lower_is_better: bool = True
+    step: int | None = None  # how="at": the step whose logged value is the run's number (metrics.jsonl)
 
     def __call__(self, run: Run) -> float:
         if self.how == "final":
@@ -72,17 +74,22 @@ class Measure:
             v = math.log10(v) if v > 0 else math.nan
         elif self.how == "auc":
             v = run.history_mean(self.key)
+        elif self.how == "at":
+            v = dict(run.history_values(self.key)).get(self.step, math.nan)
         elif self.how == "rate":  # the first interval includes start-up costs
             vals = [x for _, x in run.history_values(self.key)]
             vals = vals[1:] or vals
             v = statistics.fmean(vals) if vals else math.nan
         else:
-            raise ValueError(f"Measure.how={self.how!r} is not known (valid: final, auc, rate, log10)")
+            raise ValueError(f"Measure.how={self.how!r} is not known (valid: final, auc, rate, log10, at)")
         return v * self.scale
 
     @property
     def name(self) -> str:
-        """A unique column name: the key, or `auc(val/bpc)` for a measure derived from it."""
+        """A unique column name: the key, `val/bpc@400` for its value at a step, or `auc(val/bpc)` for a measure
+        derived from it."""
+        if self.how == "at":
+            return f"{self.key}@{self.step}"
         return self.key if self.how == "final" else f"{self.how}({self.key})"
 
     @property
