@@ -80,6 +80,13 @@ def test_seeds_needed_inverts_the_welch_half_width():
     assert stats.seeds_needed(0.0, 0.0, 0.1, None) is None
 
 
+def test_decision_cost_counts_the_runs_to_add_against_the_table_budget():
+    """27 seeds a row, from 3 and 2: 24 + 25 = 49 more runs of 1.5 h on 2 cores = 36.75 h, over the 8 h budget;
+    a row already past the seeds needed adds nothing."""
+    assert stats.decision_cost(27, (3, 2), 5400.0) == (49, 36.75, True)
+    assert stats.decision_cost(6, (5, 7), 1800.0) == (1, 0.25, False)
+
+
 def _enwik8_runs(folder, variants, name="ht_enwik8_l6"):
     for v, values in variants.items():
         for seed, x in enumerate(values):
