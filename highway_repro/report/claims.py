@@ -136,6 +136,17 @@ def bootstrap_test(c: Claim, row: Row, other: Row | None) -> dict:
     return out
 
 
+def _cpu_run_seconds(runs: list) -> float | None:
+    """Mean wall seconds of a run with a core to itself (its CPU time per thread) over the runs made on a CPU; None
+    when none recorded it."""
+    secs = []
+    for r in runs:
+        cpu, threads = r.metric("time/cpu_s"), r.run_info.get("threads")
+        if math.isfinite(cpu) and not r.run_info.get("cuda_device"):
+            secs.append(cpu / (threads if isinstance(threads, int) and threads > 0 else 1))
+    return statistics.fmean(secs) if secs else None
+
+
 def test_claim(c: Claim, rows: dict, table: str = "") -> dict:
     """The claim's result: ours, the other side, the interval, delta, the verdict, its p-values (`tests`), the
     comparison's identity (`key`: the runs of each side and the statistic), the seeds a decision would need, and
@@ -199,6 +210,9 @@ def test_claim(c: Claim, rows: dict, table: str = "") -> dict:
         if res["verdict"] == stats.NOT_RESOLVED:
             res["seeds_needed"] = stats.seeds_needed(res["std"], stats.mean_std(ys)[1], res["diff"], res["delta"],
                                                      start=max(len(xs), len(ys)))
+            run_s = _cpu_run_seconds(used)
+            if res["seeds_needed"] and run_s:
+                res["decision"] = stats.decision_cost(res["seeds_needed"], (len(xs), len(ys)), run_s)
         must = f" (must be {'<' if c.side == 'lower' else '>'} {c.threshold:g})" if c.threshold else ""
         band = f", delta ±{res['delta']:.3g}" if res["delta"] is not None else ""
         tested = f"difference {res['diff']:+.4g}{must}, {interval(res['ci'])}{band}"
@@ -267,4 +281,8 @@ def claim_line(r: dict) -> str:
         line += f" (Holm over the table's {r['family_size']} tests: **{r['holm']}**)"
     if r.get("seeds_needed"):
         line += f"; a decision needs about {r['seeds_needed']} seeds per row at the measured spread"
+        if r.get("decision"):
+            more, hours, beyond = r["decision"]
+            line += (f" ({more} more runs, about {hours:.1f} h on {stats.BUDGET_CORES} cores"
+                     + (f": beyond the {stats.TABLE_BUDGET_H:g} h a table may take at the cpu scale)" if beyond else ")"))
     return line
