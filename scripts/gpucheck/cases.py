@@ -47,16 +47,9 @@ def _ht(gated: str | None = "sdu_tanh") -> tuple:
     return base + (((variant(gated), (f"variant={gated}",)),) if gated else ())
 
 
-def cpu_bf16_features() -> list[str]:
-    """The CPU's bf16 features as its flags list them (/proc/cpuinfo); elsewhere oneDNN's own check."""
-    try:
-        flags = next((ln.split(":", 1)[1].split() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                      if ln.startswith("flags")), [])
-        return [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
-    except OSError:
-        import torch
-
-        return ["mkldnn_bf16"] if torch.ops.mkldnn._is_mkldnn_bf16_supported() else []
+def cpu_bf16_features() -> list[str]:  # in the package; imported late, once setup_paths put this checkout first
+    from highway_repro.engine.loggers import cpu_bf16_features as features
+    return features()
 
 
 HN = (("plain", ("model.kind=plain",)), ("highway", ("model.kind=highway",)))
