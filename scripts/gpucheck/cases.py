@@ -4,7 +4,6 @@ table whose time its step time sets, and the mirror files it reads."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from .common import REPO
 
