@@ -347,8 +347,8 @@ def test_hn_table_and_summary_end_to_end(tmp_path):
     assert ("[Highway Networks, Table 1: 10-layer conv net on MNIST](hn/table1.md) | cpu | 6 | 1 / 1 / 0 / 0 | "
             "1 / 1 / 0 / 0 | 2 | 0 | 1 of 2 |") in index
     assert "(ht/part.md) | cpu | 14 | 0 / 0 / 0 / 0 | 0 / 0 / 0 / 0 | 0 | 6 | 0 of 1 |" in index  # the same runs
-    assert "Superseded (tables of earlier recipes, kept for the record; not in `summary.csv`): " \
-           "[archive/v0/t1.md](archive/v0/t1.md)." in index  # the archived table: indexed, not summarised
+    superseded = next(ln for ln in index.splitlines() if ln.startswith("Superseded recipes"))
+    assert superseded.endswith("indexed here, not summarised: [archive/v0/t1.md](archive/v0/t1.md).")  # restored
     assert "(ht/char.md) | cpu | 14 of 20 (partial) |" in index  # 12 done, 1 failed, 1 missing
     not_made = next(ln for ln in index.splitlines() if ln.startswith("Not made yet"))
     assert not_made == "Not made yet (no kept run, so no table file): hn_cifar (`make reproduce-hn-cifar`)."
@@ -508,9 +508,9 @@ def test_fig1_best_curves_keep_the_last_logged_training_loss(tmp_path, monkeypat
 
     panels = []
     monkeypatch.setattr(tables, "plot", lambda path, ps, **kw: panels.extend(ps))
-    # the 336 kept runs of the per-epoch-decay recipe (a fixed set, all at max_steps 16,000 or diverged)
-    runs = load_runs(REPO / "results" / "archive" / "cpu-v5" / "highway_networks" / "hn_fig1-cpu")
-    assert len(runs) == 336
+    # the table's 312 kept runs (26 trials x 12 cells, all at max_steps 16,000 or diverged)
+    runs = load_runs(REPO / "results" / "highway_networks" / "runs" / "hn_fig1-cpu")
+    assert len(runs) == 312
     build_table("hn_fig1", runs, tmp_path / "fig1", {})
     best = [p for p in panels if p.title.endswith(": best")]
     assert best and all(xs[-1] == 16000 for p in best for xs, _ in p.series.values())
@@ -535,3 +535,19 @@ def test_placement_scan_plots_the_trained_layers_against_lines_over_every_k(tmp_
     assert k_only == ([2], [pytest.approx(2.17)])  # the failed k = 5 is not a point
     assert base == ([1, 6], [pytest.approx(2.21)] * 2) and every == ([1, 6], [pytest.approx(2.11)] * 2)
     assert auc_panel.series["SDU tanh in layer k only"] == ([2], [pytest.approx(3.17)])
+
+
+def test_the_index_names_a_commit_that_holds_the_archive():
+    """results/README.md sends a reader of the superseded recipes to `summary.ARCHIVE_COMMIT`: its tree has the
+    folder (with its own index), and the tree of this checkout no longer does."""
+    from highway_repro.report.summary import ARCHIVE_COMMIT
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+
+    if git("cat-file", "-e", f"{ARCHIVE_COMMIT}^{{commit}}").returncode:
+        pytest.skip("a clone without the history (shallow)")
+    listing = git("ls-tree", "--name-only", f"{ARCHIVE_COMMIT}:results/archive").stdout.split()
+    assert {"cpu-v1", "cpu-v2", "cpu-v3", "cpu-v4", "cpu-v5"} <= set(listing)
+    assert not (REPO / "results" / "archive").exists()
+    assert f"git checkout {ARCHIVE_COMMIT[:12]} -- results/archive" in (REPO / "results" / "README.md").read_text()

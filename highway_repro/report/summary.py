@@ -130,7 +130,8 @@ def _cell(v) -> str:
     return str(v)
 
 
-ARCHIVE = "archive"  # results/archive/: tables and runs of superseded recipes
+ARCHIVE = "archive"  # results/archive/: tables and runs of superseded recipes, out of the tree
+ARCHIVE_COMMIT = "3b84a2689132d00462605e95dd0e34f464c9f369"  # the last change of results/archive/ (in its tree)
 
 
 def distinct(rows: list[dict]) -> None:
@@ -162,7 +163,8 @@ def missing_paper_claims(rows: list[dict]) -> list[papers.PaperClaim]:
 
 def write_summary(results_root: Path, expected: dict | None = None) -> Path:
     """`<results_root>/summary.csv` from every `*.claims.json` below it but for `archive/` (tables of superseded
-    recipes, kept for the record: indexed, not summarised), and the index `<results_root>/README.md`.
+    recipes, out of the tree since `ARCHIVE_COMMIT`; where restored: indexed, not summarised), and the index
+    `<results_root>/README.md`.
     `expected`: table name -> how to make it (the runner passes every report it knows); the index names those
     without a claims file."""
     root = Path(results_root)
@@ -223,8 +225,11 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
     if others:
         lines += ["", "Other reports (benchmarks, or tables written before claims files existed): "
                   + ", ".join(f"[{o}]({o})" for o in others) + "."]
-    if archived:
-        lines += ["", "Superseded (tables of earlier recipes, kept for the record; not in `summary.csv`): "
-                  + ", ".join(f"[{o}]({o})" for o in archived) + "."]
+    lines += ["", "Superseded recipes (their tables and kept runs, `archive/`: `cpu-v1` the first, much shorter cpu "
+              "scale; `cpu-v2` runs of recipes sized for a slower machine; `cpu-v3` a char-PTB run with the paper's "
+              "dropout; `cpu-v4` the CIFAR table at 6,000 steps; `cpu-v5` Fig. 1 with the decay every epoch; the "
+              "pilots behind each change: docs/pilots.md) are out of the tree: "
+              f"`git checkout {ARCHIVE_COMMIT[:12]} -- results/archive` brings them back, indexed here, not summarised"
+              + (": " + ", ".join(f"[{o}]({o})" for o in archived) if archived else "") + "."]
     (root / "README.md").write_text("\n".join(lines) + "\n")
     return path
