@@ -1,6 +1,6 @@
 """The report package: t quantiles and Welch intervals against known values, the four verdicts, the header read
-from run folders (not from the machine that builds the report), claims files, results/summary.csv, the README's
-"at a glance" table, and paper tables end to end from fake run folders."""
+from run folders (not from the machine that builds the report), claims files, results/summary.csv and the claims list
+of results/README.md, the README's "at a glance" table, and paper tables end to end from fake run folders."""
 
 from __future__ import annotations
 
@@ -352,24 +352,40 @@ def test_hn_table_and_summary_end_to_end(tmp_path):
     assert "(ht/char.md) | cpu | 14 of 20 (partial) |" in index  # 12 done, 1 failed, 1 missing
     not_made = next(ln for ln in index.splitlines() if ln.startswith("Not made yet"))
     assert not_made == "Not made yet (no kept run, so no table file): hn_cifar (`make reproduce-hn-cifar`)."
-    # the README's "at a glance" section is built from summary.csv
-    spec = importlib.util.spec_from_file_location("update_readme", REPO / "scripts" / "update_readme.py")
-    update_readme = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(update_readme)
-    (tmp_path / "README.md").write_text("# x\n\n<!-- glance:begin -->\nold\n<!-- glance:end -->\n\n## Next\n")
-    assert update_readme.main(tmp_path) == 0
-    readme = (tmp_path / "README.md").read_text()
-    assert "old" not in readme and readme.endswith("<!-- glance:end -->\n\n## Next\n")
-    assert "(results/ht/char.md)" in readme and "(results/ht/part.md)" not in readme
-    assert "| hn_table1 | width=32, kind=highway reaches the paper's accuracy" in readme
-    assert "**HELD** [99.57, 99.67] | HELD (2) | — | [hn/table1.md](results/hn/table1.md) |" in readme
-    lines = [ln for ln in readme.splitlines() if ln.startswith("| hn_table1 |") or ln.startswith("| ht_char_ptb |")]
+    # the index ends with every distinct comparison and floor
+    listed = index[index.index("## Every comparison"):]
+    assert "(ht/char.md)" in listed and "(ht/part.md)" not in listed  # the part's comparisons are the table's
+    assert "| hn_table1 | width=32, kind=highway reaches the paper's accuracy" in listed
+    assert "**HELD** [99.57, 99.67] | HELD (2) | — | [hn/table1.md](hn/table1.md) |" in listed
+    lines = [ln for ln in listed.splitlines() if ln.startswith("| hn_table1 |") or ln.startswith("| ht_char_ptb |")]
     ours = [i for i, ln in enumerate(lines) if " | ours | " in ln]
     assert any(ln.startswith("| ht_char_ptb | highway ends lower than the baseline | ours |") for ln in lines)
     # a table with runs of its grid not trained yet says so in every line
     assert all(" | cpu, **partial: 14 of 20 runs** | " in ln for ln in lines if ln.startswith("| ht_char_ptb |"))
     assert all(" | cpu | " in ln for ln in lines if ln.startswith("| hn_table1 |"))
     assert ours and min(ours) > max(i for i, ln in enumerate(lines) if " | paper | " in ln)  # the paper's first
+
+    # the README's "at a glance" section: one line per table, from summary.csv
+    update_readme = load_update_readme()
+    (tmp_path / "README.md").write_text("# x\n\n<!-- glance:begin -->\nSTALE TEXT\n<!-- glance:end -->\n\n## Next\n")
+    assert update_readme.main(tmp_path) == 0
+    readme = (tmp_path / "README.md").read_text()
+    assert "STALE" not in readme and readme.endswith("<!-- glance:end -->\n\n## Next\n")
+    table_lines = [ln for ln in readme.splitlines() if ln.startswith("| [")]
+    assert len(table_lines) == 3  # hn_table1, ht_char_ptb, and the part of a study whose table is not made
+    # the reference row (the first floor's), ours against the paper's; held / did not hold / no difference / not
+    # resolved as in the index above
+    assert ("| [Highway Networks, Table 1: 10-layer conv net on MNIST](results/hn/table1.md) | width=32, "
+            "kind=highway: 99.62 acc test (paper 99.54) | 1 | 1 | 0 | 0 | cpu |") in table_lines
+    char = "| [Highway Transformer: Transformer-L3 on char-PTB (bpc)](results/ht/char.md) | baseline: "
+    assert any(ln.startswith(char) and ln.endswith(" | cpu, **partial: 14 of 20 runs** |") for ln in table_lines)
+
+
+def load_update_readme():
+    spec = importlib.util.spec_from_file_location("update_readme", REPO / "scripts" / "update_readme.py")
+    update_readme = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(update_readme)
+    return update_readme
 
 
 def test_claims_without_runs_on_a_side_are_marked_not_testable(tmp_path):
@@ -382,14 +398,12 @@ def test_claims_without_runs_on_a_side_are_marked_not_testable(tmp_path):
     index = (tmp_path / "results" / "README.md").read_text()
     # 6 not resolved, all 6 for want of runs; no test, so no family
     assert "(ht/char.md) | cpu | 11 | 0 / 0 / 0 / 6 (6) | 0 / 0 / 0 / 6 | 0 | 0 | — |" in index
-    spec = importlib.util.spec_from_file_location("update_readme", REPO / "scripts" / "update_readme.py")
-    update_readme = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(update_readme)
-    (tmp_path / "README.md").write_text("<!-- glance:begin -->\n<!-- glance:end -->\n")
-    assert update_readme.main(tmp_path) == 0
-    lines = [ln for ln in (tmp_path / "README.md").read_text().splitlines() if ln.startswith("| ht_char_ptb |")]
+    lines = [ln for ln in index.splitlines() if ln.startswith("| ht_char_ptb |")]
     assert len(lines) == 6 and all("**NOT RESOLVED** (not testable yet: no finished runs for the row it is "
                                    "compared with)" in ln for ln in lines)
+    (tmp_path / "README.md").write_text("<!-- glance:begin -->\n<!-- glance:end -->\n")
+    assert load_update_readme().main(tmp_path) == 0
+    assert " | 0 | 0 | 0 | 6 | cpu |" in (tmp_path / "README.md").read_text()
 
 
 def test_gate_analyses_report_is_rebuilt_from_kept_files_without_the_checkpoint(tmp_path):

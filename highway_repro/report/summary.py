@@ -1,6 +1,6 @@
 """Claim rows: `<out>.claims.json` beside each table, `results/summary.csv` over all of them, the index
-page `results/README.md`, which also names the expected tables not made yet, and the forest plot of every
-distinct comparison, `results/claims.png` (`forest.py`).
+page `results/README.md`, which also names the expected tables not made yet and ends with the full claims list
+(`claims_list.py`), and the forest plot of every distinct comparison, `results/claims.png` (`forest.py`).
 
 A claims file holds one entry per table row (kind `row`: the table's main number, its 95 % interval, the paper's
 number, the floor and whether it is met) and one per claim or floor (kind `claim` / `floor`: the tested
@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 from highway_repro.report import papers, stats
+from highway_repro.report.claims_list import claims_list
 from highway_repro.report.forest import forest
 from highway_repro.report.spec import UNTESTED, Rendered, floor_met
 
@@ -180,10 +181,11 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     forest(rows, root / "claims.png")
     path = root / "summary.csv"
+    flat = [{k: _cell(r.get(k)) for k in COLUMNS} for r in rows]  # summary.csv's rows, as the claims list reads them
     with open(path, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
         w.writeheader()
-        w.writerows({k: _cell(r.get(k)) for k in COLUMNS} for r in rows)
+        w.writerows(flat)
     lines = ["# Results", "",
              "Every table of the two papers as reproduced here; each file names the command that made it, the scale, "
              "seeds, wall time, CPU-hours and machine. `summary.csv` has one line per table row, distinct comparison "
@@ -231,5 +233,7 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
               "pilots behind each change: docs/pilots.md) are out of the tree: "
               f"`git checkout {ARCHIVE_COMMIT[:12]} -- results/archive` brings them back, indexed here, not summarised"
               + (": " + ", ".join(f"[{o}]({o})" for o in archived) if archived else "") + "."]
+    lines += ["", "## Every comparison", "", "![every distinct comparison: difference, 95 % interval, +-delta, the "
+              "paper's effect](claims.png)", "", claims_list(flat)]
     (root / "README.md").write_text("\n".join(lines) + "\n")
     return path
