@@ -18,6 +18,7 @@
 | `header.py` | the one header writer (command, scale, seeds, runs, times, machine from run_info.json) |
 | `plots.py` | the one plotting helper |
 | `summary.py` | `<table>.claims.json`, `results/summary.csv` (each comparison once), `results/README.md` |
+| `claims_list.py` | the full claims list of `results/README.md` and the counts of verdicts (standard library only) |
 | `forest.py` | `results/claims.png`: every distinct comparison, its interval, delta and the paper's effect |
 | `cli.py` | `python -m highway_repro.report` (generic tables of any sweep) |
 
