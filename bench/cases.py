@@ -113,7 +113,7 @@ def ours_tlm(gate: str = "none", xt_match: bool = False, batch: int | None = Non
     torch.manual_seed(0)
     size, data = (TLM_CPU, TLM_CPU_DATA) if cpu_scale else (TLM, TLM_DATA)
     d = {**data, "batch": batch or data["batch"]}
-    extra = {"norm": "pre", "pos": "learned", "max_len": d["seq"], "bias": False} if xt_match else {}
+    extra = {"norm_position": "pre", "pos": "learned", "max_len": d["seq"], "bias": False} if xt_match else {}
     model = TransformerLM(d["vocab"], **size, dropout=0.0, gate_kind=gate, fused=True, **extra)
     x, y = _tokens(d["batch"], d["seq"], d["vocab"])
     name = ("ours_tlm_xt" if xt_match else f"tlm-{gate}") + ("_cpu" if cpu_scale else "")

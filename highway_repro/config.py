@@ -75,10 +75,24 @@ def _validate(cfg: DictConfig) -> None:
     optimizer = _get(_get(cfg, "", "optim"), "optim", "optimizer")
     if isinstance(optimizer, DictConfig) and "lr" in optimizer:
         options.LEARNING_RATE.check("optim.optimizer.lr", _plain(_get(optimizer, "optim.optimizer", "lr")))
+    if _get(cfg, "", "match_params") is not None:
+        _check_match_params(str(cfg.match_params), values)
     _check_trainer(_get(cfg, "", "trainer"))
     resume = _get(cfg, "", "resume")
     if resume is not None and not isinstance(resume, str):
         raise ConfigError(f"resume={_plain(resume)!r} is not allowed (valid: null, auto, or a checkpoint path)")
+
+
+def _check_match_params(kind: str, model: dict) -> None:
+    """`match_params: <gate kind>` widens an ungated model's integer model.d_ff (`train.match_params`)."""
+    from highway_repro.models.placement import GATE_KINDS, is_gated  # pure Python, no torch
+
+    if kind not in GATE_KINDS or not is_gated(kind):
+        raise ConfigError(f"match_params={kind} is not a gate kind (valid: "
+                          f"{', '.join(k for k in GATE_KINDS if is_gated(k))})")
+    if model.get("gate_kind") != "none" or not options.is_int(model.get("d_ff")):
+        raise ConfigError(f"match_params={kind} widens an ungated model with an integer model.d_ff (valid: "
+                          f"model.gate_kind=none; got gate_kind={model.get('gate_kind')}, d_ff={model.get('d_ff')})")
 
 
 def _check_trainer(trainer) -> None:
@@ -107,10 +121,14 @@ def _check_trainer(trainer) -> None:
         raise ConfigError(msg if msg.startswith("trainer.") else f"trainer: {msg}") from None
 
 
-def validate_against_data(cfg: DictConfig, data) -> None:
+def validate_against_data(cfg: DictConfig, data, world_size: int = 1) -> None:
+    """The built data: at least one training batch; under DDP, a global batch that divides over the processes."""
     if data.steps_per_epoch < 1:
         raise ConfigError(f"data.batch_size={cfg.data.get('batch_size')} is larger than the training data "
                           f"({data.describe() if hasattr(data, 'describe') else cfg.data.name})")
+    if getattr(data, "batch_size", 0) % world_size:  # data.batch_size is the global batch; each rank trains a slice
+        raise ConfigError(f"data.batch_size={data.batch_size} (the global batch) does not divide over "
+                          f"{world_size} processes (valid: a multiple of the world size)")
 
 
 def check_scale_file(config_dir, experiment: str | None, scale: str | None) -> None:
@@ -177,6 +195,16 @@ def check_added_keys(cfg: DictConfig, overrides: list[str], config_dir) -> None:
         has = f"; {parent or 'the root'} has {', '.join(others)}" if others else ""
         raise ConfigError(f"+{key}={value} is read by nothing: {parent or 'the config root'} has no _target_ "
                           f"(valid: + adds an argument to {', '.join(targets(cfg)) or 'a node with a _target_'}{has})")
+
+
+def check_command(cfg: DictConfig, config_dir, choices: dict, overrides: list[str]) -> None:
+    """Every check of a config composed from the command line (Hydra's group `choices` and the `overrides` given),
+    before torch is imported: the scale file, the variant row and gate options (`settle_variant`), keys added with
+    `+` (`check_added_keys`), then `validate`."""
+    check_scale_file(config_dir, choices.get("experiment"), choices.get("scale"))
+    settle_variant(cfg, config_dir, any(o.lstrip("+~").startswith("variant=") for o in overrides))
+    check_added_keys(cfg, overrides, config_dir)
+    validate(cfg)
 
 
 def settle_variant(cfg: DictConfig, config_dir, given: bool) -> None:

@@ -88,10 +88,10 @@ PLACEMENT = Rule("a gate placement (see highway_repro.models.placement)", lambda
 # ----------------------------------------------------------------------------- choices
 # The model modules take their choices from here (a torch-side map name -> class, where one exists, is tied to
 # these names by tests/test_options.py).
-NORMS = ("post", "pre")  # TransformerLM, TransformerXL: where the LayerNorm sits
+NORM_POSITIONS = ("post", "pre")  # TransformerLM, TransformerXL: LayerNorm after the residual sum | before the sublayer
 POSITIONS = ("sinusoidal", "learned", "none")  # TransformerLM
 RNNS = ("gru", "lstm")  # RTransformer local RNN
-NORM_STYLES = ("official", "torch")  # RTransformer LayerNorm: unbiased std + eps (official code) | nn.LayerNorm
+NORM_IMPLS = ("official", "torch")  # RTransformer LayerNorm: unbiased std + eps (official code) | nn.LayerNorm
 MLP_KINDS = ("plain", "highway", "residual")
 CONV_KINDS = ("highway", "plain")
 ACTIVATIONS = ("relu", "tanh")
@@ -106,11 +106,12 @@ _LM = {"vocab_size": POSITIVE_INT, "n_layers": POSITIVE_INT, "d_model": POSITIVE
 # model class name -> {constructor argument -> rule}
 MODELS: dict[str, dict[str, Rule]] = {
     "TransformerLM": {
-        **_LM, "attn_dropout": PROBABILITY, "emb_dropout": optional(PROBABILITY), "norm": one_of(*NORMS),
-        "pos": one_of(*POSITIONS), "max_len": optional(POSITIVE_INT), "bias": BOOL},
+        **_LM, "attn_dropout": PROBABILITY, "emb_dropout": optional(PROBABILITY),
+        "norm_position": one_of(*NORM_POSITIONS), "pos": one_of(*POSITIONS), "max_len": optional(POSITIVE_INT),
+        "bias": BOOL},
     "RTransformer": {
         **_LM, "rnn": one_of(*RNNS), "window": POSITIVE_INT, "rnn_layers_per_block": POSITIVE_INT,
-        "emb_dropout": PROBABILITY, "attn_dropout": optional(PROBABILITY), "norm_style": one_of(*NORM_STYLES),
+        "emb_dropout": PROBABILITY, "attn_dropout": optional(PROBABILITY), "norm_impl": one_of(*NORM_IMPLS),
         "final_norm": BOOL},
     "TransformerXL": {
         **_LM, "d_model": Rule("an even positive integer (sinusoidal positions)",
@@ -119,7 +120,7 @@ MODELS: dict[str, dict[str, Rule]] = {
         "clamp_len": CLAMP_LEN,
         "same_length": BOOL, "eval_tgt_len": optional(POSITIVE_INT), "eval_mem_len": optional(NON_NEGATIVE_INT),
         "eval_clamp_len": optional(CLAMP_LEN),
-        "eval_same_length": optional(BOOL), "norm": one_of(*NORMS),
+        "eval_same_length": optional(BOOL), "norm_position": one_of(*NORM_POSITIONS),
         "tie_embeddings": Rule("true (only the tied softmax of the paper's runs is implemented)", lambda v: v is True)},
     "MLP": {
         "kind": one_of(*MLP_KINDS), "depth": Rule("an integer >= 2 (1 plain input layer + depth - 1 layers)",
@@ -137,6 +138,19 @@ MODELS: dict[str, dict[str, Rule]] = {
                                 shape(4).ok)),
         "width_mult": POSITIVE_NUMBER},
 }
+
+# Model options renamed: the old name is an error naming the new one (`check_model`); in a saved config (a kept
+# run's config_resolved.yaml) the old name reads as the new one (`recipe.flat`).
+RENAMED = {"norm": "norm_position", "norm_style": "norm_impl"}
+
+
+def renamed(name: str, key: str, value, prefix: str = "model.") -> ConfigError | None:
+    """The error for option `key` of model `name` (a key of MODELS) when `key` is the old name of one it has."""
+    new = RENAMED.get(key)
+    if new is None or new not in MODELS.get(name, {}):
+        return None
+    return ConfigError(f"{prefix}{key}={value!r} is not allowed: the option is now called {new} (valid: "
+                       f"{prefix}{new}, one of {MODELS[name][new].valid})")
 
 
 def _cross_heads(v: Mapping, prefix: str) -> None:
@@ -178,6 +192,8 @@ def check_model(name: str, values: Mapping, prefix: str = "model.") -> None:
     spec = MODELS[name]
     values = {k: v for k, v in values.items() if k not in ("self", "__class__") and not k.startswith("_")}
     for key, value in values.items():
+        if renamed(name, key, value, prefix) is not None:
+            raise renamed(name, key, value, prefix)
         if key not in spec:
             owners = [m for m, s in MODELS.items() if key in s]
             valid = (f"valid only for {', '.join(owners)}; remove it" if owners else

@@ -94,7 +94,7 @@ RT_FINAL_NORM = "ln_final."  # our final norm's parameters (no official counterp
 def build_ours_rt(rnn: str, window: int, norm_style: str, final_norm: bool, fused: bool) -> RTransformer:
     """norm_style 'official': the official layer norm (unbiased std + 1e-6); 'torch': nn.LayerNorm. fused: the
     kernels of models/kernels.py (local RNN, official LayerNorm), as the configs run it."""
-    return RTransformer(**RT_SIZE, rnn=rnn, window=window, dropout=0.0, emb_dropout=0.0, norm_style=norm_style,
+    return RTransformer(**RT_SIZE, rnn=rnn, window=window, dropout=0.0, emb_dropout=0.0, norm_impl=norm_style,
                         final_norm=final_norm, fused=fused)
 
 
@@ -178,7 +178,7 @@ def rt_counts(mod_rt) -> dict:
            "official RT used (get a gradient)": sum(p.numel() for p in off.parameters() if p.grad is not None)}
     for final_norm in (True, False):
         ours = RTransformer(10000, n_layers=3, d_model=128, n_heads=8, d_ff=512, rnn="lstm", window=9,
-                            norm_style="official", final_norm=final_norm)
+                            norm_impl="official", final_norm=final_norm)
         out[f"ours final_norm={final_norm}"] = sum(p.numel() for p in ours.parameters())
     return out
 

@@ -88,7 +88,7 @@ TXL_RUN = dict(batch=3, tgt_len=5, mem_len=7, segments=4)
 def build_ours_txl(gate_kind: str, gate_layers, norm: str, clamp_len: int, same_length: bool,
                    fused: bool) -> TransformerXL:
     m = TransformerXL(**TXL_SIZE, dropout=0.0, attn_dropout=0.0, tgt_len=TXL_RUN["tgt_len"],
-                      mem_len=TXL_RUN["mem_len"], clamp_len=clamp_len, same_length=same_length, norm=norm,
+                      mem_len=TXL_RUN["mem_len"], clamp_len=clamp_len, same_length=same_length, norm_position=norm,
                       gate_kind=gate_kind, gate_layers=gate_layers, fused=fused)
     return m
 

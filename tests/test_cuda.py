@@ -28,7 +28,7 @@ VOCAB = 50
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("kw", [{}, {"clamp_len": 3}, {"same_length": True}, {"norm": "pre", "gate_kind": "sdu_tanh"}])
+@pytest.mark.parametrize("kw", [{}, {"clamp_len": 3}, {"same_length": True}, {"norm_position": "pre", "gate_kind": "sdu_tanh"}])
 def test_transformer_xl_core_equals_explicit_attention(kw, device):
     """The hand-written training kernel (_RelAttnCore: strided rel-shift view, un-shift in backward) against the
     plain formulas, the same weights in both (`fused` builds the same parameters from the same seed)."""
@@ -194,7 +194,7 @@ def test_checkpoint_on_the_device_resumes_the_run(tmp_path, device):
 def test_the_model_is_on_its_device_before_a_checkpoint_is_loaded(tmp_path, monkeypatch):
     """Optimizer.load_state_dict puts the saved state on the parameters' device: a model moved to the GPU after the
     load leaves Adam's moments on the CPU, and the first step fails ('Expected all tensors to be on the same
-    device'). On CPU the order is what can be seen: every load comes after the model's move to the device."""
+    device'). On CPU the order is what can be seen: every load comes after the model's one move to the device."""
     from highway_repro.train import run
 
     base = ["experiment=demo", "scale=smoke", "model.depth=3", "trainer.log_every=2", "trainer.checkpoint_every=2",
@@ -210,3 +210,4 @@ def test_the_model_is_on_its_device_before_a_checkpoint_is_loaded(tmp_path, monk
     final = run(compose(base + ["trainer.max_steps=4", "resume=auto"]), out)
     assert final["status"] == "done" and final["step"] == 4
     assert "load" in events and "to" in events[:events.index("load")], events
+    assert events.count("to") == 1, events  # moved once, by the trainer's constructor (fit moves nothing)

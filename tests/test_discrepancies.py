@@ -31,10 +31,10 @@ def test_gate_layers_are_numbered_from_1_not_0():
 
 
 def test_txl_pre_ln_adds_a_final_norm_the_official_code_has_none():
-    """Official pre_lnorm: no LayerNorm after the last layer; our norm='pre' adds one (ln_final), the
+    """Official pre_lnorm: no LayerNorm after the last layer; our norm_position='pre' adds one (ln_final), the
     post-LN model of the paper's runs has none."""
     kw = dict(n_layers=2, d_model=16, n_heads=2, d_head=8, d_ff=32, tgt_len=4, mem_len=4)
-    post, pre = TransformerXL(11, **kw), TransformerXL(11, norm="pre", **kw)
+    post, pre = TransformerXL(11, **kw), TransformerXL(11, norm_position="pre", **kw)
     assert post.ln_final is None
     assert isinstance(pre.ln_final, torch.nn.LayerNorm)
     assert n_params(pre) - n_params(post) == 2 * 16
@@ -86,8 +86,8 @@ def test_rt_without_final_norm_has_exactly_the_official_used_parameters():
     unused = 3 * (d * d + d) + 2 * d + (d * 4 * d + 4 * d + 4 * d * d + d)
     assert unused == 181_504 and 2_463_376 - unused == 2_281_872
     for style in ("official", "torch"):
-        assert n_params(RTransformer(10_000, rnn="lstm", window=9, norm_style=style, final_norm=False)) == 2_281_872
-        assert n_params(RTransformer(10_000, rnn="lstm", window=9, norm_style=style, final_norm=True)) \
+        assert n_params(RTransformer(10_000, rnn="lstm", window=9, norm_impl=style, final_norm=False)) == 2_281_872
+        assert n_params(RTransformer(10_000, rnn="lstm", window=9, norm_impl=style, final_norm=True)) \
             == 2_281_872 + 2 * d
 
 

@@ -323,3 +323,29 @@ def test_channels_last_trains_the_same_numbers_in_the_other_layout(tmp_path):
     torch.testing.assert_close(w_last, w_plain, atol=1e-6, rtol=0)
     with pytest.raises(Exception, match="memory_format='nhwc' is not allowed"):
         TrainerConfig(max_steps=1, memory_format="nhwc")
+
+
+@pytest.mark.parametrize("tf32", [False, True])
+def test_tf32_switch_holds_during_fit_and_is_restored(tmp_path, monkeypatch, tf32):
+    """trainer.tf32=true: CUDA matrix products and cuDNN in TF32 for the training and the final evaluation, torch's
+    switches as they were afterwards; false leaves the switches alone (here a caller's 'high' matmul precision)."""
+    from highway_repro.engine.trainer import Trainer
+
+    seen = []
+    forward = Trainer._forward
+
+    def spy(self, *a, **k):
+        seen.append((torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32))
+        return forward(self, *a, **k)
+
+    monkeypatch.setattr(Trainer, "_forward", spy)
+    before = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    torch.set_float32_matmul_precision("high")  # the caller's own choice: TF32 matmuls, cuDNN unchanged
+    try:
+        torch.backends.cudnn.allow_tf32 = False
+        _fit(tmp_path, torch.nn.Linear(5, 3), tf32=tf32)
+        assert seen and set(seen) == ({(True, True)} if tf32 else {(True, False)})  # 4 steps and the final eval
+        assert (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32) == ("high", False)
+    finally:
+        torch.set_float32_matmul_precision(before[0])
+        torch.backends.cudnn.allow_tf32 = before[1]

@@ -136,7 +136,7 @@ BASES = {
     "r_transformer": ["model=r_transformer", "data=ptb_word", "scale=smoke", "model.gate_kind=[none,highway,sdu_tanh]"],
 }
 FIELDS = ["model.depth", "model.width", "model.n_layers", "model.d_model", "model.n_heads", "model.d_ff",
-          "model.fused", "model.norm_style", "model.d_inner", "model.d_head", "model.tgt_len", "model.mem_len",
+          "model.fused", "model.norm_impl", "model.d_inner", "model.d_head", "model.tgt_len", "model.mem_len",
           "model.window", "model.gate_kind",
           "model.gate_layers", "model.gate_sublayers", "data.batch_size", "data.eval_batch_size", "data.seq_len",
           "data.score_len", "data.train_limit", "data.train_limit_tokens", "data.val_size", "trainer.max_steps",

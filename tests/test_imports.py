@@ -2,7 +2,8 @@
 function-level imports alike (only `if TYPE_CHECKING:` blocks are left out).
 
 - no import cycle between modules of `highway_repro`;
-- data flows one way: `models` and `data` never import the engine, the reporting or the entry points;
+- data flows one way: `models` and `data` never import the engine, the reporting or the entry points (`train`,
+  `cli`, the runner) and the modules beside them (`recipe`, `runtime`);
   neither imports the other; the engine never imports `models` (train.py hands it the model and the
   gate recorder); the reporting (`report`, module or package) never imports the runner, `train` or
   `models`;
@@ -23,14 +24,19 @@ PKG = "highway_repro"
 
 # importer (a module or package, with everything under it) -> what it must never import; a trailing * is a prefix
 # of module names (`highway_repro.report*`: report.py, a report/ package, report_x.py)
+ENTRY = ("highway_repro.reproduce", "highway_repro.train", "highway_repro.cli")  # the commands and their job
 FORBIDDEN = {
-    "highway_repro.models": ("highway_repro.engine", "highway_repro.report*", "highway_repro.tables*",
-                             "highway_repro.reproduce", "highway_repro.train", "highway_repro.data"),
-    "highway_repro.data": ("highway_repro.engine", "highway_repro.report*", "highway_repro.tables*",
-                           "highway_repro.reproduce", "highway_repro.train", "highway_repro.models"),
-    "highway_repro.engine": ("highway_repro.models", "highway_repro.report*", "highway_repro.tables*",
-                             "highway_repro.reproduce", "highway_repro.train"),
-    "highway_repro.report": ("highway_repro.reproduce", "highway_repro.train", "highway_repro.models"),
+    "highway_repro.models": ("highway_repro.engine", "highway_repro.report*", "highway_repro.tables*", *ENTRY,
+                             "highway_repro.recipe", "highway_repro.runtime", "highway_repro.data"),
+    "highway_repro.data": ("highway_repro.engine", "highway_repro.report*", "highway_repro.tables*", *ENTRY,
+                           "highway_repro.recipe", "highway_repro.runtime", "highway_repro.models"),
+    "highway_repro.engine": ("highway_repro.models", "highway_repro.report*", "highway_repro.tables*", *ENTRY,
+                             "highway_repro.recipe"),
+    "highway_repro.report": (*ENTRY, "highway_repro.models", "highway_repro.runtime"),
+    # the modules around the entry point know no model, data or engine code (train.py builds those)
+    "highway_repro.recipe": ("highway_repro.models", "highway_repro.data", "highway_repro.engine", *ENTRY),
+    "highway_repro.runtime": ("highway_repro.models", "highway_repro.data", "highway_repro.engine", *ENTRY),
+    "highway_repro.resolvers": ("highway_repro.models", "highway_repro.data", "highway_repro.engine", *ENTRY),
     "highway_repro": ("bench",),
 }
 

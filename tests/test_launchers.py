@@ -22,7 +22,7 @@ def _train(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
 @pytest.mark.slow  # two joblib worker processes
 def test_joblib_multirun_of_two_smoke_jobs(tmp_path):
     """Two jobs in joblib worker processes; a third with a bad value fails in its worker: the multirun exits 2 once
-    all have run (train.SweepEnd reads the jobs' records, not the workers' memory)."""
+    all have run (cli.SweepEnd reads the jobs' records, not the workers' memory)."""
     r = _train("-m", "experiment=demo", "scale=smoke", "model.depth=0,2,3", "hydra/launcher=joblib",
                "hydra.launcher.n_jobs=2", "threads=1", f"hydra.sweep.dir={tmp_path}")
     assert r.returncode == 2, r.stderr[-3000:]

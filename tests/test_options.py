@@ -36,7 +36,8 @@ def test_each_table_lists_exactly_the_constructor_arguments(name):
 
 def test_torch_side_maps_use_the_choices_of_options():
     assert tuple(r_transformer.RNNS) == options.RNNS
-    assert tuple(r_transformer.NORM_STYLES) == options.NORM_STYLES
+    assert {type(r_transformer.make_norm(n, 4, False)).__name__ for n in options.NORM_IMPLS} == \
+        {"OfficialLayerNorm", "LayerNorm"}  # each name its own LayerNorm
     assert tuple(highway.ACTIVATIONS) == options.ACTIVATIONS
     assert set(mlp.PAPER_WIDTH) == set(options.MLP_KINDS)
     for kind in gates.GATE_KINDS:
@@ -53,7 +54,7 @@ def test_the_option_modules_need_no_torch():
 
 @pytest.mark.parametrize("model,data,key,value,expected", [
     ("transformer_lm", "ptb_char", "d_ff", 0, "model.d_ff=0 is not allowed (valid: a positive integer)"),
-    ("r_transformer", "ptb_word", "norm_style", "nn", "model.norm_style='nn' is not allowed (valid: official, torch)"),
+    ("r_transformer", "ptb_word", "norm_impl", "nn", "model.norm_impl='nn' is not allowed (valid: official, torch)"),
     ("transformer_xl", "enwik8_prefix", "clamp_len", 0,
      "model.clamp_len=0 is not allowed (valid: -1 (no clamping) or a positive integer)"),
     ("transformer_xl", "enwik8_prefix", "fused", "yes", "model.fused='yes' is not allowed (valid: true or false)"),
@@ -65,6 +66,11 @@ def test_the_option_modules_need_no_torch():
                                                       "option d_inner (valid: "),
     ("mlp", "mnist", "width", "wide", "model.width='wide' is not allowed (valid: a positive integer, paper or match)"),
     ("transformer_lm", "ptb_char", "gate_kind", "sdu", "model.gate_kind='sdu' is not known (valid: none, "),
+    ("transformer_xl", "enwik8_prefix", "norm", "pre", "model.norm='pre' is not allowed: the option is now called "
+                                                       "norm_position (valid: model.norm_position, one of post, pre)"),
+    ("r_transformer", "ptb_word", "norm_style", "torch", "model.norm_style='torch' is not allowed: the option is now "
+                                                         "called norm_impl (valid: model.norm_impl, one of official, "
+                                                         "torch)"),
 ])
 def test_constructor_and_validator_give_the_same_message(model, data, key, value, expected):
     cfg = compose([f"model={model}", f"data={data}", "scale=smoke"])
@@ -83,11 +89,21 @@ def test_constructor_and_validator_give_the_same_message(model, data, key, value
     assert str(late.value) == str(early.value)
 
 
+def test_an_old_option_name_on_the_command_line_names_the_new_one(tmp_path):
+    """`model.norm=pre` (renamed norm_position) is not a key of the composed model: one line naming the new name."""
+    r = subprocess.run([sys.executable, "-m", "highway_repro.train", "experiment=ht_enwik8_l6", "scale=smoke",
+                        "model.norm=pre", f"hydra.run.dir={tmp_path}"], cwd=REPO, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and r.stderr == ("error: model.norm='pre' is not allowed: the option is now called "
+                                              "norm_position (valid: model.norm_position, one of post, pre)\n")
+
+
 def test_trainer_types_come_from_trainer_config():
     cfg = compose(["experiment=demo", "scale=smoke"])
     for key, value, expected in (("max_steps", "many", "trainer.max_steps='many' is not allowed (valid: an integer)"),
                                  ("max_steps", 0, "trainer.max_steps=0 is not allowed (valid: >= 1)"),
                                  ("eval_train", 1, "trainer.eval_train=1 is not allowed (valid: true or false)"),
+                                 ("tf32", 1, "trainer.tf32=1 is not allowed (valid: true or false)"),
                                  ("max_bad_steps", -1, "trainer.max_bad_steps=-1 is not allowed (valid: an integer")):
         bad = cfg.copy()
         bad.trainer[key] = value

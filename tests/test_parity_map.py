@@ -101,7 +101,7 @@ def test_txl_gate_halves_are_w1_gate_and_w2_transform(parity, kind):
 
 
 def test_txl_names_without_official_counterpart_raise(parity):
-    pre = tiny_txl(norm="pre")
+    pre = tiny_txl(norm_position="pre")
     with pytest.raises(ValueError, match="ln_final"):
         parity.txl_to_official(dict(pre.named_parameters()))
     with pytest.raises(ValueError, match="'layers.0.attn.extra'"):
@@ -115,7 +115,7 @@ RV, RD, RH, RF = 11, 8, 2, 32
 
 def tiny_rt(**kw) -> RTransformer:
     return RTransformer(RV, n_layers=1, d_model=RD, n_heads=RH, d_ff=RF, rnn="gru", window=3, dropout=0.0,
-                        emb_dropout=0.0, norm_style="official", final_norm=False, **kw)
+                        emb_dropout=0.0, norm_impl="official", final_norm=False, **kw)
 
 
 def official_rt_shapes() -> dict:
@@ -159,7 +159,7 @@ def test_rt_qkv_split_is_the_official_attention(parity):
 
 
 def test_rt_norms_map_to_the_official_layer_norm(parity):
-    """norm_style='official': weight/bias are the official a_2/b_2 of `a_2 * (x - mean) / (std + 1e-6) + b_2`."""
+    """norm_impl='official': weight/bias are the official a_2/b_2 of `a_2 * (x - mean) / (std + 1e-6) + b_2`."""
     torch.manual_seed(0)
     m = tiny_rt()
     with torch.no_grad():

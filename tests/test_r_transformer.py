@@ -62,26 +62,26 @@ def test_shapes(rnn):
     assert logits.shape == (3, 9, V) and mems is None
 
 
-@pytest.mark.parametrize("norm_style", ["official", "torch"])
-def test_ungated_parameter_count_has_no_gate_parameters(norm_style):
-    assert n_params(tiny(norm_style=norm_style)) == expected_params(V, L, D, FF)
-    assert n_params(tiny(norm_style=norm_style, rnn="lstm", rnn_layers_per_block=2)) == \
+@pytest.mark.parametrize("norm_impl", ["official", "torch"])
+def test_ungated_parameter_count_has_no_gate_parameters(norm_impl):
+    assert n_params(tiny(norm_impl=norm_impl)) == expected_params(V, L, D, FF)
+    assert n_params(tiny(norm_impl=norm_impl, rnn="lstm", rnn_layers_per_block=2)) == \
         expected_params(V, L, D, FF, "lstm", 2)
-    assert n_params(tiny(norm_style=norm_style, final_norm=True)) == expected_params(V, L, D, FF, final_norm=True)
+    assert n_params(tiny(norm_impl=norm_impl, final_norm=True)) == expected_params(V, L, D, FF, final_norm=True)
     assert not any("gate" in name for name, _ in tiny().named_parameters())
     assert n_params(tiny(gate_kind="sdu_tanh")) == expected_params(V, L, D, FF, gated_sublayers=2 * L)
 
 
-@pytest.mark.parametrize("norm_style", ["official", "torch"])
-def test_paper_size_word_ptb_counts(norm_style):
+@pytest.mark.parametrize("norm_impl", ["official", "torch"])
+def test_paper_size_word_ptb_counts(norm_impl):
     # word-PTB R-Transformer-L3: V=10,000, d=128, 8 heads, d_ff=512, LSTM window 9, 3 layers
     d, f = 128, 512
     layer = (4 * (2 * d * d + 2 * d) + 2 * d) + (4 * d * d + 4 * d) + (2 * d * f + f + d) + 4 * d
     base = 10_000 * d + 10_000 + 3 * layer  # the official model: no final LayerNorm
     assert base == 2_281_872
-    assert n_params(RTransformer(10_000, rnn="lstm", norm_style=norm_style)) == base
-    assert n_params(RTransformer(10_000, rnn="lstm", norm_style=norm_style, final_norm=True)) == base + 2 * d
-    assert n_params(RTransformer(10_000, rnn="lstm", norm_style=norm_style, gate_kind="sdu_tanh")) == \
+    assert n_params(RTransformer(10_000, rnn="lstm", norm_impl=norm_impl)) == base
+    assert n_params(RTransformer(10_000, rnn="lstm", norm_impl=norm_impl, final_norm=True)) == base + 2 * d
+    assert n_params(RTransformer(10_000, rnn="lstm", norm_impl=norm_impl, gate_kind="sdu_tanh")) == \
         base + 6 * (2 * d * d + 2 * d)
 
 
@@ -106,13 +106,13 @@ def test_official_layer_norm_by_hand(fused):
     assert max(abs(torch_ln[i].item() - (x[i] - mean) / (std + 1e-6)) for i in range(n)) > 0.1
 
 
-@pytest.mark.parametrize("norm_style,cls", [("official", OfficialLayerNorm), ("torch", torch.nn.LayerNorm)])
-def test_norm_style_sets_every_layer_norm(norm_style, cls):
-    m = tiny(norm_style=norm_style, final_norm=True, rnn_layers_per_block=2)
+@pytest.mark.parametrize("norm_impl,cls", [("official", OfficialLayerNorm), ("torch", torch.nn.LayerNorm)])
+def test_norm_impl_sets_every_layer_norm(norm_impl, cls):
+    m = tiny(norm_impl=norm_impl, final_norm=True, rnn_layers_per_block=2)
     norms = [mod for mod in m.modules() if isinstance(mod, (OfficialLayerNorm, torch.nn.LayerNorm))]
     assert len(norms) == L * (2 + 2) + 1  # per layer: 2 before the RNNs, before attention and FFN; final
     assert all(type(n) is cls for n in norms)
-    assert tiny(norm_style=norm_style).ln_final is None  # final_norm=False: the official model
+    assert tiny(norm_impl=norm_impl).ln_final is None  # final_norm=False: the official model
 
 
 def test_attention_only_gating_forward_backward():
@@ -177,7 +177,7 @@ def test_option_errors():
         tiny(rnn_layers_per_block=0)
     with pytest.raises(ConfigError, match=r"^model.emb_dropout=-0.1 is not allowed \(valid: a probability in"):
         tiny(emb_dropout=-0.1)
-    with pytest.raises(ConfigError, match=r"^model.norm_style='nn' is not allowed \(valid: official, torch\)$"):
-        tiny(norm_style="nn")
+    with pytest.raises(ConfigError, match=r"^model.norm_impl='nn' is not allowed \(valid: official, torch\)$"):
+        tiny(norm_impl="nn")
     with pytest.raises(ConfigError, match=r"^model.final_norm='no' is not allowed \(valid: true or false\)$"):
         tiny(final_norm="no")

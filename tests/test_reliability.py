@@ -49,7 +49,8 @@ from highway_repro.data import sources, vision
 from highway_repro.engine import checkpoint as ck
 from highway_repro.engine.trainer import Trainer
 from highway_repro.errors import HighwayError
-from highway_repro.train import MULTIRUN_ENV, USER_ERRORS, SweepEnd, _main, _summary, run
+from highway_repro.cli import MULTIRUN_ENV, USER_ERRORS, SweepEnd, run_job, summary, user_failure
+from highway_repro.train import run
 
 VOLATILE = ("perf/", "time/")
 
@@ -337,7 +338,7 @@ def test_a_signal_during_the_final_evaluation_stops_cleanly_and_resumes_exactly(
     out = tmp_path / "run"
     out.mkdir()
     with pytest.raises(SystemExit) as e:
-        _main(compose(overrides), out, multirun=False)
+        run_job(compose(overrides), out, False, run)
     assert e.value.code == 128 + sig
     assert capsys.readouterr().out.strip() == f"[interrupted] step 8 (signal {sig}; resume=auto continues it)"
     first = _final(out)
@@ -440,7 +441,7 @@ def test_checkpoint_of_another_architecture_is_a_one_line_error(crashed_run, tmp
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     ckpt = crashed_run / "run" / "ckpt" / "last.pt"
     with pytest.raises(SystemExit) as e:
-        _main(compose(SMALL + ["model.depth=4", f"resume={ckpt}", "threads=1"]), tmp_path, multirun=False)
+        run_job(compose(SMALL + ["model.depth=4", f"resume={ckpt}", "threads=1"]), tmp_path, False, run)
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Traceback" not in err[0], err
@@ -610,7 +611,7 @@ def test_the_training_command_refuses_a_checkpoint_that_would_run_code(route, ki
         line = f"error: {_refusal(bad)}"
         overrides.append("trainer.final_eval=best")
     with pytest.raises(SystemExit) as e:
-        _main(compose(overrides), out, multirun=False)
+        run_job(compose(overrides), out, False, run)
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(line), err
@@ -643,9 +644,10 @@ def test_no_file_of_the_repository_loads_with_weights_only_false():
 # ============================================================================ 3. the error path
 
 def test_the_project_errors_are_the_one_line_errors():
-    """train.py reports the project's own error classes in one line with exit code 2: config values, data faults,
+    """The command reports the project's own error classes in one line with exit code 2: config values, data faults,
     checkpoints; they are known without importing torch (a config error is reported before torch is loaded)."""
-    code = "import sys, highway_repro.train as t; print([c.__name__ for c in t.USER_ERRORS], 'torch' in sys.modules)"
+    code = ("import sys, highway_repro.train, highway_repro.cli as c; "
+            "print([e.__name__ for e in c.USER_ERRORS], 'torch' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.stdout.split() == ["['ConfigError',", "'HighwayError']", "False"], r.stdout + r.stderr
     for cls in (ck.CheckpointError, ck.UnsafeCheckpointError, data.DataError, data.ChecksumError,
@@ -666,12 +668,11 @@ def test_user_errors_are_one_line_and_bugs_keep_their_traceback(error, multirun,
 
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     monkeypatch.delenv(MULTIRUN_ENV, raising=False)  # no multirun around this test
-    monkeypatch.setattr("highway_repro.train.run", failing)
     cfg = compose(["experiment=demo", "scale=smoke"])
     user = isinstance(error, USER_ERRORS)
     if user and not multirun:
         with pytest.raises(SystemExit) as e:
-            _main(cfg, tmp_path, multirun=multirun)
+            run_job(cfg, tmp_path, multirun, failing)
         assert e.value.code == 2
         assert capsys.readouterr().err == "error: data.x=1 is bad (valid: 2)\n"
     elif user:
@@ -681,7 +682,7 @@ def test_user_errors_are_one_line_and_bugs_keep_their_traceback(error, multirun,
         others = os.environ[MULTIRUN_ENV]
         end = SweepEnd()  # this job's multirun (its folder is in the environment the job inherits)
         end.on_multirun_start(config=sweep)
-        assert _main(cfg, tmp_path, multirun=multirun) is None
+        assert run_job(cfg, tmp_path, multirun, failing) is None
         assert capsys.readouterr().err == "error: data.x=1 is bad (valid: 2)\n"
         with pytest.raises(SystemExit) as e:
             end.on_multirun_end(config=sweep)
@@ -691,7 +692,7 @@ def test_user_errors_are_one_line_and_bugs_keep_their_traceback(error, multirun,
         assert not (tmp_path / ".user_errors").exists()  # its notes are removed at the multirun's end
     else:
         with pytest.raises(type(error)) as e:
-            _main(cfg, tmp_path, multirun=multirun)
+            run_job(cfg, tmp_path, multirun, failing)
         assert e.value is error and e.value.__traceback__ is not None
         assert "error:" not in capsys.readouterr().err
     if user and not multirun:  # nothing to record: the user reads the line
@@ -703,13 +704,11 @@ def test_user_errors_are_one_line_and_bugs_keep_their_traceback(error, multirun,
 def test_a_multirun_job_that_could_record_nothing_still_fails_the_multirun(tmp_path, capsys, monkeypatch):
     """A job whose folder holds another recipe's run writes no metrics.json (it would overwrite that run's): its
     error is one line and SweepEnd still exits 2 (the job noted it in the multirun's own folder)."""
-    from highway_repro.train import _user_failure
-
     monkeypatch.delenv(MULTIRUN_ENV, raising=False)
     sweep = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
     end = SweepEnd()
     end.on_multirun_start(config=sweep)
-    assert _user_failure(ConfigError("resume=auto: the run folder x holds a run of another recipe"), None, True) is None
+    assert user_failure(ConfigError("resume=auto: the run folder x holds a run of another recipe"), None, True) is None
     assert capsys.readouterr().err == "error: resume=auto: the run folder x holds a run of another recipe\n"
     assert not list(tmp_path.glob("*/metrics.json")) and not (tmp_path / "metrics.json").exists()
     (tmp_path / "seed=0").mkdir()
@@ -730,7 +729,7 @@ def test_an_option_a_constructor_refuses_is_a_one_line_error(tmp_path, capsys, m
     for overrides, line in [(["data.normalize=gcn"], "error: mnist: normalize='gcn' is not valid; choose one of"),
                             (["optim.optimizer.momentum=-1"], "error: optim.optimizer: Invalid momentum value: -1")]:
         with pytest.raises(SystemExit) as e:
-            _main(compose(["experiment=demo", "scale=smoke", "threads=1"] + overrides), tmp_path, multirun=False)
+            run_job(compose(["experiment=demo", "scale=smoke", "threads=1"] + overrides), tmp_path, False, run)
         assert e.value.code == 2
         err = capsys.readouterr().err.splitlines()
         assert len(err) == 1 and err[0].startswith(line), err
@@ -950,11 +949,11 @@ def test_a_full_disk_during_training_is_one_line(multirun, tmp_path, capsys, mon
     line = (f"error: cannot write {tmp_path / 'ckpt' / 'last.pt'}: No space left on device (valid: a writable folder "
             "with free space; free some space, fix the permissions or choose another hydra.run.dir)")
     if multirun:
-        assert _main(compose(SMALL + ["threads=1"]), tmp_path, multirun=True) is None
+        assert run_job(compose(SMALL + ["threads=1"]), tmp_path, True, run) is None
         assert _final(tmp_path) == {"status": "failed", "error": "StorageError: " + line.removeprefix("error: ")}
     else:
         with pytest.raises(SystemExit) as e:
-            _main(compose(SMALL + ["threads=1"]), tmp_path, multirun=False)
+            run_job(compose(SMALL + ["threads=1"]), tmp_path, False, run)
         assert e.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == [line]
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == []
@@ -975,7 +974,7 @@ def test_nan_loss_stops_as_diverged_and_keeps_the_last_good_checkpoint(tmp_path,
     assert final["error"] == "non-finite training loss (nan) at step 5"
     assert _final(tmp_path)["status"] == "diverged" and _final(tmp_path)["error"] == final["error"]
     assert "at step 5: stopping; the last good checkpoint is kept" in caplog.text
-    assert _summary(final).startswith("[diverged] step 5") and "at step 5" in _summary(final)
+    assert summary(final).startswith("[diverged] step 5") and "at step 5" in summary(final)
     c = ck.load(tmp_path / "ckpt" / "last.pt")
     assert c["step"] == 4 and all(torch.isfinite(v).all() for v in c["model"].values())
 
@@ -990,21 +989,19 @@ def test_divergence_before_the_first_checkpoint_says_there_is_none(tmp_path, cap
 
 
 def test_the_summary_line_of_an_interrupted_run_ends_in_what_to_do():
-    assert _summary({"status": "interrupted", "step": 34, "signal": 15}) == \
+    assert summary({"status": "interrupted", "step": 34, "signal": 15}) == \
         "[interrupted] step 34 (signal 15; resume=auto continues it)"
-    assert _summary({"status": "done", "step": 8, "test/acc": 0.5}) == "[done] step 8: test/acc=0.5000"
+    assert summary({"status": "done", "step": 8, "test/acc": 0.5}) == "[done] step 8: test/acc=0.5000"
 
 
 @needs_mirror
 def test_resume_auto_does_not_repeat_a_diverged_run(tmp_path, caplog):
     """A sweep resumed with resume=auto skips a diverged job (a rerun would diverge again at the same step)."""
-    from highway_repro.train import _main
-
     cfg = compose(NAN + ["+data.nan_steps=[5]", "resume=auto"])
     assert run(cfg, tmp_path)["status"] == "diverged"
     before = (tmp_path / "metrics.jsonl").read_text()
     with caplog.at_level(logging.INFO):
-        _main(cfg, tmp_path, multirun=True)
+        run_job(cfg, tmp_path, True, run)
     assert (tmp_path / "metrics.jsonl").read_text() == before and _final(tmp_path)["status"] == "diverged"
     assert f"diverged at step 5 (resume=auto): nothing to do; resume={tmp_path / 'ckpt' / 'last.pt'}" in caplog.text
 
@@ -1232,7 +1229,7 @@ def test_sweep_with_a_failing_job_finishes_the_others_and_reports_the_error(tmp_
     r = subprocess.run(_cli(["-m", "experiment=demo", "scale=smoke", "model.depth=0,2", "trainer.max_steps=2",
                              "threads=1", f"hydra.sweep.dir={sweep}"]), cwd=REPO, env=_env(), capture_output=True,
                        text=True, timeout=300)
-    assert r.returncode == 2 and "Traceback" not in r.stderr  # once all jobs have run (train.py SweepEnd)
+    assert r.returncode == 2 and "Traceback" not in r.stderr  # once all jobs have run (cli.SweepEnd)
     lines = [x for x in r.stderr.splitlines() if x.startswith("error: [")]  # one line for the failed job
     assert len(lines) == 1 and "model.depth=0" in lines[0] and lines[0].endswith(f"] {DEPTH_0}"), r.stderr[-3000:]
     jobs = {json.loads((p / "metrics.json").read_text())["status"]: p for p in sweep.iterdir() if p.is_dir()}

@@ -128,22 +128,78 @@ def test_matched_baseline_widens_the_ffn_to_the_sdu_parameter_count():
     must grow by 4d(d+1)/(2d+1) = 257 units at d 128 (66,048 vs 66,049 parameters a layer)."""
     from hydra import compose, initialize_config_dir
 
-    from highway_repro.train import _instantiate, match_params
+    from highway_repro.cli import build
+    from highway_repro.train import match_params
 
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         cfg = compose("train", overrides=["experiment=ht_char_ptb", "scale=cpu", "variant=baseline_matched"])
         gated_cfg = compose("train", overrides=["experiment=ht_char_ptb", "scale=cpu", "variant=sdu_tanh"])
     meta = {"vocab_size": 50}
     assert cfg.model.d_ff == 512 and match_params(cfg, meta) == 512 + 257 == cfg.model.d_ff
-    count = lambda c: sum(p.numel() for p in _instantiate(c.model, **meta).parameters())  # noqa: E731
+    count = lambda c: sum(p.numel() for p in build(c.model, **meta).parameters())  # noqa: E731
     assert count(cfg) - count(gated_cfg) == cfg.model.n_layers  # one parameter a layer over, as computed above
 
 
-def test_match_params_rejects_a_gated_model_and_an_unknown_kind():
+KEPT_MATCHED = sorted((ROOT / "results").glob("*/runs/*/*variant=baseline_matched*/config_resolved.yaml"))
+
+
+@pytest.mark.parametrize("saved", KEPT_MATCHED, ids=lambda p: p.parent.parent.name)
+def test_match_params_gives_the_width_of_the_kept_matched_runs(saved):
+    """Each kept run of the parameter-matched baseline (the gate zoo's three models at the cpu scale) trained at the
+    width its config_resolved.yaml holds (769); the config its job composes now is widened to the same width."""
+    import yaml
     from hydra import compose, initialize_config_dir
 
-    from highway_repro.config import ConfigError
     from highway_repro.train import match_params
+
+    kept = yaml.safe_load(saved.read_text())
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose("train", overrides=[f"experiment={kept['name']}", f"scale={kept['scale_name']}",
+                                          "variant=baseline_matched"])
+    assert cfg.model._target_ == kept["model"]["_target_"]
+    assert match_params(cfg, {"vocab_size": kept["model"].get("vocab_size") or 50}) == kept["model"]["d_ff"] == 769
+
+
+def test_the_kept_matched_runs_are_found():
+    assert len(KEPT_MATCHED) >= 6 and {p.parent.parent.name for p in KEPT_MATCHED} == \
+        {"ht_zoo_char_ptb-cpu", "ht_zoo_char_ptb_rt-cpu", "ht_zoo_enwik8_l6-cpu"}
+
+
+@pytest.mark.parametrize("model", ["transformer_lm", "r_transformer", "transformer_xl"])
+def test_one_meta_build_gives_the_width_of_the_counts_at_two_widths(model):
+    """`gates.matched_d_ff` from one build of the gated model on the meta device equals the width found from real
+    parameter counts of the ungated model at d_ff and d_ff + 1 (linear in d_ff), for every gate kind and placement;
+    also with d_model == d_ff (the FFN's two Linears are then square in one dimension). No random number is drawn."""
+    import torch
+
+    from highway_repro.models import placement
+    from highway_repro.models.gates import matched_d_ff
+    from highway_repro.models.r_transformer import RTransformer
+    from highway_repro.models.transformer_lm import TransformerLM
+    from highway_repro.models.transformer_xl import TransformerXL
+
+    cls = {"transformer_lm": TransformerLM, "r_transformer": RTransformer, "transformer_xl": TransformerXL}[model]
+    extra = {"d_head": 4} if model == "transformer_xl" else {}
+    count = lambda **kw: sum(p.numel() for p in cls(13, **kw).parameters())  # noqa: E731
+    for d_model, d_ff in ((8, 24), (16, 16)):
+        for kind in (k for k in placement.GATE_KINDS if placement.is_gated(k)):
+            for layers, sublayers in (("all", "both"), ([2], "ffn")):
+                kw = dict(n_layers=2, d_model=d_model, n_heads=2, gate_layers=layers, gate_sublayers=sublayers,
+                          **extra)
+                target, p0, p1 = count(gate_kind=kind, d_ff=d_ff, **kw), count(d_ff=d_ff, **kw), \
+                    count(d_ff=d_ff + 1, **kw)
+                state = torch.get_rng_state()
+                with torch.device("meta"):
+                    gated = cls(13, gate_kind=kind, d_ff=d_ff, **kw)
+                assert torch.equal(state, torch.get_rng_state())
+                assert matched_d_ff(gated, d_ff) == d_ff + round((target - p0) / (p1 - p0)), (kind, layers, d_model)
+
+
+def test_match_params_rejects_a_gated_model_and_an_unknown_kind():
+    """Checked with the rest of the config (`config.validate`), before anything is built."""
+    from hydra import compose, initialize_config_dir
+
+    from highway_repro.config import ConfigError, validate
 
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         cfg = compose("train", overrides=["experiment=ht_char_ptb", "scale=smoke", "variant=sdu_tanh",
@@ -151,9 +207,9 @@ def test_match_params_rejects_a_gated_model_and_an_unknown_kind():
         bad = compose("train", overrides=["experiment=ht_char_ptb", "scale=smoke", "variant=baseline_matched",
                                           "match_params=wide"])
     with pytest.raises(ConfigError, match="model.gate_kind=none"):
-        match_params(cfg, {"vocab_size": 50})
+        validate(cfg)
     with pytest.raises(ConfigError, match="match_params=wide is not a gate kind"):
-        match_params(bad, {"vocab_size": 50})
+        validate(bad)
 
 
 @needs_mirror

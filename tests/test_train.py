@@ -135,7 +135,8 @@ def test_resume_auto_refuses_a_run_folder_of_another_recipe(tmp_path):
     """A finished run is reused by resume=auto only under the same recipe: speed and logging keys may differ, a
     changed max_steps is a one-line error naming the key (exit 2) that leaves the folder's metrics as they were."""
     from highway_repro.config import ConfigError
-    from highway_repro.train import _main, check_same_recipe
+    from highway_repro.cli import run_job
+    from highway_repro.recipe import check_same_recipe
 
     base = ["experiment=demo", "scale=smoke", "resume=auto"]
     run(compose(base), tmp_path)
@@ -145,13 +146,13 @@ def test_resume_auto_refuses_a_run_folder_of_another_recipe(tmp_path):
         check_same_recipe(compose(base + [f"trainer.max_steps={steps + 1}"]), tmp_path)
     before = (tmp_path / "metrics.json").read_bytes()
     with pytest.raises(SystemExit) as e:
-        _main(compose(base + [f"trainer.max_steps={steps + 1}"]), tmp_path, multirun=False)
+        run_job(compose(base + [f"trainer.max_steps={steps + 1}"]), tmp_path, False, run)
     assert e.value.code == 2 and (tmp_path / "metrics.json").read_bytes() == before
     check_same_recipe(compose(["experiment=demo", "scale=smoke", f"trainer.max_steps={steps + 1}"]), tmp_path)  # resume=null
 
 
 def test_recipe_diff_skips_new_options_and_the_matched_width():
-    from highway_repro.train import recipe_diff
+    from highway_repro.recipe import recipe_diff
 
     there = {"seed": 0, "model": {"d_ff": 769, "d_model": 128}, "trainer": {"max_steps": 10, "progress": True}}
     here = {"seed": 0, "model": {"d_ff": 512, "d_model": 128}, "trainer": {"max_steps": 10, "progress": False,
@@ -262,7 +263,7 @@ def test_bf16_autocast_is_on_and_best_checkpoint_eval_runs(tmp_path):
 
 _FAULTS = """
 import ctypes, resource, torch
-from highway_repro.train import keep_freed_memory
+from highway_repro.runtime import keep_freed_memory
 
 def faults_per_step():  # two 10 MB tensors and their sum, freed each step: the pattern of a training step
     def step():

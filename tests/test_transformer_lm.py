@@ -19,27 +19,27 @@ def tiny(**kw):
     return TransformerLM(**args)
 
 
-def expected_params(v, layers, d, f, norm="post", gated_sublayers=0):
+def expected_params(v, layers, d, f, norm_position="post", gated_sublayers=0):
     emb = v * d + v  # tied embedding (V, d) + output bias (V)
     attn = 4 * d * d + 4 * d  # fused qkv d->3d plus output d->d, with biases
     ffn = 2 * d * f + f + d  # d->f and f->d, with biases
     lns = 2 * 2 * d  # two LayerNorms per block
-    final_ln = 2 * d if norm == "pre" else 0
+    final_ln = 2 * d if norm_position == "pre" else 0
     gates = gated_sublayers * (2 * d * d + 2 * d)
     return emb + layers * (attn + ffn + lns) + final_ln + gates
 
 
-@pytest.mark.parametrize("norm", ["post", "pre"])
+@pytest.mark.parametrize("norm_position", ["post", "pre"])
 @pytest.mark.parametrize("pos", ["sinusoidal", "learned", "none"])
-def test_shapes(norm, pos):
-    m = tiny(norm=norm, pos=pos, max_len=20)
+def test_shapes(norm_position, pos):
+    m = tiny(norm_position=norm_position, pos=pos, max_len=20)
     logits, mems = m(torch.randint(0, V, (3, 9)))
     assert logits.shape == (3, 9, V) and mems is None
 
 
 def test_ungated_parameter_count_has_no_gate_parameters():
     assert n_params(tiny()) == expected_params(V, L, D, FF)
-    assert n_params(tiny(norm="pre")) == expected_params(V, L, D, FF, norm="pre")
+    assert n_params(tiny(norm_position="pre")) == expected_params(V, L, D, FF, norm_position="pre")
     assert n_params(tiny(pos="learned", max_len=20)) == expected_params(V, L, D, FF) + 20 * D
     assert n_params(tiny(tie_embeddings=False)) == expected_params(V, L, D, FF) + V * D
     assert not any("gate" in name for name, _ in tiny().named_parameters())
@@ -65,10 +65,10 @@ def test_attention_only_gating_forward_backward(kind):
         assert b.attn_gate.proj.weight.grad is not None and b.attn_gate.proj.weight.grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize("norm", ["post", "pre"])
-def test_causal_no_leak_from_future(norm):
+@pytest.mark.parametrize("norm_position", ["post", "pre"])
+def test_causal_no_leak_from_future(norm_position):
     torch.manual_seed(0)
-    m = tiny(norm=norm, gate_kind="sdu_tanh").eval()
+    m = tiny(norm_position=norm_position, gate_kind="sdu_tanh").eval()
     x = torch.randint(0, V, (2, 12))
     x2 = x.clone()
     x2[:, 7] = (x[:, 7] + 1) % V
@@ -88,10 +88,10 @@ def test_explicit_mask_equals_is_causal():
                              [True, True, True, True, True]]
 
 
-@pytest.mark.parametrize("kind,norm", [("none", "post"), ("sdu_tanh", "post"), ("sdu_sigmoid", "pre")])
-def test_overfits_one_batch(kind, norm):
+@pytest.mark.parametrize("kind,norm_position", [("none", "post"), ("sdu_tanh", "post"), ("sdu_sigmoid", "pre")])
+def test_overfits_one_batch(kind, norm_position):
     torch.manual_seed(0)
-    m = tiny(gate_kind=kind, norm=norm, d_model=32, d_ff=64)
+    m = tiny(gate_kind=kind, norm_position=norm_position, d_model=32, d_ff=64)
     losses = overfit_one_batch(m, torch.randint(0, V, (4, 17)))
     assert losses[-1] < 0.25 * losses[0], losses[::10]
 
@@ -123,8 +123,8 @@ def test_learned_positions_reject_too_long():
 def test_option_errors():
     with pytest.raises(ConfigError, match=r"^model.n_heads=7 does not divide model.d_model=512 \(valid: a divisor"):
         TransformerLM(50, n_heads=7)
-    with pytest.raises(ConfigError, match=r"^model.norm='mid' is not allowed \(valid: post, pre\)$"):
-        tiny(norm="mid")
+    with pytest.raises(ConfigError, match=r"^model.norm_position='mid' is not allowed \(valid: post, pre\)$"):
+        tiny(norm_position="mid")
     with pytest.raises(ConfigError, match=r"^model.pos='rope' is not allowed \(valid: sinusoidal, learned, none\)$"):
         tiny(pos="rope")
     with pytest.raises(ConfigError, match=r"^model.max_len=None is not allowed with model.pos='learned'"):

@@ -158,10 +158,10 @@ def test_rel_shift_indexing():
             assert y[0, i, j] == x[0, i, Q - 1 - i + j]  # distance M + i - j
 
 
-@pytest.mark.parametrize("norm", ["post", "pre"])
+@pytest.mark.parametrize("norm_position", ["post", "pre"])
 @pytest.mark.parametrize("kind", ["none", "sdu_tanh", "highway"])
-def test_no_causal_leak_with_memory(norm, kind):
-    m = tiny(norm=norm, gate_kind=kind, mem_len=6).eval()
+def test_no_causal_leak_with_memory(norm_position, kind):
+    m = tiny(norm_position=norm_position, gate_kind=kind, mem_len=6).eval()
     x0, x = toks(2, 8, 1), toks(2, 8, 2)
     with torch.no_grad():
         _, mems = m(x0)
@@ -211,7 +211,7 @@ def test_parameter_count_matches_formula():
     assert total == 176 + 11 + 24 + 4720 == 4931
     base = TransformerXL(Vv, **kw)
     assert n_params(base) == total
-    assert n_params(TransformerXL(Vv, norm="pre", **kw)) == total + 2 * d  # final LayerNorm
+    assert n_params(TransformerXL(Vv, norm_position="pre", **kw)) == total + 2 * d  # final LayerNorm
     assert base.gated_sublayers() == []
     assert not any("gate" in n for n, _ in base.named_parameters())
     gate = 2 * d * d + 2 * d
@@ -308,7 +308,7 @@ def test_same_length_hides_old_memory_from_later_positions():
     (dict(mem_len=-1), "mem_len=-1 is not allowed (valid: an integer >= 0)"),
     (dict(tgt_len=0), "tgt_len=0 is not allowed (valid: a positive integer)"),
     (dict(clamp_len=0), "clamp_len=0 is not allowed (valid: -1 (no clamping) or a positive integer)"),
-    (dict(norm="mid"), "norm='mid' is not allowed (valid: post, pre)"),
+    (dict(norm_position="mid"), "norm_position='mid' is not allowed (valid: post, pre)"),
     (dict(eval_mem_len=-2), "eval_mem_len=-2 is not allowed (valid: an integer >= 0, or null)"),
     (dict(mem_len=0, same_length=True), "same_length=True is not allowed with model.mem_len=0"),
     (dict(mem_len=3, eval_mem_len=0, eval_same_length=True), "eval_same_length=True is not allowed with"),

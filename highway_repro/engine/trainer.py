@@ -40,7 +40,7 @@ import resource
 import signal
 import threading
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,6 +65,7 @@ class TrainerConfig:
     checkpoint_every: int = 500  # 0 = only at the end
     grad_clip: float | None = None
     precision: str = "fp32"  # fp32 | bf16 (autocast)
+    tf32: bool = False  # CUDA float32 matrix products and cuDNN in TF32 during fit (`tf32`); false: torch's settings
     memory_format: str = "contiguous"  # contiguous | channels_last: 4-D weights and inputs (the conv nets: faster on CPU)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     gate_stats_every: int = 0  # 0 = off; else record gate statistics on every n-th step
@@ -112,6 +113,23 @@ class Diverged(RuntimeError):
 
 class Interrupted(Exception):
     """A stop signal during the final evaluation (raised by `Trainer.evaluate` and `_stop_point`, caught in `fit`)."""
+
+
+@contextmanager
+def tf32(on: bool):
+    """`trainer.tf32`: CUDA float32 matrix products and cuDNN convolutions / RNNs in TF32 (10-bit mantissa: faster,
+    about 1e-3 relative error per product), the process's switches restored afterwards. Off, torch's switches stay
+    as they are: its defaults are full fp32 matrix products (and TF32 in cuDNN); a caller may have set its own
+    (`torch.set_float32_matmul_precision`). No effect on CPU."""
+    if not on:
+        yield
+        return
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
 def _add(acc: dict, sums: dict) -> dict:
@@ -277,14 +295,14 @@ class Trainer:
     def fit(self) -> dict:
         old_handlers = self._install_signals()
         try:
-            return self._fit()
+            with tf32(self.cfg.tf32):
+                return self._fit()
         finally:  # kept to the last write: a signal before metrics.json is written is still a clean stop
             for s, h in old_handlers.items():
                 signal.signal(s, h)
 
     def _fit(self) -> dict:
         cfg = self.cfg
-        self.model.to(self.device, memory_format=MEMORY_FORMATS[cfg.memory_format])
         bar = None
         if cfg.progress and self.is_main:
             from tqdm import tqdm

@@ -139,3 +139,21 @@ def make_gate(kind: str | None, d_model: int, gate_bias: float = 0.0, fused: boo
 def combine(gate: SublayerGate | None, x: torch.Tensor, sub: torch.Tensor) -> torch.Tensor:
     """Pre-LayerNorm sum of a sublayer: plain residual x + sub when ungated."""
     return x + sub if gate is None else gate(x, sub)
+
+
+def matched_d_ff(gated: nn.Module, d_ff: int) -> int:
+    """The FFN width (`d_ff`) at which the ungated model has the parameter count of `gated`, the same model built at
+    width `d_ff` with gates (the parameter-matched baseline of the gate zoo). The count is linear in d_ff: one more
+    FFN unit adds a row of W1, its bias and a column of W2 to every `layers.FeedForward`, so the width grows by the
+    gates' parameters over that, rounded to the nearest unit. Works on a model built on the meta device."""
+    from highway_repro.models.layers import FeedForward
+
+    gate_params = sum(p.numel() for m in gated.modules() if isinstance(m, SublayerGate) for p in m.parameters())
+    per_unit = 0
+    for ffn in (m for m in gated.modules() if isinstance(m, FeedForward)):
+        w1, w2 = (m for m in ffn.modules() if isinstance(m, nn.Linear))
+        per_unit += w1.in_features + (w1.bias is not None) + w2.out_features
+    if not per_unit:
+        raise error("model._target_", type(gated).__name__, "a model with FFN sublayers (layers.FeedForward)",
+                    "has no FFN to widen for match_params")
+    return d_ff + round(gate_params / per_unit)

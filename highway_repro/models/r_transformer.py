@@ -9,10 +9,10 @@ arXiv 2004.08178; REFERENCE.md B1). Each layer is pre-LN, no positional encoding
 
 optionally followed by a final LayerNorm after the last layer (`final_norm`).
 
-Conventions (`norm_style`, `final_norm`): the official R-Transformer code (DSE-MSU/R-transformer), whose
+Conventions (`norm_impl`, `final_norm`): the official R-Transformer code (DSE-MSU/R-transformer), whose
 runs gave the paper's R-Transformer numbers, normalises with its own LayerNorm,
-a * (x - mean) / (std + 1e-6) + b with the UNBIASED std (`norm_style='official'`, `OfficialLayerNorm`),
-and has no final LayerNorm (`final_norm=False`); these are the defaults. `norm_style='torch'` uses
+a * (x - mean) / (std + 1e-6) + b with the UNBIASED std (`norm_impl='official'`, `OfficialLayerNorm`),
+and has no final LayerNorm (`final_norm=False`); these are the defaults. `norm_impl='torch'` uses
 nn.LayerNorm (biased variance, eps 1e-5 inside the square root) and `final_norm=True` adds the final norm
 of a standard pre-LN stack (the behaviour of this code before the option existed; the loss at
 initialisation moves by about 7e-3).
@@ -42,7 +42,7 @@ Names (shared by the three transformers, see `layers.py`): `layers` (the list of
 `rnns` and their norms `ln_rnns`, `attn`, `ffn`, `ln_attn`, `ln_ffn`, `attn_gate`, `ffn_gate`; `ln_final`.
 
 Parameters (d = d_model, f = d_ff, V = vocab, L = n_layers, R = rnn_layers_per_block,
-g = 3 for GRU / 4 for LSTM), ungated, tied, either norm_style:
+g = 3 for GRU / 4 for LSTM), ungated, tied, either norm_impl:
     V*d + V  +  L * (R * (g*(2d^2 + 2d) + 2d)  +  4d^2 + 4d  +  2df + f + d  +  2 * 2d)   [+ 2d if final_norm]
 each gated sublayer adds 2d^2 + 2d.
 """
@@ -82,12 +82,10 @@ class OfficialLayerNorm(nn.Module):
         return f"{self.weight.shape[0]}, eps={self.eps}, unbiased std"
 
 
-NORM_STYLES = {"official": OfficialLayerNorm, "torch": nn.LayerNorm}  # the names: options.NORM_STYLES
-
-
-def make_norm(norm_style: str, d_model: int, fused: bool) -> nn.Module:
-    """The LayerNorm of `norm_style` (NORM_STYLES); `fused` only changes how the official one computes."""
-    return OfficialLayerNorm(d_model, fused=fused) if norm_style == "official" else NORM_STYLES[norm_style](d_model)
+def make_norm(norm_impl: str, d_model: int, fused: bool) -> nn.Module:
+    """The LayerNorm of `norm_impl` (`options.NORM_IMPLS`): 'official' (`OfficialLayerNorm`; `fused` only changes
+    how it computes) or 'torch' (nn.LayerNorm)."""
+    return OfficialLayerNorm(d_model, fused=fused) if norm_impl == "official" else nn.LayerNorm(d_model)
 
 
 class LocalRNN(nn.Module):
@@ -115,15 +113,15 @@ class Layer(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, rnn: str, window: int, rnn_layers: int,
                  dropout: float, attn_dropout: float, placement: dict, gate_bias: float,
-                 norm_style: str = "official", fused: bool = False):
+                 norm_impl: str = "official", fused: bool = False):
         super().__init__()
         self.rnns = nn.ModuleList(LocalRNN(d_model, rnn, window, fused) for _ in range(rnn_layers))
-        self.ln_rnns = nn.ModuleList(make_norm(norm_style, d_model, fused) for _ in range(rnn_layers))
+        self.ln_rnns = nn.ModuleList(make_norm(norm_impl, d_model, fused) for _ in range(rnn_layers))
         self.drop = nn.Dropout(dropout)
         self.attn = CausalSelfAttention(d_model, n_heads, dropout, attn_dropout, init_std=None)
         self.ffn = FeedForward(d_model, d_ff, dropout, init_std=None)
-        self.ln_attn = make_norm(norm_style, d_model, fused)
-        self.ln_ffn = make_norm(norm_style, d_model, fused)
+        self.ln_attn = make_norm(norm_impl, d_model, fused)
+        self.ln_ffn = make_norm(norm_impl, d_model, fused)
         self.attn_gate = gates.make_gate(placement["attn"], d_model, gate_bias, fused)  # None: no parameters
         self.ffn_gate = gates.make_gate(placement["ffn"], d_model, gate_bias, fused)
 
@@ -144,21 +142,21 @@ class RTransformer(nn.Module):
                  d_ff: int = 512, rnn: str = "gru", window: int = 9, rnn_layers_per_block: int = 1,
                  dropout: float = 0.35, emb_dropout: float = 0.15, tie_embeddings: bool = True,
                  gate_kind="none", gate_layers="all", gate_sublayers="both", gate_bias: float = 0.0,
-                 attn_dropout: float | None = None, norm_style: str = "official", final_norm: bool = False,
+                 attn_dropout: float | None = None, norm_impl: str = "official", final_norm: bool = False,
                  fused: bool = False):
         options.check_model("RTransformer", locals())
         super().__init__()
         attn_dropout = dropout if attn_dropout is None else attn_dropout
-        self.norm_style = norm_style
+        self.norm_impl = norm_impl
         self.placement = gates.resolve_placement(n_layers, gate_kind, gate_layers, gate_sublayers)
 
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         self.drop = nn.Dropout(emb_dropout)
         self.layers = nn.ModuleList(
             Layer(d_model, n_heads, d_ff, rnn, window, rnn_layers_per_block, dropout, attn_dropout, p,
-                  gate_bias, norm_style, fused)
+                  gate_bias, norm_impl, fused)
             for p in self.placement)
-        self.ln_final = make_norm(norm_style, d_model, fused) if final_norm else None
+        self.ln_final = make_norm(norm_impl, d_model, fused) if final_norm else None
         self.head = nn.Linear(d_model, vocab_size)
         nn.init.normal_(self.tok_emb.weight, 0.0, 0.01)
         nn.init.normal_(self.head.weight, 0.0, 0.01)
@@ -181,4 +179,4 @@ class RTransformer(nn.Module):
         return self.head(x), None  # (B, S, V)
 
     def extra_repr(self) -> str:
-        return f"norm_style={self.norm_style}, gates: {gates.describe_placement(self.placement)}"
+        return f"norm_impl={self.norm_impl}, gates: {gates.describe_placement(self.placement)}"

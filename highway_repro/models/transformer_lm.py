@@ -9,7 +9,7 @@ post-LayerNorm (paper, REFERENCE.md B):
     O = LN(combine(ffn_gate,  U, FFN(U)))
 
 The gate input is the sublayer input X / U (the residual stream, not normalised).
-With `norm='pre'` a layer is `x = combine(gate, x, Att(LN(x)))`, then
+With `norm_position='pre'` a layer is `x = combine(gate, x, Att(LN(x)))`, then
 `x = combine(gate, x, FFN(LN(x)))`, and a final LN follows the last layer; the
 gate again sees the un-normalised residual stream x (same convention as gates.py).
 Gate kinds, placement and the convention T = transform gate, C = 1 - T: `gates.py`.
@@ -48,9 +48,9 @@ class Layer(nn.Module):
     """One transformer layer: attention and FFN sublayers, each with an optional gate."""
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, attn_dropout: float,
-                 norm: str, placement: dict, gate_bias: float, bias: bool = True, fused: bool = False):
+                 norm_position: str, placement: dict, gate_bias: float, bias: bool = True, fused: bool = False):
         super().__init__()
-        self.norm = norm
+        self.norm_position = norm_position
         self.attn = CausalSelfAttention(d_model, n_heads, dropout, attn_dropout, bias=bias)
         self.ffn = FeedForward(d_model, d_ff, dropout, bias=bias)
         self.ln_attn = nn.LayerNorm(d_model, bias=bias)
@@ -59,7 +59,7 @@ class Layer(nn.Module):
         self.ffn_gate = gates.make_gate(placement["ffn"], d_model, gate_bias, fused)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (B, T, C)
-        if self.norm == "post":
+        if self.norm_position == "post":
             x = self.ln_attn(gates.combine(self.attn_gate, x, self.attn(x)))  # U, (B, T, C)
             return self.ln_ffn(gates.combine(self.ffn_gate, x, self.ffn(x)))  # O, (B, T, C)
         x = gates.combine(self.attn_gate, x, self.attn(self.ln_attn(x)))  # (B, T, C)
@@ -74,23 +74,23 @@ class TransformerLM(nn.Module):
 
     def __init__(self, vocab_size: int, n_layers: int = 3, d_model: int = 512, n_heads: int = 8,
                  d_ff: int = 2048, dropout: float = 0.1, attn_dropout: float = 0.0,
-                 emb_dropout: float | None = None, norm: str = "post", pos: str = "sinusoidal",
+                 emb_dropout: float | None = None, norm_position: str = "post", pos: str = "sinusoidal",
                  max_len: int | None = None, tie_embeddings: bool = True,
                  gate_kind="none", gate_layers="all", gate_sublayers="both", gate_bias: float = 0.0,
                  bias: bool = True, fused: bool = False):
         options.check_model("TransformerLM", locals())
         super().__init__()
         emb_dropout = dropout if emb_dropout is None else emb_dropout
-        self.d_model, self.norm, self.pos, self.max_len = d_model, norm, pos, max_len
+        self.d_model, self.norm_position, self.pos, self.max_len = d_model, norm_position, pos, max_len
         self.placement = gates.resolve_placement(n_layers, gate_kind, gate_layers, gate_sublayers)
 
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         self.pos_emb = nn.Embedding(max_len, d_model) if pos == "learned" else None
         self.drop = nn.Dropout(emb_dropout)
         self.layers = nn.ModuleList(
-            Layer(d_model, n_heads, d_ff, dropout, attn_dropout, norm, p, gate_bias, bias, fused)
+            Layer(d_model, n_heads, d_ff, dropout, attn_dropout, norm_position, p, gate_bias, bias, fused)
             for p in self.placement)
-        self.ln_final = nn.LayerNorm(d_model, bias=bias) if norm == "pre" else None
+        self.ln_final = nn.LayerNorm(d_model, bias=bias) if norm_position == "pre" else None
         self.head = nn.Linear(d_model, vocab_size, bias=bias)
         nn.init.normal_(self.tok_emb.weight, 0.0, 0.02)
         if self.pos_emb is not None:
@@ -124,4 +124,4 @@ class TransformerLM(nn.Module):
         return self.head(x), None  # (B, S, V)
 
     def extra_repr(self) -> str:
-        return f"norm={self.norm}, pos={self.pos}, gates: {gates.describe_placement(self.placement)}"
+        return f"norm_position={self.norm_position}, pos={self.pos}, gates: {gates.describe_placement(self.placement)}"

@@ -11,7 +11,7 @@ Layer (post-LN, as in the paper's runs; X is the current segment only, never the
     U = LN(combine(attn_gate, X, RelAttn(X, mem)))
     O = LN(combine(ffn_gate,  U, FFN(U)))
 
-pre-LN (`norm='pre'`): U = combine(attn_gate, X, RelAttn(LN([mem; X])));
+pre-LN (`norm_position='pre'`): U = combine(attn_gate, X, RelAttn(LN([mem; X])));
 O = combine(ffn_gate, U, FFN(LN(U))), plus one final LayerNorm after the last layer
 (the official pre-LN option has none; standard pre-LN practice adds it).
 `combine` and the gate kinds are those of `highway_repro.models.gates`: T is the
@@ -135,9 +135,9 @@ class Layer(nn.Module):
     """One decoder layer: relative attention over [mem; X] and FFN, each with an optional gate."""
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, d_ff: int, dropout: float,
-                 attn_dropout: float, norm: str, placement: dict, gate_bias: float, fused: bool = False):
+                 attn_dropout: float, norm_position: str, placement: dict, gate_bias: float, fused: bool = False):
         super().__init__()
-        self.norm = norm
+        self.norm_position = norm_position
         self.attn = RelMultiHeadAttn(d_model, n_heads, d_head, dropout, attn_dropout, fused)
         self.ffn = FeedForward(d_model, d_ff, dropout, init_std=INIT_STD, init_each=True)  # official CoreNet
         self.ln_attn = init_layer_norm_(nn.LayerNorm(d_model), INIT_STD)
@@ -148,7 +148,7 @@ class Layer(nn.Module):
     def forward(self, x: torch.Tensor, mem: torch.Tensor | None, r: torch.Tensor, u: torch.Tensor,
                 v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         h = x if mem is None or mem.size(1) == 0 else torch.cat([mem.to(x.dtype), x], dim=1)  # (B, K, d)
-        if self.norm == "post":
+        if self.norm_position == "post":
             y = self.ln_attn(gates.combine(self.attn_gate, x, self.attn(h, r, u, v, mask)))  # U, (B, T, d)
             return self.ln_ffn(gates.combine(self.ffn_gate, y, self.ffn(y)))  # O, (B, T, d)
         y = gates.combine(self.attn_gate, x, self.attn(self.ln_attn(h), r, u, v, mask))
@@ -169,7 +169,7 @@ class TransformerXL(nn.Module):
                  tgt_len: int = 512, mem_len: int = 512, clamp_len: int = -1, same_length: bool = False,
                  eval_tgt_len: int | None = None, eval_mem_len: int | None = None,
                  eval_clamp_len: int | None = None, eval_same_length: bool | None = None,
-                 norm: str = "post", tie_embeddings: bool = True, gate_kind="none", gate_layers="all",
+                 norm_position: str = "post", tie_embeddings: bool = True, gate_kind="none", gate_layers="all",
                  gate_sublayers="both", gate_bias: float = 0.0, fused: bool = False):
         options.check_model("TransformerXL", locals())
         super().__init__()
@@ -179,7 +179,7 @@ class TransformerXL(nn.Module):
         eval_cfg = {k: (train_cfg[k] if given[k] is None else given[k]) for k in train_cfg}
 
         self.vocab_size, self.n_layers, self.d_model = vocab_size, n_layers, d_model
-        self.n_heads, self.d_head, self.d_ff, self.norm = n_heads, d_head, d_ff, norm
+        self.n_heads, self.d_head, self.d_ff, self.norm_position = n_heads, d_head, d_ff, norm_position
         self.train_cfg, self.eval_cfg = train_cfg, eval_cfg
         self.emb_scale = math.sqrt(d_model)
         self.placement = gates.resolve_placement(n_layers, gate_kind, gate_layers, gate_sublayers)
@@ -190,9 +190,9 @@ class TransformerXL(nn.Module):
         self.r_w_bias = nn.Parameter(torch.empty(n_heads, d_head).normal_(0.0, INIT_STD))  # u
         self.r_r_bias = nn.Parameter(torch.empty(n_heads, d_head).normal_(0.0, INIT_STD))  # v
         self.layers = nn.ModuleList(
-            Layer(d_model, n_heads, d_head, d_ff, dropout, attn_dropout, norm, p, gate_bias, fused)
+            Layer(d_model, n_heads, d_head, d_ff, dropout, attn_dropout, norm_position, p, gate_bias, fused)
             for p in self.placement)
-        self.ln_final = init_layer_norm_(nn.LayerNorm(d_model), INIT_STD) if norm == "pre" else None
+        self.ln_final = init_layer_norm_(nn.LayerNorm(d_model), INIT_STD) if norm_position == "pre" else None
         self.out_bias = nn.Parameter(torch.zeros(vocab_size))  # softmax weight = self.tok_emb.weight
 
     # ---- settings --------------------------------------------------------------------

@@ -1,0 +1,62 @@
+"""The recipe guard: is a run folder's run the run that a config would make now?
+
+A finished run is reused (resume=auto, the table runner's kept runs) only when its config_resolved.yaml holds the
+same recipe as the config about to run. `recipe_diff` names the keys whose values differ, leaving out the keys of
+`NOT_RECIPE` and the keys only one side has (an option added since, whose default keeps the old behaviour). A
+saved config's renamed model options (`options.RENAMED`, e.g. `norm` -> `norm_position`) are read under their new
+names, so a run kept before a rename still counts, and still has those keys compared.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from highway_repro.errors import ConfigError
+from highway_repro.options import RENAMED
+
+# Keys that do not change what a run computes (speed, logging, bookkeeping): a run folder written with other values
+# of these is the same run. The run-folder name's exclude_keys (configs/train.yaml), plus the device, the scale
+# file's cost estimate and extra grids (which runs a table has, not how one trains) and the checkpoint / log cadence
+# (resume is bit-exact at any checkpoint step; the log cadence changes only what the logged running mean of the
+# training loss averages over, not the weights). `trainer.tf32` is not among them: like `trainer.precision`, it
+# changes the numbers (of CUDA matrix products).
+NOT_RECIPE = ("resume", "threads", "logger", "est_step_s", "est_peak_gb", "extra_grids", "trainer.progress",
+              "trainer.device", "trainer.log_every", "trainer.checkpoint_every")
+
+
+def flat(d: dict, prefix: str = "") -> dict:
+    """{"model": {"d_ff": 512}} -> {"model.d_ff": 512}; a model option's old name becomes its new one."""
+    out = {}
+    for k, v in d.items():
+        if prefix == "model." and k in RENAMED:
+            k = RENAMED[k]
+        key = f"{prefix}{k}"
+        out.update(flat(v, key + ".") if isinstance(v, dict) else {key: v})
+    return out
+
+
+def recipe_diff(there: dict, here: dict) -> list[str]:
+    """The recipe keys whose values differ between a run folder's config_resolved.yaml (`there`) and the config
+    about to run (`here`), as 'key: value there, value here'. Keys of NOT_RECIPE, and keys only one side has, are
+    not compared; with `match_params` set, neither is model.d_ff (the saved config holds the widened width)."""
+    a, b = flat(there), flat(here)
+    skip = NOT_RECIPE + (("model.d_ff",) if here.get("match_params") else ())
+    return [f"{k}: {a[k]!r} there, {b[k]!r} here" for k in sorted(a.keys() & b.keys())
+            if a[k] != b[k] and not any(k == s or k.startswith(s + ".") for s in skip)]
+
+
+def check_same_recipe(cfg: DictConfig, out_dir: Path) -> None:
+    """With resume=auto, a run folder that already holds a run (config_resolved.yaml) must hold this recipe:
+    otherwise a finished run of another recipe would be taken as this one's result, or a half-run one continued
+    under another schedule (e.g. a kept run restored after the scale file changed). ConfigError naming the keys."""
+    saved = out_dir / "config_resolved.yaml"
+    if cfg.get("resume") != "auto" or not saved.exists():
+        return
+    diff = recipe_diff(OmegaConf.to_container(OmegaConf.load(saved)), OmegaConf.to_container(cfg, resolve=True))
+    if diff:
+        more = f"; and {len(diff) - 3} more" if len(diff) > 3 else ""
+        raise ConfigError(f"resume=auto: the run folder {out_dir} holds a run of another recipe ({'; '.join(diff[:3])}"
+                          f"{more}) (valid: the same recipe; move that folder away or pick another hydra.run.dir / "
+                          f"reproduce --fresh; resume=<checkpoint path> continues it on purpose)")

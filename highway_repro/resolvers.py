@@ -1,0 +1,31 @@
+"""The project's OmegaConf resolvers, registered on import (`highway_repro.train` imports this module).
+
+`${hp:${trial},lr,loguniform,0.001,0.3}`: a seeded random search written in config files.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+from omegaconf import OmegaConf
+
+DISTRIBUTIONS = ("loguniform", "uniform", "choice")
+
+
+def hp(trial, name, dist, *args):
+    """The value of hyperparameter `name` in trial `trial`: a pure function of (trial, name), so a sweep over
+    `trial=range(0,N)` is a reproducible random search whose grid is versioned with the code. `dist` is
+    loguniform or uniform (args: low, high) or choice (args: the values)."""
+    rng = random.Random(f"{trial}:{name}")
+    if dist == "loguniform":
+        lo, hi = float(args[0]), float(args[1])
+        return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+    if dist == "uniform":
+        return float(rng.uniform(float(args[0]), float(args[1])))
+    if dist == "choice":
+        return rng.choice(list(args))
+    raise ValueError(f"hp distribution {dist!r} is not known (valid: {', '.join(DISTRIBUTIONS)})")
+
+
+OmegaConf.register_new_resolver("hp", hp, replace=True)
