@@ -1,18 +1,17 @@
 """The command line of `python -m highway_repro.train`: how a job runs, and what the user sees when something is
 wrong.
 
-- `build` and `with_config` let the project's errors out of a constructor or call as they were raised, and make
-  what torch refuses from a config node a ConfigError naming it.
 - `launch` runs the job of a composed config (`run_job`: the recipe guard, a finished run left as it is, then
   the training function), data-parallel under torchrun.
-
 - A mistake of the user's (`USER_ERRORS`: a config value, a data file, a checkpoint) is one line on stderr and exit
   code 2, no traceback (`user_failure`); HYDRA_FULL_ERROR=1 adds the traceback. Anything else is a bug and keeps
-  its traceback.
+  its traceback. `build` and `with_config` let such errors out of a constructor as they were raised, and make what
+  torch refuses from a config node a ConfigError naming it.
 - In a multirun the line names the job, its metrics.json records the error, Hydra goes on with the other jobs, and
   the multirun exits 2 once they have run (`SweepEnd`, the Hydra callback of configs/train.yaml).
 - Hydra's own multi-line errors on the command line (a misspelt group choice, a key not in the config, an override
-  it cannot parse) and a run folder it cannot write are one line and exit 2 as well (`prepare`).
+  it cannot parse, an option's old name) and a run folder it cannot write are one line and exit 2 as well
+  (`prepare`).
 """
 
 from __future__ import annotations
