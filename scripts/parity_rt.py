@@ -36,8 +36,8 @@ def rt_to_official(named: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     layers.i.attn.qkv.W  (3d, ...)         rows [:d], [d:2d], [2d:] -> rt.forward_net.i.pooling.linears.{0,1,2}.W
     layers.i.attn.out.W                    rt.forward_net.i.pooling.linears.3.W
     layers.i.ffn.net.{0,3}.W               rt.forward_net.i.feed_forward.{w_1,w_2}.W
-    (the norms map one to one with norm_style='official', whose weight/bias are the official a_2/b_2;
-    with norm_style='torch' the same parameters feed a different formula.)
+    (the norms map one to one with norm_impl='official', whose weight/bias are the official a_2/b_2;
+    with norm_impl='torch' the same parameters feed a different formula.)
 
     Not mapped (raises): `ln_final` (our final norm; the official model has none) and gates (the official
     R-Transformer has none). Official parameters with no counterpart (built, never used in forward):
@@ -92,7 +92,7 @@ RT_FINAL_NORM = "ln_final."  # our final norm's parameters (no official counterp
 
 
 def build_ours_rt(rnn: str, window: int, norm_style: str, final_norm: bool, fused: bool) -> RTransformer:
-    """norm_style 'official': the official layer norm (unbiased std + 1e-6); 'torch': nn.LayerNorm. fused: the
+    """norm_impl 'official': the official layer norm (unbiased std + 1e-6); 'torch': nn.LayerNorm. fused: the
     kernels of models/kernels.py (local RNN, official LayerNorm), as the configs run it."""
     return RTransformer(**RT_SIZE, rnn=rnn, window=window, dropout=0.0, emb_dropout=0.0, norm_impl=norm_style,
                         final_norm=final_norm, fused=fused)
