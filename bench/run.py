@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     info = machine()
     info["timing"] = (f"{'process CPU time' if clock == 'cpu' else 'wall clock'}, {threads} torch thread(s)"
-                      + ("; freed memory kept in the process (highway_repro.train.keep_freed_memory)" if kept else "")
+                      + ("; freed memory kept in the process (highway_repro.runtime.keep_freed_memory)" if kept else "")
                       + (f" (the machine was busy, load {load:.1f} on {cores} cores: one thread per contender "
                          "does not wait in thread barriers for descheduled threads, and CPU time leaves out the "
                          "time other jobs held the core; tokens/s are per CPU-second)" if busy else ""))
