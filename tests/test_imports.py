@@ -25,12 +25,12 @@ PKG = "highway_repro"
 # of module names (`highway_repro.report*`: report.py, a report/ package, report_x.py)
 FORBIDDEN = {
     "highway_repro.models": ("highway_repro.engine", "highway_repro.report*", "highway_repro.tables*",
-                             "highway_repro.reproduce", "highway_repro.train", "highway_repro.data"),
+                             "highway_repro.reproduce", "highway_repro.runner", "highway_repro.train", "highway_repro.data"),
     "highway_repro.data": ("highway_repro.engine", "highway_repro.report*", "highway_repro.tables*",
-                           "highway_repro.reproduce", "highway_repro.train", "highway_repro.models"),
+                           "highway_repro.reproduce", "highway_repro.runner", "highway_repro.train", "highway_repro.models"),
     "highway_repro.engine": ("highway_repro.models", "highway_repro.report*", "highway_repro.tables*",
-                             "highway_repro.reproduce", "highway_repro.train"),
-    "highway_repro.report": ("highway_repro.reproduce", "highway_repro.train", "highway_repro.models"),
+                             "highway_repro.reproduce", "highway_repro.runner", "highway_repro.train"),
+    "highway_repro.report": ("highway_repro.reproduce", "highway_repro.runner", "highway_repro.train", "highway_repro.models"),
     "highway_repro": ("bench",),
 }
 

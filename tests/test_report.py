@@ -395,7 +395,7 @@ def test_claims_without_runs_on_a_side_are_marked_not_testable(tmp_path):
 def test_gate_analyses_report_is_rebuilt_from_kept_files_without_the_checkpoint(tmp_path):
     """`make tables` on a fresh clone (no run folder with a checkpoint): the gate analyses' report is rebuilt from
     its kept run and the findings the analysis kept (`<out>_findings.md`), with its scale file at the end."""
-    from highway_repro.reproduce import report_table
+    from highway_repro.runner.cli import report_table
 
     results = tmp_path / "results"
     run = results / "highway_networks" / "runs" / "hn_analysis-cpu" / "run"

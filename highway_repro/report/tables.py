@@ -156,20 +156,19 @@ DEMO = TableSpec(
 
 
 # ================================================================== Highway Transformer
-HT_ROWS = {  # display order; rows the sweeps add beyond these follow, sorted
-    "ht_char_ptb": ("baseline", "sdu_sigmoid", "sdu_tanh", "highway", "gated_attn"),
-    "ht_word_ptb": ("baseline", "sdu_sigmoid", "sdu_tanh"),
-    "ht_char_ptb_rt": ("baseline", "sdu_sigmoid", "sdu_tanh"),
-    "ht_word_ptb_l3": ("baseline", "sdu_sigmoid", "sdu_tanh"),
-    "ht_enwik8_l6": ("baseline", "sdu_sigmoid", "sdu_tanh", "highway", "gated_attn", "tanh_l1_3", "tanh_l3_6",
-                     "tanh_attn_only"),
-    "ht_enwik8_l12": ("baseline", "tanh_l1", "tanh_l1_2", "sdu_tanh", "sigmoid_l1_2"),
-    "ht_placement_scan": ("baseline", "sdu_tanh") + tuple(f"tanh_l{k}" for k in range(1, 7)),
-}
-ZOO_ROWS = ("baseline", "baseline_matched", "sdu_sigmoid", "sdu_tanh", "highway", "gated_attn")
+def sweep_rows(name: str) -> tuple[str, ...]:
+    """Table `name`'s rows (variants) in display order: as its sweep files list them (`configs/sweep/<name>/`,
+    the paper scale's file first), each once."""
+    import yaml
+
+    folder = Path(__file__).resolve().parents[2] / "configs" / "sweep" / name
+    files = sorted(folder.glob("*.yaml"), key=lambda f: (f.stem != "paper", f.stem))
+    params = [yaml.safe_load(f.read_text())["hydra"]["sweeper"]["params"] for f in files]
+    return tuple(dict.fromkeys(v for p in params for v in str(p.get("variant", "")).split(",") if v))
+
+
 ZOO_MODELS = {"ht_char_ptb": "Transformer-L3, char-PTB", "ht_char_ptb_rt": "R-Transformer-L3, char-PTB",
               "ht_enwik8_l6": "Transformer-XL L6, enwik8 prefix"}
-HT_ROWS.update({f"ht_zoo_{m.removeprefix('ht_')}": ZOO_ROWS for m in ZOO_MODELS})
 
 
 def _variant_label(row, v: str | None = None) -> str:
@@ -341,7 +340,7 @@ def ht_table(name: str, title: str, metric: str, time_column: bool = False,
 
     return TableSpec(title, keys=("variant",), columns=tuple(columns), primary=test, claims=claims,
                      floors=tuple(papers.FLOORS.get(name, ())), measures={test.key: test},
-                     order={"variant": HT_ROWS[name]},
+                     order={"variant": sweep_rows(name)},
                      baseline=("baseline",), label=_variant_label, label_header="variant", paper=pt,
                      paper_of=lambda row_id, split: paper_pair(row_id)[0 if split == "val" else 1],
                      notes=notes, figure=figure)
@@ -487,7 +486,7 @@ def gate_zoo_table() -> TableSpec:
         lines = ["Verdict per cell (test bpc, mean ± std over seeds; the change against the model's baseline and "
                  "its parameter-matched baseline, each with its 95 % Welch interval of the difference):", "",
                  "| gate | " + " | ".join(ZOO_MODELS[m] for m in models) + " |", "|---|" + "---|" * len(models)]
-        for v in ZOO_ROWS:
+        for v in sweep_rows("ht_zoo_char_ptb"):
             cells = []
             for m in models:
                 row = by_id.get((m, v))
@@ -513,7 +512,7 @@ def gate_zoo_table() -> TableSpec:
                               delta_vs("baseline_matched", "Δ test vs matched baseline", "rel_vs_matched"),
                               stat(auc)),
                      primary=test, claims=claims, measures={test.key: test},
-                     order={"name": tuple(ZOO_MODELS), "variant": ZOO_ROWS}, paper=papers.HT["ht_gate_zoo"],
+                     order={"name": tuple(ZOO_MODELS), "variant": sweep_rows("ht_zoo_char_ptb")}, paper=papers.HT["ht_gate_zoo"],
                      notes=notes)
 
 
