@@ -1,5 +1,5 @@
 """A table's grid lives in config files: every experiment has every scale, every variant composes, the runner
-expands the files into the jobs Hydra runs, and finished runs are kept and restored (highway_repro/reproduce.py)."""
+expands the files into the jobs Hydra runs, and finished runs are kept and restored (highway_repro/runner/)."""
 
 from __future__ import annotations
 

@@ -23,8 +23,8 @@ def _fake_run(folder: Path, status: str = "done"):
 
 
 def test_placement_scan_grid_is_one_gated_layer_per_row_five_seeds():
-    """Five seeds a row: seeds 0 and 1 of ht_enwik8_l6's scale file for every row, and the seeds 2-4 that its
-    `extra_grids` give the rows a paper claim compares, the scan's rows among them: the same runs as the table's
+    """Five seeds a row: seeds 0 and 1 for every row (configs/sweep/ht_placement_scan/cpu.yaml), and seeds 2-4
+    (cpu-extra_seeds.yaml), as ht_enwik8_l6's sweep files give the rows a paper claim compares: the same runs as the table's
     where the rows are the table's (baseline, all layers), reused, so both give the same numbers for them."""
     from highway_repro.runner.plan import plan
     from highway_repro.targets import TARGETS
@@ -57,7 +57,7 @@ def test_gate_zoo_parts_cover_every_gate_kind_on_three_models():
         _, _, names = plan(part, "cpu", [])
         variants = {n.split("variant=")[1] for n in names}
         assert {"baseline", "baseline_matched"} <= variants
-        table = set(plan(TARGETS[part.experiment], "cpu", [])[2])  # the table it extends
+        table = set(plan(TARGETS[part].experiment, "cpu", [])[2])  # the table it extends
         for v in variants:  # two seeds a row; more where the table has more (the same runs)
             seeds = [n for n in names if n.endswith(f"variant={v}")]
             assert seeds[:2] == [f"seed=0,variant={v}", f"seed=1,variant={v}"], seeds

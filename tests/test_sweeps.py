@@ -58,7 +58,7 @@ def test_train_m_and_the_runner_run_the_same_grid(name):
 
 def test_the_grid_keeps_every_kept_run_and_the_planned_names():
     """No kept run is orphaned: at the cpu scale every kept run folder of every table is in the runner's plan, and
-    the plan names the same runs as it did when the grids were read from the scale files (`extra_grids`),
+    the plan names the same runs as it did when the grids were read from the scale files (their `extra_grids`),
     pinned in tests/grid_names_cpu.json."""
     from highway_repro.runner.plan import plan
     from highway_repro.targets import runs_folder

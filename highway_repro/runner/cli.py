@@ -6,10 +6,10 @@
     python -m highway_repro.reproduce --all --report-only               # make tables: every report from kept runs
     python -m highway_repro.reproduce --list
 
-The grid is read from the config files (highway_repro/targets.py says which): the sweep file's rows, the
-scale file's seeds/trials and `extra_grids`. Runs go to `runs/sweeps/<table>-<scale>/<overrides>/` with
-`resume=auto`, so running the same command again continues unfinished jobs and skips finished ones. The runs
-of every table named (`--all`: every paper table) go through one queue, `--jobs` at a time (`run_queue`).
+The grid is the union of the table's sweep files at the scale, `configs/sweep/<table>/<scale>*.yaml`
+(`runner.plan`). Runs go to `runs/sweeps/<table>-<scale>/<overrides>/` with `resume=auto`, so running the same
+command again continues unfinished jobs and skips finished ones. The runs of every table named (`--all`: every
+paper table) go through one queue, `--jobs` at a time (`runner.queue.run_queue`).
 
 Finished runs are kept: their small files (metrics.json, metrics.jsonl, config_resolved.yaml, run_info.json,
 .hydra/overrides.yaml; no checkpoints) are copied to `results/<paper>/runs/<table>-<scale>/<overrides>/`, which
@@ -34,7 +34,8 @@ from highway_repro.runner.keep import (other_recipe, read_record, reused_folders
 from highway_repro.runner.plan import SCALES, grid_names
 from highway_repro.runner.queue import FOLLOW_UPS, exit_code, run_queue
 from highway_repro.runner.table import TablePlan, plan_table
-from highway_repro.targets import CONFIG_DIR, PAPER_TABLES, REPORTS, ROOT, TARGETS, make_target, runs_folder, scale_files
+from highway_repro.targets import (CONFIG_DIR, PAPER_TABLES, REPORTS, ROOT, TARGETS, make_target, runs_folder,
+                                   scale_files)
 
 CPU_BUDGET_JOBS = 2  # the cpu scale's budgets (4.5 h a table, 3 h a study) are for 2 jobs x 1 thread
 

@@ -72,9 +72,10 @@ def restore(kept: Path, sweep_dir: Path, names: list[str] | None = None, dry: bo
 
 
 def read_record(kept: Path, fresh: bool) -> dict:
+    """A table's record, `reproduce.json` in its kept folder (the commands that trained it and their wall time);
+    an empty one for a fresh start."""
     f = kept / "reproduce.json"
     return json.loads(f.read_text()) if f.exists() and not fresh else {"commands": [], "wall_s": 0.0}
-
 
 
 def table_runs(name: str, scale: str, runs_root: Path, results: Path) -> list:

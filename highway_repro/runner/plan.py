@@ -96,7 +96,8 @@ def plan_grids(name: str, scale: str, extra: list[str]) -> tuple[object, list[tu
     if not files:
         return compose_table(t, scale, plain), [(None, list(extra))]
     given = [o for o in extra if override_key(o) == "variant"]
-    rows, extra = (given[-1].split("=", 1)[1].split(","), [o for o in extra if o not in given]) if given else (None, extra)
+    rows = given[-1].split("=", 1)[1].split(",") if given else None
+    extra = [o for o in extra if o not in given]
     cfgs = [compose_table(t, scale, plain, f) for f in files]
     out = []
     for i, (f, cfg) in enumerate(zip(files, cfgs)):
@@ -110,8 +111,9 @@ def plan_grids(name: str, scale: str, extra: list[str]) -> tuple[object, list[tu
     return cfgs[0], out
 
 
-def plan(name: str, scale: str, extra: list[str]) -> tuple[object, list[list[str]], list[str]]:
-    """(composed config, grids, job folder names in order, without duplicates) of table `name`."""
+def plan(name: str | Target, scale: str, extra: list[str]) -> tuple[object, list[list[str]], list[str]]:
+    """(composed config, grids, job folder names in order, without duplicates) of table `name` (or its Target)."""
+    name = name if isinstance(name, str) else next(n for n, t in TARGETS.items() if t is name)
     cfg, fgs = plan_grids(name, scale, extra)
     gs = [g for _, g in fgs]
     return cfg, gs, job_names(cfg, gs, TARGETS[name].sweep)

@@ -44,7 +44,7 @@ def queue_line(plans: list, jobs: int) -> str:
 
 
 class Progress(threading.Thread):
-    """One line a minute: runs done / total and an ETA; each tick also calls `on_tick` (the runner's `tick`: keep
+    """One line a minute: runs done / total and an ETA; each tick also calls `on_tick` (`table.tick`: keep
     the runs finished so far and record the time), so a sweep killed mid-way loses only its unfinished runs. The
     ETA is the work left (the runs not started, plus the unfinished part of the started ones, by their last logged
     step of `max_steps`), each run at the mean of the finished runs of its cell (`per_run_s`), else at the estimate
