@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-all demo bench bench-cpu-scale bench-compile tables reproduce-table reproduce-all estimate-all calibrate parity readme clean
+.PHONY: help setup test test-all demo bench bench-cpu-scale bench-precision bench-compile tables reproduce-table reproduce-all estimate-all calibrate parity readme clean
 # (not the reproduce-<table> names: make skips pattern rules for .PHONY targets)
 
 help: ## list every target with one line each (the paper tables: reproduce-<table>, from highway_repro/targets.py)
@@ -63,7 +63,7 @@ OFFICIAL_DIR ?=
 parity: setup ## our models vs the official code, weights copied across (results/parity.md, ~1 min): OFFICIAL_DIR=<checkouts>
 	$(BIN)/python scripts/parity.py $(if $(OFFICIAL_DIR),--official-dir "$(OFFICIAL_DIR)")
 
-readme: ## copy the tables of results/ into README.md
+readme: ## the README's glance (one line per table, the claims picture) from results/summary.csv
 	$(PYTHON) scripts/update_readme.py
 
 # HF transformers 4.36.2 (the last with Transformer-XL) pins clash with this project's: its own venv
@@ -73,13 +73,16 @@ $(HF_VENV)/.installed:
 	$(HF_VENV)/bin/pip install -q "$(TORCH_SPEC)" "transformers==4.36.2" "numpy<2"
 	touch $@
 
-bench: setup $(HF_VENV)/.installed ## speed benchmarks vs x-transformers and HF Transformer-XL (results/bench.md, < 15 min)
+bench: setup $(HF_VENV)/.installed ## speed benchmarks vs x-transformers and HF Transformer-XL, fp32 vs bf16 (results/bench.md, < 20 min)
 	$(BIN)/python -c "import x_transformers" 2>/dev/null || $(BIN)/pip install -q -e ".[bench]"
 	$(BIN)/python -m bench --out results/bench --hf-python $(HF_VENV)/bin/python
 
 bench-cpu-scale: setup ## Transformer-L3 at its cpu-scale size vs x-transformers, 1 thread (results/bench_cpu_scale.md, ~1 min)
 	$(BIN)/python -c "import x_transformers" 2>/dev/null || $(BIN)/pip install -q -e ".[bench]"
 	$(BIN)/python -m bench --sections xt_cpu --threads 1 --clock cpu --budget-min 4 --min-rounds 9 --out results/bench_cpu_scale
+
+bench-precision: setup ## fp32 vs bf16 autocast at the cpu scale of Transformer-L3, Transformer-XL L6, R-Transformer, 1 thread, with the CPU's bf16 features (results/bench_precision.md, ~3 CPU-min; needs the data mirror)
+	$(BIN)/python -m bench --sections precision --threads 1 --clock cpu --out results/bench_precision
 
 bench-compile: setup ## eager vs torch.compile for the benchmark models (results/bench_compile.md, about 10 min, 1 thread)
 	$(BIN)/python -c "import x_transformers" 2>/dev/null || $(BIN)/pip install -q -e ".[bench]"

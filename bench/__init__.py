@@ -5,7 +5,8 @@ Development tooling, not part of the installed package (`highway_repro`): it nee
 The FLOP counter it uses lives in the package (`highway_repro/engine/flops.py`): the trainer logs
 MFU with the same counts.
 
-Sections (each writes a part of results/bench.md and rows of results/bench.csv):
+Sections (one file each in bench/sections/; each writes a part of results/bench.md and rows of
+results/bench.csv; the report itself is bench/report.py, the reference contenders bench/peers.py):
 
 1. training throughput of our `transformer_lm` against x-transformers' TransformerWrapper(Decoder)
    at identical size (parameter counts printed), 3. its MFU against a large fp32 matmul;
@@ -17,6 +18,9 @@ Sections (each writes a part of results/bench.md and rows of results/bench.csv):
 5. Highway MLP (depth 100) and conv nets, plain vs highway;
 6. enwik8-prefix preparation MB/s and start-up time with a warm cache;
 7. peak memory of training steps (fresh process per case);
+P. fp32 against bf16 autocast at the cpu scale of the tables (Transformer-L3, Transformer-XL L6,
+   R-Transformer; real data of the mirror), step time and loss after a fixed number of steps, with the
+   CPU's bf16 features (recorded, not adopted);
 C. with `--compile`: eager vs torch.compile.
 
 Method: contenders of one comparison are built in one process and timed in rounds, one step

@@ -1,86 +1,73 @@
-"""README.md's "Reproduction at a glance" from results/summary.csv (`make readme`; standard library only).
+"""README.md's "Results at a glance" from results/summary.csv (`make readme`; standard library only).
 
-The four verdicts in two lines, the forest plot results/claims.png, the counts, then one line per distinct
-comparison (kind `claim`: a comparison that several tables hold is shown once, in its home table; who makes it:
-`paper`, or `ours` for a check the papers do not state for that table, such as their general claim on a table they
-did not report; paper value, ours, scale, verdict with its 95 % interval, the Holm verdict within the table's family,
-delta, link to the table), the paper's claims first, then one line per floor of the cpu scale (a study's parts,
-rows with `part_of`, left out). results/summary.csv is written by `make tables` (highway_repro.report's
-write_summary), which also writes results/claims.png and the index page results/README.md.
+The claims picture results/claims.png, the counts of verdicts, then one line per table (a study's parts counted in
+the study's line): its headline number against the paper's and how many of its distinct comparisons each verdict
+got. The headline is the table's reference row (the row of its first floor, else its first row with a paper
+number, else its first row) on the metric that row reports. The full list of comparisons and floors is in
+results/README.md (`highway_repro/report/claims_list.py`, loaded here by path). results/summary.csv,
+results/claims.png and results/README.md are written by `make tables`.
 """
 
 from __future__ import annotations
 
 import csv
+import importlib.util
+import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- glance:begin -->", "<!-- glance:end -->"
+_spec = importlib.util.spec_from_file_location("claims_list", ROOT / "highway_repro" / "report" / "claims_list.py")
+claims_list = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(claims_list)
+num, counts, scale, VERDICTS = claims_list.num, claims_list.counts, claims_list.scale, claims_list.VERDICTS
+SHORT = {"HELD": "held", "DID NOT HOLD": "did not hold", "NO DIFFERENCE": "no difference",
+         "NOT RESOLVED": "not resolved"}
 
 
-def _num(x: str) -> str:
+def _title(results: Path, file: str, table: str) -> str:
+    """The table's title from its claims file (`<file stem>.claims.json`), else its name."""
+    path = results / Path(file).with_suffix(".claims.json")
     try:
-        v = float(x)
-    except ValueError:
-        return x or "—"
-    return f"{v:.4g}"
+        return json.loads(path.read_text())["title"]
+    except (OSError, ValueError, KeyError):
+        return table
 
 
-VERDICTS = ("HELD", "DID NOT HOLD", "NO DIFFERENCE", "NOT RESOLVED")
-EXPLAINED = ("A verdict comes from the 95 % interval of what a claim compares: **HELD** = wholly on the claim's side, "
-             "**DID NOT HOLD** = wholly on the other side,\n**NO DIFFERENCE** = it contains 0 and lies within +-delta "
-             "(the metric's equivalence margin, `papers.MARGINS`), **NOT RESOLVED** = none of these: too few runs to "
-             "tell.")
+def headline(mine: list[dict]) -> str:
+    """'<ours> <metric> <split> (paper <theirs>)' of the table's reference row; a dash where there is none."""
+    table_rows = [r for r in mine if r["kind"] == "row"]
+    floors = [r["row"] for r in mine if r["kind"] == "floor"]
+    ref = next((r for r in table_rows if floors and r["row"] == floors[0]), None)
+    ref = ref or next((r for r in table_rows if r["paper"]), None) or (table_rows[0] if table_rows else None)
+    if ref is None:
+        return "—"
+    paper = f" (paper {num(ref['paper'])})" if ref["paper"] else ""
+    return f"{ref['row'].split(' (')[0]}: {num(ref['mean'])} {ref['metric']} {ref['split']}{paper}"
 
 
-def _verdict(r: dict) -> str:
-    ci = (f" [{_num(r['ci_low'])}, {_num(r['ci_high'])}]" if r["ci_low"] else
-          f" ({r['detail']})" if r["detail"].startswith("not testable") else " (no interval)")  # report.spec.UNTESTED
-    need = f"; a decision needs ~{r['seeds_needed']} seeds per row" if r.get("seeds_needed") else ""
-    return f"**{r['verdict']}**{ci}{need}"
-
-
-def counts(claims: list[dict]) -> str:
-    """The distinct comparisons, the paper's among them, and the verdicts (raw and Holm) of each set."""
-    def tally(rs, key):
-        return ", ".join(f"{sum((r[key] or r['verdict']) == v for r in rs)} {v}" for v in VERDICTS)
-
-    paper = [r for r in claims if r["paper_claim"] == "yes"]
-    open_ = sum(r["verdict"] == "NOT RESOLVED" for r in paper)
-    share = f"{100 * open_ / len(paper):.0f} %" if paper else "—"
-    return (f"{len(claims)} distinct comparisons: {tally(claims, 'verdict')} (Holm within each table: "
-            f"{tally(claims, 'holm_verdict')}). Of them {len(paper)} are the papers' claims: {tally(paper, 'verdict')} "
-            f"(Holm: {tally(paper, 'holm_verdict')}); NOT RESOLVED: {share}.")
-
-
-def _scale(r: dict) -> str:
-    """The scale, and for a table whose grid is not all trained yet: how much of it is."""
-    n, planned = r.get("runs") or "", r.get("runs_planned") or ""
-    partial = n.isdigit() and planned.isdigit() and int(planned) > int(n)
-    return f"{r['scale']}, **partial: {n} of {planned} runs**" if partial else r["scale"]
-
-
-def glance(rows: list[dict]) -> str:
-    claims = sorted((r for r in rows if r["kind"] == "claim"), key=lambda r: r["paper_claim"] != "yes")  # stable
-    floors = [r for r in rows if r["kind"] == "floor" and not r.get("part_of")]  # parts: in the combined table
-    lines = [EXPLAINED, "", "![every distinct comparison: difference, 95 % interval, +-delta, the paper's effect]"
-             "(results/claims.png)", "", counts(claims), "",
-             "| table | claim | by | paper | ours | vs | scale | verdict, 95 % CI of what is tested | Holm (family) "
-             "| delta | results |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in claims:
-        by = "paper" if r["paper_claim"] == "yes" else "ours"
-        holm = f"{r['holm_verdict']} ({r['family_size']})" if r.get("holm_verdict") else "—"
-        lines.append(f"| {r['table']} | {r['row']} {r['claim']} | {by} | {_num(r['paper'])} | {_num(r['mean'])} "
-                     f"({r['metric']}, {r['split']}, n {r['n_seeds']}) | {r['compared_with']} "
-                     f"{_num(r['compared_mean']) if r['compared_mean'] else ''} | {_scale(r)} | {_verdict(r)} | "
-                     f"{holm} | {_num(r.get('delta') or '')} | [{r['file']}](results/{r['file']}) |")
-    lines += ["", "| table | row | floor | ours | met | scale | results |", "|---|---|---|---|---|---|---|"]
-    for r in floors:
-        lines.append(f"| {r['table']} | {r['row']} | {r['claim'].replace('reaches the floor ', '')} | "
-                     f"{_num(r['mean'])} (n {r['n_seeds']}) | {r['floor_met']} | {_scale(r)} | "
-                     f"[{r['file']}](results/{r['file']}) |")
+def compact(rows: list[dict], results: Path) -> str:
+    """One line per table: link, headline against the paper, the verdicts of its distinct comparisons, scale."""
+    home = {r["table"]: r["file"] for r in rows if not r.get("part_of")}
+    groups: dict[str, list[dict]] = {}  # file -> its rows
+    for r in rows:  # a study's parts: in the study's line (on their own where the study's table is not made)
+        groups.setdefault(home.get(r.get("part_of"), r["file"]), []).append(r)
+    lines = ["| table | headline: ours (paper) | " + " | ".join(SHORT[v] for v in VERDICTS) + " | scale |",
+             "|---|---|" + "---|" * len(VERDICTS) + "---|"]
+    for file, mine in groups.items():
+        main = [r for r in mine if r["file"] == file]
+        claims = [r for r in mine if r["kind"] == "claim"]
+        lines.append(f"| [{_title(results, file, main[0]['table'])}](results/{file}) | {headline(main)} | "
+                     + " | ".join(str(sum(r["verdict"] == v for r in claims)) for v in VERDICTS)
+                     + f" | {scale(main[0])} |")
     return "\n".join(lines)
+
+
+def glance(rows: list[dict], results: Path) -> str:
+    claims = [r for r in rows if r["kind"] == "claim"]
+    return "\n".join(["![every distinct comparison: difference, 95 % interval, +-delta, the paper's effect]"
+                      "(results/claims.png)", "", counts(claims), "", compact(rows, results)])
 
 
 def main(root: Path = ROOT) -> int:
@@ -89,8 +76,8 @@ def main(root: Path = ROOT) -> int:
     if summary.exists():
         with open(summary, newline="") as fh:
             rows = list(csv.DictReader(fh))
-    body = glance(rows) if rows else ("_results/summary.csv has no claims yet: `make tables` builds it from the run "
-                                      "folders of the tables._")
+    body = glance(rows, root / "results") if rows else (
+        "_results/summary.csv has no claims yet: `make tables` builds it from the run folders of the tables._")
     text = readme.read_text()
     if BEGIN not in text or END not in text:
         print(f"README.md has no {BEGIN} ... {END} markers", file=sys.stderr)
@@ -98,8 +85,7 @@ def main(root: Path = ROOT) -> int:
     head, _, rest = text.partition(BEGIN)
     _, _, tail = rest.partition(END)
     readme.write_text(head + BEGIN + "\n" + body + "\n" + END + tail)
-    print(f"README.md: {counts([r for r in rows if r['kind'] == 'claim'])} "
-          f"{sum(r['kind'] == 'floor' and not r.get('part_of') for r in rows)} floors.")
+    print(f"README.md: {counts([r for r in rows if r['kind'] == 'claim'])}")
     return 0
 
 

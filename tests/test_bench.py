@@ -81,3 +81,15 @@ def test_cpu_scale_xt_case_has_the_size_of_the_char_ptb_cpu_scale():
     # 2df FFN + two LayerNorm weights, final LayerNorm weight
     assert c.params == V * d + T * d + L * (4 * d * d + 2 * d * f + 2 * d) + d
     assert c.items == 32 * 160
+
+
+def test_cpu_bf16_features_come_from_the_cpu_flags(tmp_path, monkeypatch):
+    """The precision section and the GPU check name the CPU's bf16 units as /proc/cpuinfo lists them."""
+    from highway_repro.engine import loggers
+
+    fake, real = tmp_path / "cpuinfo", loggers.Path
+    monkeypatch.setattr(loggers, "Path", lambda p: real(fake) if str(p) == "/proc/cpuinfo" else real(p))
+    fake.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_tile amx_bf16\n\nflags\t\t: fpu\n")
+    assert loggers.cpu_bf16_features() == ["avx512_bf16", "amx_bf16"]  # the first processor's flags
+    fake.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_vnni\n")
+    assert loggers.cpu_bf16_features() == []

@@ -80,6 +80,36 @@ def test_seeds_needed_inverts_the_welch_half_width():
     assert stats.seeds_needed(0.0, 0.0, 0.1, None) is None
 
 
+def test_decision_cost_counts_the_runs_to_add_against_the_table_budget():
+    """27 seeds a row, from 3 and 2: 24 + 25 = 49 more runs of 1.5 h on 2 cores = 36.75 h, over the 8 h budget;
+    a row already past the seeds needed adds nothing."""
+    assert stats.decision_cost(27, (3, 2), 5400.0) == (49, 36.75, True)
+    assert stats.decision_cost(6, (5, 7), 1800.0) == (1, 0.25, False)
+
+
+def test_an_unresolved_claim_says_what_a_decision_would_cost(tmp_path):
+    """The seeds a decision needs, the runs that adds and their hours on 2 cores from the rows' own CPU time per
+    thread; past the 8 h budget of a table the line says so."""
+    from highway_repro.report.claims import Claim, claim_line, test_claim
+    from highway_repro.report.measures import Measure, Row
+
+    rows = {}
+    for v, xs in {"a": (2.00, 2.04, 1.98), "b": (2.01, 2.05, 2.00)}.items():
+        runs = []
+        for seed, x in enumerate(xs):
+            fake_run(tmp_path / f"{v}{seed}", [f"seed={seed}"], {"seed": seed},
+                     {"status": "done", "test/bpc": x, "time/cpu_s": 2 * 5400.0}, run_info={**MACHINE, "threads": 2})
+            runs.append(load_runs(tmp_path / f"{v}{seed}")[0])
+        rows[(v,)] = Row((v,), v, runs)
+    res = test_claim(Claim("ends lower", ("a",), Measure("test/bpc", "test bpc"), "lower", ("b",)), rows)
+    n = res["seeds_needed"]
+    assert res["verdict"] == stats.NOT_RESOLVED and n > 3
+    hours = 2 * (n - 3) * 5400.0 / 2 / 3600  # runs of 1.5 h with a core to themselves, 2 at a time
+    assert claim_line(res).endswith(f"a decision needs about {n} seeds per row at the measured spread "
+                                    f"({2 * (n - 3)} more runs, about {hours:.1f} h on 2 cores: beyond the 8 h a "
+                                    "table may take at the cpu scale)")
+
+
 def _enwik8_runs(folder, variants, name="ht_enwik8_l6"):
     for v, values in variants.items():
         for seed, x in enumerate(values):

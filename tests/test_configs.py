@@ -97,7 +97,7 @@ def _sweep_rows_validate(exp: str, sweep: str, grid: dict) -> None:
 
 
 def test_every_trainer_option_and_word_ptb_option_is_in_its_config_file():
-    """Each TrainerConfig field, and each word-PTB option the README names (data.vocab_size with sentencepiece),
+    """Each TrainerConfig field, and each word-PTB option docs/guide.md names (data.vocab_size with sentencepiece),
     can be set on the command line without Hydra's `+`: the config file lists it."""
     import dataclasses
 

@@ -40,18 +40,20 @@ def test_txl_pre_ln_adds_a_final_norm_the_official_code_has_none():
     assert n_params(pre) - n_params(post) == 2 * 16
 
 
-def test_txl_positions_are_computed_in_fp32_whatever_the_model_dtype():
-    """The official PositionalEmbedding computes in the model's dtype (fp64 model: fp64 angles); our
-    sinusoid table is fp32 and cast, so an fp64 model differs from the official one by ~1e-10
-    (results/parity.md). Angles above 2^24 / max frequency lose digits."""
+def test_txl_positions_are_computed_in_the_model_dtype():
+    """The official PositionalEmbedding makes its frequencies `inv_freq` a buffer in fp32 and casts them with the
+    model; ours computes frequencies and table in the model's dtype. In fp64 the two differ by the fp32 rounding
+    of the frequencies (one of the two fp32 steps behind the ~1e-10 of the fp64 parity rows, results/parity.md)."""
     pos = torch.arange(20, -1, -1, dtype=torch.float64) * 1000.0
-    table = sinusoidal_positions(pos, 16)
-    assert table.dtype == torch.float32
-    inv = 1.0 / (10000 ** (torch.arange(0, 16, 2, dtype=torch.float32) / 16)).double()
-    ang = pos[:, None] * inv[None, :]
-    exact = torch.cat([ang.sin(), ang.cos()], -1)
-    err = (table.double() - exact).abs().max().item()
-    assert 1e-9 < err < 1e-2  # fp32 rounding of the angle, not an fp64 computation
+    table = sinusoidal_positions(pos, 16, torch.float64)
+    assert table.dtype == torch.float64
+    inv64 = 1.0 / (10000 ** (torch.arange(0, 16, 2, dtype=torch.float64) / 16))
+    ang = pos[:, None] * inv64[None, :]
+    torch.testing.assert_close(table, torch.cat([ang.sin(), ang.cos()], -1), atol=1e-11, rtol=0)
+    inv_official = (1.0 / (10000 ** (torch.arange(0.0, 16, 2.0) / 16))).double()  # fp32 buffer, cast
+    ang = pos[:, None] * inv_official[None, :]
+    err = (table - torch.cat([ang.sin(), ang.cos()], -1)).abs().max().item()
+    assert 1e-9 < err < 1e-2  # the fp32 rounding of the frequencies, grown by the angle
 
 
 def test_txl_memory_keeps_n_layers_entries_official_keeps_n_layers_plus_1():

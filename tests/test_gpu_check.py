@@ -1,11 +1,10 @@
-"""`make gpu-check` (scripts/gpu_check.py): its dry run on CPU takes the code path of the GPU run; its pieces
+"""`make gpu-check` (scripts/gpu_check.py, its parts in scripts/gpucheck/): its dry run on CPU takes the code path of the GPU run; its pieces
 (run counts per paper table, the table-time formula, the cuDNN RNN FLOP formula, the carried data subset,
 the fail-fast module check) against hand-computed facts."""
 
 from __future__ import annotations
 
 import csv
-import importlib.util
 import math
 import os
 import sys
@@ -17,15 +16,11 @@ import torch
 from conftest import REPO, mirror, needs_mirror
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_check"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-gc = _load()
+sys.path.insert(0, str(REPO / "scripts"))  # the parts of scripts/gpu_check.py, as the script itself finds them
+from gpucheck import cases, cli, common, cuda_tests, tables, throughput  # noqa: E402
+from gpucheck.data import prepare_data  # noqa: E402
+from gpucheck.phases import Ctx  # noqa: E402
+from gpucheck.report import Report  # noqa: E402
 
 
 def _rows(path: Path) -> list[dict]:
@@ -52,7 +47,7 @@ def test_dry_run_writes_every_section_of_the_report(tmp_path, monkeypatch):
     monkeypatch.setenv("HIGHWAY_DATA_MIRROR", str(mirror()))
     monkeypatch.setattr(sys, "path", list(sys.path))
     out = tmp_path / "report" / "gpu_check"
-    assert gc.main(["--dry-run", "--cases", "txl6,mnist_conv", "--skip", "tests,tables", "--data", str(mirror()),
+    assert cli.main(["--dry-run", "--cases", "txl6,mnist_conv", "--skip", "tests,tables", "--data", str(mirror()),
                     "--out", str(out), "--runs", str(tmp_path / "runs")]) == 0
     md = out.with_suffix(".md").read_text()
     for heading in ("# GPU check (DRY RUN)", "## Targets", "Machine", "## 2. Data", "Matmul peak", "NaN policy",
@@ -90,7 +85,7 @@ def test_dry_run_writes_every_section_of_the_report(tmp_path, monkeypatch):
 def test_paper_plan_counts_the_runs_of_each_table():
     """Runs and steps per table at scale=paper (REFERENCE.md: 100 random-search runs per depth and kind in Fig. 1,
     5 runs per net in Tables 1-3, 40,000 steps for enwik8 6 layers; one seed (1111) per HT variant)."""
-    plan = {p["table"]: p for p in gc.paper_plan()}
+    plan = {p["table"]: p for p in tables.paper_plan()}
     assert (plan["hn_fig1"]["runs"], plan["hn_fig1"]["base_runs"], plan["hn_fig1"]["steps"]) == (4 * 3 * 100, 400, 60000)
     assert (plan["hn_table1"]["runs"], plan["hn_table1"]["steps"]) == (2 * 5, 180000)
     assert (plan["hn_cifar"]["runs"], plan["hn_cifar"]["base_runs"], plan["hn_cifar"]["steps"]) == (10, 5, 200000)
@@ -99,7 +94,7 @@ def test_paper_plan_counts_the_runs_of_each_table():
     assert plan["ht_enwik8_l6"]["eval_every"] == 400
     assert (plan["ht_enwik8_l12"]["runs"], plan["ht_enwik8_l12"]["steps"]) == (5, 400000)
     assert (plan["ht_char_ptb"]["runs"], plan["ht_word_ptb"]["runs"]) == (5, 3)
-    assert {p["case"] for p in plan.values()} <= set(gc.CASE_BY_KEY)
+    assert {p["case"] for p in plan.values()} <= set(cases.CASE_BY_KEY)
 
 
 def test_table_time_is_steps_times_step_time_plus_evaluation_passes():
@@ -107,13 +102,13 @@ def test_table_time_is_steps_times_step_time_plus_evaluation_passes():
     ev = {"batch_s": 0.01, "sizes": {"val": (10, 1000), "test": (20, 2000)}, "data_name": "ptb_word"}
     base, gated = {"step_s": 0.1, "eval": ev}, {"step_s": 0.2, "eval": ev}
     # per run: val at steps 50 and 100 (10 batches each) + one test pass (20 batches)
-    assert gc.table_time(plan, base, gated) == pytest.approx(1 * (100 * 0.1 + 40 * 0.01) + 2 * (100 * 0.2 + 40 * 0.01))
+    assert tables.table_time(plan, base, gated) == pytest.approx(1 * (100 * 0.1 + 40 * 0.01) + 2 * (100 * 0.2 + 40 * 0.01))
     capped = {**plan, "eval_cap": 4}  # the evaluation at step 50 is capped, the final one is not
-    assert gc.table_time(capped, base, None) == pytest.approx(3 * (100 * 0.1 + (4 + 10 + 20) * 0.01))
+    assert tables.table_time(capped, base, None) == pytest.approx(3 * (100 * 0.1 + (4 + 10 + 20) * 0.01))
     prefix = {"batch_s": 0.01, "sizes": {"val": (10, 1000)}, "data_name": "enwik8_prefix"}
     one = {"runs": 1, "base_runs": 1, "steps": 10, "eval_every": 0, "eval_cap": None, "splits": ["val"]}
     # the enwik8 prefix's validation split scaled to the 5M bytes of the full corpus: 50,000 batches
-    assert gc.table_time(one, {"step_s": 1.0, "eval": prefix}, None) == pytest.approx(10 + 50000 * 0.01)
+    assert tables.table_time(one, {"step_s": 1.0, "eval": prefix}, None) == pytest.approx(10 + 50000 * 0.01)
 
 
 def test_cudnn_rnn_flop_formula_counts_what_the_cpu_formula_counts():
@@ -131,7 +126,7 @@ def test_cudnn_rnn_flop_formula_counts_what_the_cpu_formula_counts():
     gru = torch.nn.GRU(3, 5, bias=False)
     assert cudnn_rnn_flops((7, 2, 3), list(gru._flat_weights), 2) == 2 * 14 * 15 * 8
     assert cudnn_rnn_flops((14, 3), list(gru._flat_weights), 2, batch_sizes=(2,) * 7) == 2 * 14 * 15 * 8  # packed
-    assert gc.register_flop_formulas() == "highway_repro.engine.flops"
+    assert throughput.register_flop_formulas() == "highway_repro.engine.flops"
     with FlopCounterMode(display=False) as counter:
         lstm(x)
     assert counter.get_total_flops() == expected  # the project's CPU formula agrees
@@ -144,38 +139,38 @@ def test_prepared_subset_is_a_mirror_the_data_layer_reads(tmp_path, monkeypatch)
     from highway_repro.data.vision import read_cifar_pickle
 
     dst = tmp_path / "gpu_mirror"
-    gc.prepare_data(mirror(), dst, n_train=50, n_test=20)
+    prepare_data(mirror(), dst, n_train=50, n_test=20)
     sums = (dst / "SHA256SUMS").read_text().splitlines()
-    assert sorted(x.split("  ./")[1] for x in sums) == sorted(gc.ENWIK8 + gc.PTB + gc.MNIST + gc.CIFAR)
+    assert sorted(x.split("  ./")[1] for x in sums) == sorted(cases.ENWIK8 + cases.PTB + cases.MNIST + cases.CIFAR)
     monkeypatch.setenv("HIGHWAY_DATA_MIRROR", str(dst))
     monkeypatch.setenv("HIGHWAY_DATA_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("HIGHWAY_DATA_OFFLINE", "1")
     d = data.build("cifar10", allow_partial=True, batch_size=10, eval_batch_size=10, augment=False)
     assert d.num_examples("train") == 50 and d.num_examples("test") == 20
-    src, labels = read_cifar_pickle(mirror() / gc.CIFAR[0], b"labels")
-    cut, cut_labels = read_cifar_pickle(dst / gc.CIFAR[0], b"labels")
+    src, labels = read_cifar_pickle(mirror() / cases.CIFAR[0], b"labels")
+    cut, cut_labels = read_cifar_pickle(dst / cases.CIFAR[0], b"labels")
     assert (cut == src[:50]).all() and (cut_labels == labels[:50]).all()
     assert data.build("enwik8_prefix", batch_size=4, seq_len=16).meta["vocab_size"] > 100  # checksum verified
-    (dst / gc.ENWIK8[0]).write_bytes(b"x" * 100)  # a damaged file is refused by name
+    (dst / cases.ENWIK8[0]).write_bytes(b"x" * 100)  # a damaged file is refused by name
     with pytest.raises(data.ChecksumError, match="enwik8.prefix"):
-        data.sources.fetch(gc.ENWIK8[0])
+        data.sources.fetch(cases.ENWIK8[0])
 
 
 def test_missing_torch_stops_at_once_with_a_report(tmp_path, monkeypatch):
-    found = {m: f"/site/{m}" for m in gc.MODULES} | {"torch": None}
-    monkeypatch.setattr(gc, "setup_paths", lambda: found)
+    found = {m: f"/site/{m}" for m in common.MODULES} | {"torch": None}
+    monkeypatch.setattr(cli, "setup_paths", lambda: found)
     monkeypatch.setenv("HIGHWAY_DATA_OFFLINE", "1")
     monkeypatch.delenv("HIGHWAY_DATA_MIRROR", raising=False)
     out = tmp_path / "gpu_check"
-    assert gc.main(["--out", str(out), "--data", str(tmp_path)]) == 2
+    assert cli.main(["--out", str(out), "--data", str(tmp_path)]) == 2
     md = out.with_suffix(".md").read_text()
     assert "missing: torch" in md and "--prepare" in md
 
 
 def test_cuda_tests_phase_reads_the_junit_report(tmp_path, monkeypatch):
     """The `pytest -m cuda` phase: its command, and the counts and names it reads from pytest's JUnit XML."""
-    args = gc.parse(["--dry-run", "--out", str(tmp_path / "gpu_check"), "--runs", str(tmp_path / "runs")])
-    ctx = gc.Ctx(args, gc.Report(Path(args.out), True, "test"))
+    args = cli.parse(["--dry-run", "--out", str(tmp_path / "gpu_check"), "--runs", str(tmp_path / "runs")])
+    ctx = Ctx(args, Report(Path(args.out), True, "test"))
     ctx.dry = False  # judge the counts as on the GPU
     seen = []
 
@@ -190,8 +185,8 @@ def test_cuda_tests_phase_reads_the_junit_report(tmp_path, monkeypatch):
             '</testsuite></testsuites>')
         return 1, "1 failed, 1 passed, 1 skipped"
 
-    monkeypatch.setattr(gc, "run_child", fake_child)
-    counts = gc.cuda_tests(ctx)
+    monkeypatch.setattr(cuda_tests, "run_child", fake_child)
+    counts = cuda_tests.cuda_tests(ctx)
     assert seen[0][1:5] == ["-m", "pytest", "-m", "cuda"] and "tests/test_cuda.py" in seen[0]
     assert counts == {"tests": 3, "failures": 1, "errors": 0, "skipped": 1}
     title, lines = ctx.rep.sections["tests"]
@@ -202,12 +197,12 @@ def test_cuda_tests_phase_reads_the_junit_report(tmp_path, monkeypatch):
 
 def test_table_times_section_uses_the_measured_step_times(tmp_path):
     """Section 8 from measured cases: enwik8 6 layers = 1 baseline run + 7 gated runs of 40,000 steps."""
-    args = gc.parse(["--dry-run", "--out", str(tmp_path / "gpu_check"), "--runs", str(tmp_path / "runs")])
-    ctx = gc.Ctx(args, gc.Report(Path(args.out), True, "test"))
+    args = cli.parse(["--dry-run", "--out", str(tmp_path / "gpu_check"), "--runs", str(tmp_path / "runs")])
+    ctx = Ctx(args, Report(Path(args.out), True, "test"))
     no_eval = {"batch_s": 0.0, "sizes": {"val": (1, 1), "test": (1, 1)}, "data_name": "enwik8_prefix"}
     for variant, step_s in (("baseline", 0.1), ("sdu_tanh", 0.2)):
         ctx.results[("txl6", variant, "bf16")] = {"step_s": step_s, "eval": no_eval, "mem": 3 * 2 ** 30}
-    gc.tables_section(ctx)
+    tables.tables_section(ctx)
     rows = {(r[1], r[3], r[4]): r[5] for r in ctx.rep.rows if r[0] == "tables"}
     assert rows[("ht_enwik8_l6", "bf16", "table_s")] == pytest.approx(40000 * (0.1 + 7 * 0.2))
     assert ("ht_enwik8_l6", "fp32", "table_s") not in rows and rows[("hn_fig1", "", "runs")] == 1200
@@ -224,13 +219,13 @@ def test_dry_run_of_every_case_and_variant_reports_no_problem(tmp_path, monkeypa
     monkeypatch.setenv("HIGHWAY_DATA_OFFLINE", "1")
     monkeypatch.setattr(sys, "path", list(sys.path))
     out = tmp_path / "gpu_check"
-    gc.main(["--dry-run", "--skip", "peak,nan,curve,ddp,tests,tables", "--data", str(mirror()), "--out", str(out),
+    cli.main(["--dry-run", "--skip", "peak,nan,curve,ddp,tests,tables", "--data", str(mirror()), "--out", str(out),
              "--runs", str(tmp_path / "runs")])
     md = out.with_suffix(".md").read_text()
     problems = md.split("## Errors and skipped parts")[1].split("##")[0].strip()
-    jobs = {(case.key, variant, precision) for case, variant, _, precision in gc.throughput_jobs("ABC")}
+    jobs = {(case.key, variant, precision) for case, variant, _, precision in throughput.throughput_jobs("ABC")}
     # a CPU without bf16 instructions cannot run oneDNN's bf16 LSTM: then those cases, and only they, are problems
-    no_bf16 = set() if gc.cpu_bf16_features() else {(c.key, v, "bf16") for c in gc.CASES if c.bf16_lstm
+    no_bf16 = set() if cases.cpu_bf16_features() else {(c.key, v, "bf16") for c in cases.CASES if c.bf16_lstm
                                                     for v, _ in c.variants}
     found = set() if problems == "none" else {line[2:].split(": ")[0] for line in problems.splitlines()}
     assert found == {f"throughput {k} {v} {p}" for k, v, p in no_bf16}, problems
@@ -241,7 +236,7 @@ def test_dry_run_of_every_case_and_variant_reports_no_problem(tmp_path, monkeypa
 
 
 def test_every_variant_the_check_names_has_a_config():
-    names = {variant for case in gc.CASES for variant, _ in case.variants} - {"plain", "highway"}
-    assert names <= gc.VARIANTS and "sdu_tanh" in names
+    names = {variant for case in cases.CASES for variant, _ in case.variants} - {"plain", "highway"}
+    assert names <= cases.VARIANTS and "sdu_tanh" in names
     with pytest.raises(ValueError, match="variant='tanh_all'"):
-        gc.variant("tanh_all")
+        cases.variant("tanh_all")

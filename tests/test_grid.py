@@ -515,7 +515,7 @@ def test_make_help_lists_every_table():
 
 def test_every_kept_run_matches_the_recipe_of_its_table():
     """The committed runs under results/<paper>/runs/<table>-<scale>/ were made with the recipe the config files
-    now give their job: a scale file changed without moving its old runs to results/archive/ fails here."""
+    now give their job: a scale file changed without moving its old runs out of results/ fails here."""
     from highway_repro.report import load_runs
     from highway_repro.runner.keep import other_recipe
     from highway_repro.targets import TARGETS, runs_folder
@@ -531,12 +531,28 @@ def test_every_kept_run_matches_the_recipe_of_its_table():
     assert checked >= 29  # Fig. 1 at the cpu scale: the runs of trials 0-3 kept so far
 
 
-def test_a_kept_run_of_an_older_recipe_is_named_and_left_out():
-    """The archived char-PTB runs (batch 16 x 3,200 steps) are not runs of today's cpu recipe (batch 32 x 3,000)."""
+def older_char_ptb_runs(dest: Path) -> Path:
+    """Three kept char-PTB runs as an older cpu recipe made them: batch 16 x 3,200 steps (today's: 32 x 3,000)."""
+    from highway_repro.targets import runs_folder
+
+    for name in ("seed=0,variant=baseline", "seed=0,variant=sdu_sigmoid", "seed=1,variant=baseline"):
+        shutil.copytree(REPO / "results" / runs_folder("ht_char_ptb", "cpu") / name, dest / name)
+        saved = dest / name / "config_resolved.yaml"
+        text = saved.read_text()
+        for old, new in (("\n  batch_size: 32\n", "\n  batch_size: 16\n"),
+                         ("\n  max_steps: 3000\n", "\n  max_steps: 3200\n")):
+            assert text.count(old) == 1, (saved, old)
+            text = text.replace(old, new)
+        saved.write_text(text)
+    return dest
+
+
+def test_a_kept_run_of_an_older_recipe_is_named_and_left_out(tmp_path):
+    """Char-PTB runs of batch 16 x 3,200 steps are not runs of today's cpu recipe (batch 32 x 3,000)."""
     from highway_repro.report import load_runs
     from highway_repro.runner.keep import other_recipe
 
-    runs = load_runs(REPO / "results" / "archive" / "cpu-v2" / "highway_transformer" / "ht_char_ptb-cpu")
+    runs = load_runs(older_char_ptb_runs(tmp_path / "ht_char_ptb-cpu"))
     other = other_recipe("ht_char_ptb", "cpu", [r.path for r in runs])
     assert sorted(other) == ["seed=0,variant=baseline", "seed=0,variant=sdu_sigmoid", "seed=1,variant=baseline"]
     assert all("data.batch_size: 16 there, 32 here" in v and "trainer.max_steps: 3200 there, 3000 here" in v
@@ -554,8 +570,7 @@ def test_a_sweep_refuses_kept_runs_of_an_older_recipe(tmp_path, capsys):
     from highway_repro.runner.table import plan_table
     from highway_repro.targets import runs_folder
 
-    kept = tmp_path / "results" / runs_folder("ht_char_ptb", "cpu")
-    shutil.copytree(REPO / "results" / "archive" / "cpu-v2" / "highway_transformer" / "ht_char_ptb-cpu", kept)
+    older_char_ptb_runs(tmp_path / "results" / runs_folder("ht_char_ptb", "cpu"))
     with pytest.raises(ConfigError, match=r"\[ht_char_ptb\] 3 finished run\(s\) .*seed=0,variant=baseline: "
                        r".*data.batch_size: 16 there, 32 here"):
         plan_table("ht_char_ptb", "cpu", 2, [], tmp_path / "runs", tmp_path / "results", estimate_only=True)

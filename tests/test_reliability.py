@@ -1,4 +1,4 @@
-"""Failure behaviour (README "Failure behaviour"), one section per fault class:
+"""Failure behaviour (docs/guide.md, "Failure behaviour"), one section per fault class:
 
 1. kill and resume (SIGKILL during a step and during a checkpoint write, SIGTERM / SIGINT), through real
    `python -m highway_repro.train` subprocesses, killed at points found by polling the run folder

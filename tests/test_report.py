@@ -1,6 +1,6 @@
 """The report package: t quantiles and Welch intervals against known values, the four verdicts, the header read
-from run folders (not from the machine that builds the report), claims files, results/summary.csv, the README's
-"at a glance" table, and paper tables end to end from fake run folders."""
+from run folders (not from the machine that builds the report), claims files, results/summary.csv and the claims list
+of results/README.md, the README's "at a glance" table, and paper tables end to end from fake run folders."""
 
 from __future__ import annotations
 
@@ -347,29 +347,45 @@ def test_hn_table_and_summary_end_to_end(tmp_path):
     assert ("[Highway Networks, Table 1: 10-layer conv net on MNIST](hn/table1.md) | cpu | 6 | 1 / 1 / 0 / 0 | "
             "1 / 1 / 0 / 0 | 2 | 0 | 1 of 2 |") in index
     assert "(ht/part.md) | cpu | 14 | 0 / 0 / 0 / 0 | 0 / 0 / 0 / 0 | 0 | 6 | 0 of 1 |" in index  # the same runs
-    assert "Superseded (tables of earlier recipes, kept for the record; not in `summary.csv`): " \
-           "[archive/v0/t1.md](archive/v0/t1.md)." in index  # the archived table: indexed, not summarised
+    superseded = next(ln for ln in index.splitlines() if ln.startswith("Superseded recipes"))
+    assert superseded.endswith("indexed here, not summarised: [archive/v0/t1.md](archive/v0/t1.md).")  # restored
     assert "(ht/char.md) | cpu | 14 of 20 (partial) |" in index  # 12 done, 1 failed, 1 missing
     not_made = next(ln for ln in index.splitlines() if ln.startswith("Not made yet"))
     assert not_made == "Not made yet (no kept run, so no table file): hn_cifar (`make reproduce-hn-cifar`)."
-    # the README's "at a glance" section is built from summary.csv
-    spec = importlib.util.spec_from_file_location("update_readme", REPO / "scripts" / "update_readme.py")
-    update_readme = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(update_readme)
-    (tmp_path / "README.md").write_text("# x\n\n<!-- glance:begin -->\nold\n<!-- glance:end -->\n\n## Next\n")
-    assert update_readme.main(tmp_path) == 0
-    readme = (tmp_path / "README.md").read_text()
-    assert "old" not in readme and readme.endswith("<!-- glance:end -->\n\n## Next\n")
-    assert "(results/ht/char.md)" in readme and "(results/ht/part.md)" not in readme
-    assert "| hn_table1 | width=32, kind=highway reaches the paper's accuracy" in readme
-    assert "**HELD** [99.57, 99.67] | HELD (2) | — | [hn/table1.md](results/hn/table1.md) |" in readme
-    lines = [ln for ln in readme.splitlines() if ln.startswith("| hn_table1 |") or ln.startswith("| ht_char_ptb |")]
+    # the index ends with every distinct comparison and floor
+    listed = index[index.index("## Every comparison"):]
+    assert "(ht/char.md)" in listed and "(ht/part.md)" not in listed  # the part's comparisons are the table's
+    assert "| hn_table1 | width=32, kind=highway reaches the paper's accuracy" in listed
+    assert "**HELD** [99.57, 99.67] | HELD (2) | — | [hn/table1.md](hn/table1.md) |" in listed
+    lines = [ln for ln in listed.splitlines() if ln.startswith("| hn_table1 |") or ln.startswith("| ht_char_ptb |")]
     ours = [i for i, ln in enumerate(lines) if " | ours | " in ln]
     assert any(ln.startswith("| ht_char_ptb | highway ends lower than the baseline | ours |") for ln in lines)
     # a table with runs of its grid not trained yet says so in every line
     assert all(" | cpu, **partial: 14 of 20 runs** | " in ln for ln in lines if ln.startswith("| ht_char_ptb |"))
     assert all(" | cpu | " in ln for ln in lines if ln.startswith("| hn_table1 |"))
     assert ours and min(ours) > max(i for i, ln in enumerate(lines) if " | paper | " in ln)  # the paper's first
+
+    # the README's "at a glance" section: one line per table, from summary.csv
+    update_readme = load_update_readme()
+    (tmp_path / "README.md").write_text("# x\n\n<!-- glance:begin -->\nSTALE TEXT\n<!-- glance:end -->\n\n## Next\n")
+    assert update_readme.main(tmp_path) == 0
+    readme = (tmp_path / "README.md").read_text()
+    assert "STALE" not in readme and readme.endswith("<!-- glance:end -->\n\n## Next\n")
+    table_lines = [ln for ln in readme.splitlines() if ln.startswith("| [")]
+    assert len(table_lines) == 3  # hn_table1, ht_char_ptb, and the part of a study whose table is not made
+    # the reference row (the first floor's), ours against the paper's; held / did not hold / no difference / not
+    # resolved as in the index above
+    assert ("| [Highway Networks, Table 1: 10-layer conv net on MNIST](results/hn/table1.md) | width=32, "
+            "kind=highway: 99.62 acc test (paper 99.54) | 1 | 1 | 0 | 0 | cpu |") in table_lines
+    char = "| [Highway Transformer: Transformer-L3 on char-PTB (bpc)](results/ht/char.md) | baseline: "
+    assert any(ln.startswith(char) and ln.endswith(" | cpu, **partial: 14 of 20 runs** |") for ln in table_lines)
+
+
+def load_update_readme():
+    spec = importlib.util.spec_from_file_location("update_readme", REPO / "scripts" / "update_readme.py")
+    update_readme = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(update_readme)
+    return update_readme
 
 
 def test_claims_without_runs_on_a_side_are_marked_not_testable(tmp_path):
@@ -382,14 +398,12 @@ def test_claims_without_runs_on_a_side_are_marked_not_testable(tmp_path):
     index = (tmp_path / "results" / "README.md").read_text()
     # 6 not resolved, all 6 for want of runs; no test, so no family
     assert "(ht/char.md) | cpu | 11 | 0 / 0 / 0 / 6 (6) | 0 / 0 / 0 / 6 | 0 | 0 | — |" in index
-    spec = importlib.util.spec_from_file_location("update_readme", REPO / "scripts" / "update_readme.py")
-    update_readme = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(update_readme)
-    (tmp_path / "README.md").write_text("<!-- glance:begin -->\n<!-- glance:end -->\n")
-    assert update_readme.main(tmp_path) == 0
-    lines = [ln for ln in (tmp_path / "README.md").read_text().splitlines() if ln.startswith("| ht_char_ptb |")]
+    lines = [ln for ln in index.splitlines() if ln.startswith("| ht_char_ptb |")]
     assert len(lines) == 6 and all("**NOT RESOLVED** (not testable yet: no finished runs for the row it is "
                                    "compared with)" in ln for ln in lines)
+    (tmp_path / "README.md").write_text("<!-- glance:begin -->\n<!-- glance:end -->\n")
+    assert load_update_readme().main(tmp_path) == 0
+    assert " | 0 | 0 | 0 | 6 | cpu |" in (tmp_path / "README.md").read_text()
 
 
 def test_gate_analyses_report_is_rebuilt_from_kept_files_without_the_checkpoint(tmp_path):
@@ -508,9 +522,9 @@ def test_fig1_best_curves_keep_the_last_logged_training_loss(tmp_path, monkeypat
 
     panels = []
     monkeypatch.setattr(hn_tables, "plot", lambda path, ps, **kw: panels.extend(ps))
-    # the 336 kept runs of the per-epoch-decay recipe (a fixed set, all at max_steps 16,000 or diverged)
-    runs = load_runs(REPO / "results" / "archive" / "cpu-v5" / "highway_networks" / "hn_fig1-cpu")
-    assert len(runs) == 336
+    # the table's 312 kept runs (26 trials x 12 cells, all at max_steps 16,000 or diverged)
+    runs = load_runs(REPO / "results" / "highway_networks" / "runs" / "hn_fig1-cpu")
+    assert len(runs) == 312
     build_table("hn_fig1", runs, tmp_path / "fig1", {})
     best = [p for p in panels if p.title.endswith(": best")]
     assert best and all(xs[-1] == 16000 for p in best for xs, _ in p.series.values())
@@ -536,3 +550,19 @@ def test_placement_scan_plots_the_trained_layers_against_lines_over_every_k(tmp_
     assert k_only == ([2], [pytest.approx(2.17)])  # the failed k = 5 is not a point
     assert base == ([1, 6], [pytest.approx(2.21)] * 2) and every == ([1, 6], [pytest.approx(2.11)] * 2)
     assert auc_panel.series["SDU tanh in layer k only"] == ([2], [pytest.approx(3.17)])
+
+
+def test_the_index_names_a_commit_that_holds_the_archive():
+    """results/README.md sends a reader of the superseded recipes to `summary.ARCHIVE_COMMIT`: its tree has the
+    folder (with its own index), and the tree of this checkout no longer does."""
+    from highway_repro.report.summary import ARCHIVE_COMMIT
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+
+    if git("cat-file", "-e", f"{ARCHIVE_COMMIT}^{{commit}}").returncode:
+        pytest.skip("a clone without the history (shallow)")
+    listing = git("ls-tree", "--name-only", f"{ARCHIVE_COMMIT}:results/archive").stdout.split()
+    assert {"cpu-v1", "cpu-v2", "cpu-v3", "cpu-v4", "cpu-v5"} <= set(listing)
+    assert not (REPO / "results" / "archive").exists()
+    assert f"git checkout {ARCHIVE_COMMIT[:12]} -- results/archive" in (REPO / "results" / "README.md").read_text()

@@ -226,6 +226,31 @@ def test_parameter_count_matches_formula():
     assert n_params(TransformerXL(204, gate_kind="sdu_tanh")) == paper + 12 * (2 * 512 * 512 + 2 * 512)
 
 
+def _naive_positions_f64(distances, d: int) -> torch.Tensor:
+    """Vaswani et al. (2017) Sec. 3.5 written out in Python floats (float64): [sin | cos] of p / 10000^(2i/d)."""
+    rows = [[math.sin(p / 10000 ** (2 * i / d)) for i in range(d // 2)] + [math.cos(p / 10000 ** (2 * i / d))
+            for i in range(d // 2)] for p in distances]
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+def test_float64_model_has_a_float64_position_table():
+    """A float64 model is float64 throughout: its relative position table R too (an fp32 table is off by ~1e-7)."""
+    m = tiny(mem_len=5).double().eval()
+    seen = []
+    m.layers[0].register_forward_pre_hook(lambda mod, args: seen.append(args[2]))  # layer(x, mem, r, ...)
+    with torch.no_grad():
+        _, mems = m(toks(2, 8))
+        m(toks(2, 8, seed=2), mems)
+    r = seen[-1]  # (K, d) with K = 5 memory + 8 current positions, distances 12 .. 0
+    assert r.dtype == torch.float64 and r.shape == (13, 16)
+    torch.testing.assert_close(r, _naive_positions_f64(range(12, -1, -1), 16), atol=1e-13, rtol=0)
+    far = torch.arange(5000.0, 4990.0, -1.0, dtype=torch.float64)  # long distances: fp32 rounding is visible there
+    torch.testing.assert_close(sinusoidal_positions(far, 16, torch.float64), _naive_positions_f64(far.tolist(), 16),
+                               atol=1e-11, rtol=0)
+    assert (sinusoidal_positions(far, 16) - _naive_positions_f64(far.tolist(), 16)).abs().max() > 1e-6
+    assert sinusoidal_positions(far, 16).dtype == torch.float32
+
+
 # ---- training ---------------------------------------------------------------------------
 def test_overfit_one_batch():
     m = tiny(n_layers=2, d_model=32, n_heads=4, d_head=8, d_ff=64, tgt_len=16, mem_len=0,

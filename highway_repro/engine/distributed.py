@@ -7,7 +7,7 @@ MASTER_ADDR, MASTER_PORT) and returns a `DistInfo` when WORLD_SIZE > 1 (else
 None: the single-process path is unchanged). Backend: nccl with one GPU per
 process (`cuda:LOCAL_RANK`), gloo on CPU.
 
-Semantics (see README "Speed and scale"):
+Semantics (see docs/guide.md, "Speed and scale"):
 
 - `data.batch_size` is the *global* batch. Every rank builds the global batch of
   step k (`data.train_batch(k)` is a pure function of the step) and keeps its

@@ -59,6 +59,19 @@ def cpu_model() -> str | None:
     return None
 
 
+def cpu_bf16_features() -> list[str]:
+    """The CPU's bf16 features as its flags list them (/proc/cpuinfo: avx512_bf16, amx_bf16); elsewhere oneDNN's own
+    check. Used by the GPU check (which bf16 cases a CPU can run) and the benchmarks' precision section."""
+    try:
+        flags = next((ln.split(":", 1)[1].split() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                      if ln.startswith("flags")), [])
+        return [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
+    except OSError:
+        import torch
+
+        return ["mkldnn_bf16"] if torch.ops.mkldnn._is_mkldnn_bf16_supported() else []
+
+
 def _git_commit() -> str | None:
     """The commit of the code that runs (None outside a git checkout or without git)."""
     try:

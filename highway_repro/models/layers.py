@@ -64,17 +64,19 @@ def init_layer_norm_(m: nn.LayerNorm, std: float = 0.02) -> nn.LayerNorm:
 # ----------------------------------------------------------------------------- positions
 
 
-def sinusoidal_positions(positions: torch.Tensor, d_model: int) -> torch.Tensor:
-    """Sinusoidal encoding (Vaswani et al. 2017, Sec. 3.5) of float `positions` (T,) -> (T, d_model).
+def sinusoidal_positions(positions: torch.Tensor, d_model: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Sinusoidal encoding (Vaswani et al. 2017, Sec. 3.5) of `positions` (T,) -> (T, d_model), in `dtype` (the
+    model's: a float64 model gets a float64 table; a half-precision one a table computed in float32, then cast).
 
     Layout [sin | cos] (the Transformer-XL layout), frequencies 1 / 10000^(2i / d_model).
     Positions may be any values (e.g. descending relative distances)."""
     if d_model % 2:
         raise error("model.d_model", d_model, "an even integer", "is not allowed with sinusoidal positions")
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, d_model, 2, device=positions.device, dtype=torch.float32)
+    work = torch.promote_types(dtype, torch.float32)
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, d_model, 2, device=positions.device, dtype=work)
                                 / d_model))  # (d/2,)
-    angles = positions.float().unsqueeze(1) * inv_freq.unsqueeze(0)  # (T, d/2)
-    return torch.cat([angles.sin(), angles.cos()], dim=-1)  # (T, d)
+    angles = positions.to(work).unsqueeze(1) * inv_freq.unsqueeze(0)  # (T, d/2)
+    return torch.cat([angles.sin(), angles.cos()], dim=-1).to(dtype)  # (T, d)
 
 
 def rel_shift(x: torch.Tensor) -> torch.Tensor:

@@ -109,7 +109,7 @@ class TransformerLM(nn.Module):
         B, T = tokens.shape
         x = self.tok_emb(tokens) * math.sqrt(self.d_model)  # (B, T, C)
         if self.pos == "sinusoidal":
-            x = x + sinusoidal_positions(torch.arange(T, device=tokens.device), self.d_model).to(x.dtype)
+            x = x + sinusoidal_positions(torch.arange(T, device=tokens.device), self.d_model, x.dtype)
         elif self.pos == "learned":
             if T > self.max_len:
                 raise ValueError(f"sequence length T={T} exceeds max_len={self.max_len} of pos='learned'")

@@ -252,7 +252,7 @@ class TransformerXL(nn.Module):
         clamp = self.active["clamp_len"]
         if clamp > 0:
             pos = pos.clamp(max=clamp)
-        r = self.drop(sinusoidal_positions(pos, self.d_model).to(x.dtype))  # (K, d)
+        r = self.drop(sinusoidal_positions(pos, self.d_model, x.dtype))  # (K, d)
         mask = self._attn_mask(T, M, tokens.device)  # (T, K)
         hids = []
         for i, layer in enumerate(self.layers):

@@ -11,10 +11,14 @@
 | `stats.py` | mean ± std, t- and Welch intervals (own t quantile), the four verdicts, Holm, the bootstrap, seeds needed |
 | `papers.py` | every paper number, claim threshold and floor |
 | `spec.py` | the one table style: `TableSpec` (rows, columns, claims, floors) and `render` |
+| `measures.py` | `Measure` (one number per run), `Row` (the runs of a row), the number formats |
+| `columns.py` | the column constructors (`stat`, `best`, `paper`, ...) and a row's mean learning curve |
+| `claims.py` | `Claim` and its tests (Welch, one-sample t, bootstrap), the family with Holm, floors as claims |
 | `tables.py` | `TABLES` (name -> spec), `build_table` and `findings_path` (a follow-up step's kept findings) |
 | `header.py` | the one header writer (command, scale, seeds, runs, times, machine from run_info.json) |
 | `plots.py` | the one plotting helper |
 | `summary.py` | `<table>.claims.json`, `results/summary.csv` (each comparison once), `results/README.md` |
+| `claims_list.py` | the full claims list of `results/README.md` and the counts of verdicts (standard library only) |
 | `forest.py` | `results/claims.png`: every distinct comparison, its interval, delta and the paper's effect |
 | `cli.py` | `python -m highway_repro.report` (generic tables of any sweep) |
 

@@ -86,8 +86,8 @@ def header(title: str, runs: list[Run], meta: dict | None = None) -> str:
     if other:
         shown = "; ".join(f"`{k}` ({v})" for k, v in list(other.items())[:3]) + ("; ..." if len(other) > 3 else "")
         lines.append(f"- **{len(other)} kept run{'s' if len(other) > 1 else ''} left out: made with another recipe "
-                     f"than the config files now give** ({shown}); move them under results/archive/ and train "
-                     "the table again")
+                     f"than the config files now give** ({shown}); move them out of results/ (git history "
+                     "keeps committed runs) and train the table again")
     t = compute_time(runs)
     cpu_h = f"{t['cpu_s'] / 3600:.2f} CPU-hours"
     gpu = [r.metric("time/wall_s") for r in runs if r.run_info.get("cuda_device")]

@@ -9,7 +9,8 @@
   when an interval cannot be formed: fewer than 2 values on a side).
 - `side_p`, `holm`, `holm_verdicts`: one-sided p-values of the same tests and the verdicts of a family of them
   after Holm's (1979) step-down adjustment.
-- `seeds_needed`: the seeds per row at which a Welch interval would decide, from the measured spread.
+- `seeds_needed`: the seeds per row at which a Welch interval would decide, from the measured spread;
+  `decision_cost`: the runs and hours that would take, against the cpu scale's budget of a table.
 - `bootstrap`, `percentile_interval`: the statistic of a random search (best trial, mean of the top k) on
   resamples of all of its trials.
 
@@ -236,6 +237,19 @@ def seeds_needed(sd_a: float, sd_b: float, diff: float, delta: float | None, lev
         if t_quantile(0.5 + level / 2, df) * math.sqrt((va + vb) / n) < target:
             return n
     return None
+
+
+# The cpu scale's budget: every table within 8 hours on 2 cores (2 jobs x 1 thread), runs it already has included.
+TABLE_BUDGET_H, BUDGET_CORES = 8.0, 2
+
+
+def decision_cost(seeds: int, have: tuple[int, int], run_s: float) -> tuple[int, float, bool]:
+    """What bringing both rows of a comparison to `seeds` seeds would cost, given the seeds they `have` and the
+    wall seconds `run_s` one run takes with a core to itself: (runs to add, hours on BUDGET_CORES cores, whether
+    that alone exceeds TABLE_BUDGET_H)."""
+    more = max(0, seeds - have[0]) + max(0, seeds - have[1])
+    hours = more * run_s / BUDGET_CORES / 3600
+    return more, hours, hours > TABLE_BUDGET_H
 
 
 def bootstrap(values, statistic, resamples: int = 10000, seed: int = 0) -> list[float]:

@@ -1,6 +1,6 @@
 """Claim rows: `<out>.claims.json` beside each table, `results/summary.csv` over all of them, the index
-page `results/README.md`, which also names the expected tables not made yet, and the forest plot of every
-distinct comparison, `results/claims.png` (`forest.py`).
+page `results/README.md`, which also names the expected tables not made yet and ends with the full claims list
+(`claims_list.py`), and the forest plot of every distinct comparison, `results/claims.png` (`forest.py`).
 
 A claims file holds one entry per table row (kind `row`: the table's main number, its 95 % interval, the paper's
 number, the floor and whether it is met) and one per claim or floor (kind `claim` / `floor`: the tested
@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 from highway_repro.report import papers, stats
+from highway_repro.report.claims_list import claims_list
 from highway_repro.report.forest import forest
 from highway_repro.report.spec import UNTESTED, Rendered, floor_met
 
@@ -130,7 +131,8 @@ def _cell(v) -> str:
     return str(v)
 
 
-ARCHIVE = "archive"  # results/archive/: tables and runs of superseded recipes
+ARCHIVE = "archive"  # results/archive/: tables and runs of superseded recipes, out of the tree
+ARCHIVE_COMMIT = "3b84a2689132d00462605e95dd0e34f464c9f369"  # the last change of results/archive/ (in its tree)
 
 
 def distinct(rows: list[dict]) -> None:
@@ -162,7 +164,8 @@ def missing_paper_claims(rows: list[dict]) -> list[papers.PaperClaim]:
 
 def write_summary(results_root: Path, expected: dict | None = None) -> Path:
     """`<results_root>/summary.csv` from every `*.claims.json` below it but for `archive/` (tables of superseded
-    recipes, kept for the record: indexed, not summarised), and the index `<results_root>/README.md`.
+    recipes, out of the tree since `ARCHIVE_COMMIT`; where restored: indexed, not summarised), and the index
+    `<results_root>/README.md`.
     `expected`: table name -> how to make it (the runner passes every report it knows); the index names those
     without a claims file."""
     root = Path(results_root)
@@ -178,10 +181,11 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     forest(rows, root / "claims.png")
     path = root / "summary.csv"
+    flat = [{k: _cell(r.get(k)) for k in COLUMNS} for r in rows]  # summary.csv's rows, as the claims list reads them
     with open(path, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
         w.writeheader()
-        w.writerows({k: _cell(r.get(k)) for k in COLUMNS} for r in rows)
+        w.writerows(flat)
     lines = ["# Results", "",
              "Every table of the two papers as reproduced here; each file names the command that made it, the scale, "
              "seeds, wall time, CPU-hours and machine. `summary.csv` has one line per table row, distinct comparison "
@@ -223,8 +227,13 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
     if others:
         lines += ["", "Other reports (benchmarks, or tables written before claims files existed): "
                   + ", ".join(f"[{o}]({o})" for o in others) + "."]
-    if archived:
-        lines += ["", "Superseded (tables of earlier recipes, kept for the record; not in `summary.csv`): "
-                  + ", ".join(f"[{o}]({o})" for o in archived) + "."]
+    lines += ["", "Superseded recipes (their tables and kept runs, `archive/`: `cpu-v1` the first, much shorter cpu "
+              "scale; `cpu-v2` runs of recipes sized for a slower machine; `cpu-v3` a char-PTB run with the paper's "
+              "dropout; `cpu-v4` the CIFAR table at 6,000 steps; `cpu-v5` Fig. 1 with the decay every epoch; the "
+              "pilots behind each change: docs/pilots.md) are out of the tree: "
+              f"`git checkout {ARCHIVE_COMMIT[:12]} -- results/archive` brings them back, indexed here, not summarised"
+              + (": " + ", ".join(f"[{o}]({o})" for o in archived) if archived else "") + "."]
+    lines += ["", "## Every comparison", "", "![every distinct comparison: difference, 95 % interval, +-delta, the "
+              "paper's effect](claims.png)", "", claims_list(flat)]
     (root / "README.md").write_text("\n".join(lines) + "\n")
     return path

@@ -51,8 +51,8 @@ def scale_section(files: list[tuple[str, str]]) -> str:
     names = ", ".join(f"`{path}`" for path, _ in files)
     one = len(files) == 1
     out = (f"\n## The recipe at this scale\n\nWhat the scale file{'' if one else 's'} change{'s' if one else ''} "
-           "from the paper's recipe (`configs/experiment/`), the pilots and measurements behind each change and the "
-           f"budget, as {names} state{'s' if one else ''} them:\n")
+           "from the paper's recipe (`configs/experiment/`) and the evidence for each change, as "
+           f"{names} state{'s' if one else ''} them (the pilots in full: `docs/pilots.md`):\n")
     for path, text in files:
         out += f"\n<details><summary>{path}</summary>\n\n```yaml\n{text.rstrip()}\n```\n\n</details>\n"
     return out

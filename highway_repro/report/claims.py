@@ -1,0 +1,288 @@
+"""Claims and their tests: a `Claim` (a row's measure on one side of another row or of a number), tested by a 95 %
+interval (`stats.py`): two rows by Welch's difference of means with the equivalence margin delta, a row against
+a number by a one-sample t-interval, a random search's best trial or top-k mean by a bootstrap over all of its
+trials; the family of a table's tests, Holm-adjusted (`family`); floors as claims (`floor_claim`)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Callable
+
+from highway_repro.report import papers, stats
+from highway_repro.report.columns import reach_steps
+from highway_repro.report.measures import Measure, Row, interval, mean_pm, num
+from highway_repro.report.papers import Floor
+from highway_repro.report.runs import Run
+
+
+@dataclass(frozen=True)
+class Claim:
+    """`row`'s `measure` lies on `side` of `against`: another row (difference of means, Welch; the difference is
+    compared with `threshold`, 0 for "lower / higher than") or a number (one-sample). `row` / `against` may pool
+    several rows (a tuple of row ids: their runs together). pick: all runs | "best" trial | "top" (mean of the
+    `top_k` best trials, as many on both sides); best and top are a random search's statistics, tested by a
+    bootstrap over all trials of the row (`bootstrap_test`)."""
+    text: str
+    row: tuple
+    measure: Measure
+    side: str  # lower | higher
+    against: tuple | float
+    threshold: float = 0.0  # the difference the claim is about: 0, or -2 on log10 for "100x lower"
+    pick: str = "all"
+    top_k: int = 10
+    kind: str = "claim"  # claim | floor
+    paper_value: float | None = None
+    paper_note: str = ""
+    reach: Measure | None = None  # a curve: steps the row needs to reach the other row's last point on it
+
+    @property
+    def statistic(self) -> str:
+        """As papers.PaperClaim names it: "test/bpc", "auc(val/bpc)", "best log10(train/loss) x100"."""
+        pick = {"best": "best ", "top": f"top{self.top_k} "}.get(self.pick, "")
+        factor = f" x{10 ** abs(self.threshold):g}" if self.threshold and self.measure.how == "log10" else ""
+        return f"{pick}{self.measure.name}{factor}"
+
+
+def pooled(ids: tuple) -> bool:
+    """A claim side that pools several rows: a tuple of row ids (each a tuple)."""
+    return bool(ids) and isinstance(ids[0], tuple)
+
+
+def side_row(rows: dict, ids) -> Row | None:
+    """The row a claim side names: a row of the table, or the rows of a pooled side together (None if one lacks)."""
+    if not isinstance(ids, tuple) or not pooled(ids):
+        return rows.get(ids) if isinstance(ids, tuple) else None
+    parts = [rows.get(i) for i in ids]
+    if any(p is None for p in parts):
+        return None
+    return Row(ids, " + ".join(p.label for p in parts) + " (pooled)", [r for p in parts for r in p.runs])
+
+
+def paper_claim_of(table: str, c: Claim) -> papers.PaperClaim | None:
+    """The claim of papers.PAPER_CLAIMS on `table` that `c` tests (same rows, statistic and side), or None."""
+    def flat(ids):
+        return tuple(x for i in ids for x in i) if isinstance(ids, tuple) and pooled(ids) else ids
+    return papers.paper_claim(table, flat(c.row), flat(c.against), c.statistic, c.side)
+
+
+def floor_claim(f: Floor, measure: Measure) -> Claim:
+    sign = "<=" if f.side == "lower" else ">="
+    return Claim(f"reaches the floor {measure.label} {sign} {f.value:g}", f.row, measure,
+                 f.side, f.value, pick="best" if f.best else "all", kind="floor")
+
+
+def _values(row: Row, c: Claim) -> list[float]:
+    """The values of the row that the claim tests: all, or the best run's (a floor on a random search)."""
+    ranked = [v for v, _ in row.ranked(c.measure)]
+    return ranked[:1] if c.pick == "best" else ranked
+
+
+UNTESTED = "not testable yet"  # a claim's detail when a side has no finished runs (its verdict: NOT RESOLVED)
+RESAMPLES = 10000  # bootstrap resamples of a random search's trials
+
+
+def run_id(r: Run) -> str:
+    """A run across tables: its experiment (config `name`) and folder name; a study that reuses a table's run
+    keeps both (the runner restores a kept run under its folder name)."""
+    return f"{r.get('name', '')}/{r.path.name}"
+
+
+def trials(row: Row, m: Measure, worst: float) -> list[float]:
+    """Every trial of a random-search row: a finished run's value, and `worst` for a run that failed, diverged or
+    ended non-finite (a failure counts, it is never dropped); runs with no metrics.json are not trials yet."""
+    out = []
+    for r in row.runs:
+        if r.status == "missing":
+            continue
+        v = m(r) if r.done else math.nan
+        out.append(v if math.isfinite(v) else worst)
+    return out
+
+
+def pick_statistic(c: Claim, k: int):
+    """The random search's statistic of a list of trial values: the best, or the mean of the k best."""
+    best_first = (lambda xs: sorted(xs)) if c.measure.lower_is_better else (lambda xs: sorted(xs, reverse=True))
+    if c.pick == "best":
+        return min if c.measure.lower_is_better else max
+    return lambda xs: statistics.fmean(best_first(xs)[:k])
+
+
+def bootstrap_test(c: Claim, row: Row, other: Row | None) -> dict:
+    """A random search's best trial or top-k mean, against another row's or a number: the statistic on all trials
+    (failures at the worst value that a finished trial of the compared rows reached), and a 95 % percentile
+    interval of it (of the difference for two rows) over RESAMPLES bootstrap resamples of the trials of each row.
+    One-sided p-values: the share of resampled values on the wrong side of the threshold."""
+    m = c.measure
+    finished = row.values(m) + (other.values(m) if other else [])
+    worst = (max if m.lower_is_better else min)(finished)
+    xs = trials(row, m, worst)
+    ys = trials(other, m, worst) if other else []
+    k = min(c.top_k, len(xs), *([len(ys)] if other else []))
+    f = pick_statistic(c, k)
+    boot = stats.bootstrap(xs, f, RESAMPLES, seed=1)
+    threshold = c.threshold if other else float(c.against)
+    out = {"trials": (len(xs), len(ys)), "k": k, "mean": f(xs), "other_mean": f(ys) if other else math.nan}
+    if other:
+        boot = [a - b for a, b in zip(boot, stats.bootstrap(ys, f, RESAMPLES, seed=2))]
+    out["estimate"] = out["mean"] - out["other_mean"] if other else out["mean"]
+    out["ci"] = stats.percentile_interval(boot)
+    below = sum(b < threshold for b in boot) / len(boot)
+    above = sum(b > threshold for b in boot) / len(boot)
+    lower = c.side == "lower"
+    out["tests"] = {"p_side": 1 - (below if lower else above), "p_other": 1 - (above if lower else below),
+                    "p_equiv": None}
+    return out
+
+
+def _cpu_run_seconds(runs: list) -> float | None:
+    """Mean wall seconds of a run with a core to itself (its CPU time per thread) over the runs made on a CPU; None
+    when none recorded it."""
+    secs = []
+    for r in runs:
+        cpu, threads = r.metric("time/cpu_s"), r.run_info.get("threads")
+        if math.isfinite(cpu) and not r.run_info.get("cuda_device"):
+            secs.append(cpu / (threads if isinstance(threads, int) and threads > 0 else 1))
+    return statistics.fmean(secs) if secs else None
+
+
+def test_claim(c: Claim, rows: dict, table: str = "") -> dict:
+    """The claim's result: ours, the other side, the interval, delta, the verdict, its p-values (`tests`), the
+    comparison's identity (`key`: the runs of each side and the statistic), the seeds a decision would need, and
+    one Markdown line. `table`: the table's name, for papers.PAPER_CLAIMS."""
+    row = side_row(rows, c.row)
+    m = c.measure
+    label = row.label if row else "/".join(map(str, c.row))
+    res = {"claim": c, "row": row, "label": label, "mean": math.nan, "std": math.nan, "n": 0, "ci": None,
+           "other_mean": math.nan, "other_n": 0, "diff": math.nan, "verdict": stats.NOT_RESOLVED, "detail": "",
+           "delta": None, "tests": None, "key": None, "seeds_needed": None, "experiment": ""}
+    pc = paper_claim_of(table, c)
+    res["paper"], res["paper_effect"] = pc is not None, papers.paper_effect(pc) if pc else None
+    res["paper_id"] = papers.PAPER_CLAIMS.index(pc) if pc else None
+    two_rows = isinstance(c.against, tuple)
+    other = side_row(rows, c.against) if two_rows else None
+    res["other_label"] = other.label if other else None
+    if row is None or not row.values(m) or (two_rows and (other is None or not other.values(m))):
+        side = "the row it is compared with" if row is not None and row.values(m) else "this row"
+        res["detail"] = f"{UNTESTED}: no finished runs for {side}"
+        res["line"] = f"{label} {c.text}: {res['detail']}"
+        return res
+    used = [r for r in row.runs if r.done] + ([r for r in other.runs if r.done] if other else [])
+    res["experiment"] = next((str(r.get("name")) for r in used if r.get("name")), "")
+    sides = (sorted(map(run_id, row.runs)), sorted(map(run_id, other.runs)) if other else [repr(c.against)])
+    res["key"] = f"{c.pick}{c.top_k if c.pick == 'top' else ''}|{m.name}|" + "|".join(",".join(s) for s in sides)
+    what, d = f"{m.label}{c.paper_note}", m.digits
+    if c.kind == "claim" and c.pick in ("best", "top"):
+        b = bootstrap_test(c, row, other)
+        res.update(mean=b["mean"], other_mean=b["other_mean"], n=b["trials"][0], other_n=b["trials"][1],
+                   ci=b["ci"], tests=b["tests"])
+        threshold = c.threshold if other else float(c.against)
+        res["verdict"] = stats.verdict(b["ci"], c.side, threshold)
+        stat = "best trial" if c.pick == "best" else f"mean of the best {b['k']}"
+        sci = m.how != "log10" and abs(b["mean"]) < 1e-2
+        must = f" (must be {'<' if c.side == 'lower' else '>'} {threshold:g})" if other else ""
+        diff_text = f"difference {b['estimate']:+.4g}{must}, " if other else ""
+        tested = (f"{diff_text}95 % bootstrap interval [{b['ci'][0]:.4g}, {b['ci'][1]:.4g}] over all trials (failed "
+                  "ones at the worst value)")
+        if other:
+            res["diff"] = b["estimate"]
+            line = (f"{label} {c.text} ({what}): {stat} of {b['trials'][0]} trials {num(b['mean'], d, sci)} vs "
+                    f"{other.label} {num(b['other_mean'], d, sci)} ({b['trials'][1]} trials); {tested}")
+        else:
+            line = f"{label} {c.text} ({what}): {stat} of {b['trials'][0]} trials {num(b['mean'], d, sci)}; {tested}"
+        res["line"] = f"{line}: **{res['verdict']}**"
+        return res
+    xs = _values(row, c)
+    res["mean"], res["std"] = stats.mean_std(xs)
+    res["n"] = len(row.done) if c.pick == "best" else len(xs)
+    if two_rows:
+        ys = _values(other, c)
+        res["other_mean"], res["other_n"] = statistics.fmean(ys), len(ys)
+        res["diff"] = res["mean"] - res["other_mean"]
+        res["ci"] = stats.welch_interval(xs, ys)
+        if c.threshold == 0:
+            res["delta"] = papers.margin(m.metric, res["other_mean"])
+        res["verdict"] = stats.verdict(res["ci"], c.side, c.threshold, res["delta"])
+        se_df = stats.welch_se_df(xs, ys)
+        if se_df:
+            res["tests"] = _t_tests(res["diff"], *se_df, c.side, c.threshold, res["delta"])
+        if res["verdict"] == stats.NOT_RESOLVED:
+            res["seeds_needed"] = stats.seeds_needed(res["std"], stats.mean_std(ys)[1], res["diff"], res["delta"],
+                                                     start=max(len(xs), len(ys)))
+            run_s = _cpu_run_seconds(used)
+            if res["seeds_needed"] and run_s:
+                res["decision"] = stats.decision_cost(res["seeds_needed"], (len(xs), len(ys)), run_s)
+        must = f" (must be {'<' if c.side == 'lower' else '>'} {c.threshold:g})" if c.threshold else ""
+        band = f", delta ±{res['delta']:.3g}" if res["delta"] is not None else ""
+        tested = f"difference {res['diff']:+.4g}{must}, {interval(res['ci'])}{band}"
+        line = (f"{label} {c.text} ({what}): {num(res['mean'], d)} (n {len(xs)}) vs "
+                f"{other.label} {num(res['other_mean'], d)} (n {len(ys)}); {tested}")
+        if c.reach:
+            steps, goal = reach_steps(row, other, c.reach)
+            res["detail"] = f"steps to reach {other.label}'s last evaluation's {c.reach.label} ({goal:.4g}): {steps}"
+            line += f"; {res['detail']}"
+    elif c.pick == "best":
+        res["verdict"] = stats.point_verdict(res["mean"], c.side, float(c.against))
+        value = num(res["mean"], d, sci=abs(res["mean"]) < 1e-2)
+        line = f"{label} {c.text}: best of {res['n']} runs {value} (a single value, no interval)"
+    else:
+        res["ci"] = stats.mean_interval(xs)
+        res["verdict"] = stats.verdict(res["ci"], c.side, float(c.against))
+        if len(xs) > 1:
+            res["tests"] = _t_tests(res["mean"], res["std"] / math.sqrt(len(xs)), len(xs) - 1, c.side,
+                                    float(c.against), None)
+        if res["verdict"] == stats.NOT_RESOLVED:
+            res["seeds_needed"] = stats.seeds_needed(res["std"], 0.0, res["mean"] - float(c.against), None,
+                                                     start=len(xs))
+        note = f" ({c.paper_note.lstrip('; ')})" if c.paper_note else ""
+        line = (f"{label} {c.text}{note}: ours {mean_pm(xs, d)} (n {len(xs)}), "
+                f"{interval(res['ci']).replace('CI', 'CI of the mean')}")
+    res["line"] = f"{line}: **{res['verdict']}**"
+    return res
+
+
+def _t_tests(estimate: float, se: float, df: float, side: str, threshold: float, delta: float | None) -> dict:
+    """The one-sided p-values of a t-test result (stats.holm_verdicts' input): the claim's side, the other side,
+    and equivalence within +-delta (two one-sided tests, the larger p)."""
+    other = "higher" if side == "lower" else "lower"
+    equiv = None if delta is None else max(stats.side_p(estimate, se, df, "lower", threshold + delta),
+                                           stats.side_p(estimate, se, df, "higher", threshold - delta))
+    return {"p_side": stats.side_p(estimate, se, df, side, threshold),
+            "p_other": stats.side_p(estimate, se, df, other, threshold), "p_equiv": equiv}
+
+
+def family(results: list[dict], elsewhere: Callable | None = None) -> None:
+    """Mark each claim result with `same_as`, the line of another table that holds the same comparison
+    (`elsewhere(key, experiment) -> {"table", "file", "row", "claim"} or None`), and give the others the family
+    size and the Holm-adjusted verdict (over the table's claim tests with a p-value; a test without one: None)."""
+    tests = []
+    for r in results:
+        own = r["claim"].kind == "claim" and r["key"] and elsewhere
+        r["same_as"] = elsewhere(r["key"], r["experiment"]) if own else None
+        if r["claim"].kind == "claim" and not r["same_as"] and r["tests"] is not None:
+            tests.append(r)
+    holm = stats.holm_verdicts([r["tests"] for r in tests])
+    for r in results:
+        r["family_size"], r["holm"] = None, None
+    for r, v in zip(tests, holm):
+        r["family_size"], r["holm"] = len(tests), v
+
+
+def claim_line(r: dict) -> str:
+    """The Markdown line of a claim result: the test, the Holm verdict beside the raw one, the seeds a decision
+    would need; a comparison tested in another table: a link to it."""
+    if r.get("same_as"):
+        s = r["same_as"]
+        return (f"{r['label']} {r['claim'].text}: the same runs, measure and rows as "
+                f"[{s['table']}]({s['file']}) ({s['row']} {s['claim']}): counted there")
+    line = r["line"]
+    if r.get("holm") is not None:
+        line += f" (Holm over the table's {r['family_size']} tests: **{r['holm']}**)"
+    if r.get("seeds_needed"):
+        line += f"; a decision needs about {r['seeds_needed']} seeds per row at the measured spread"
+        if r.get("decision"):
+            more, hours, beyond = r["decision"]
+            line += (f" ({more} more runs, about {hours:.1f} h on {stats.BUDGET_CORES} cores"
+                     + (f": beyond the {stats.TABLE_BUDGET_H:g} h a table may take at the cpu scale)" if beyond else ")"))
+    return line

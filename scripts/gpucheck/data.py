@@ -1,0 +1,151 @@
+"""Phase 2, the data: where the mirror is, what it holds, what is missing; and `--prepare`, on the CPU box, the
+subset of the data and the pure-Python packages to carry to a bare GPU machine."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from .cases import CASES, CIFAR, ENWIK8, MNIST, PTB
+from .common import DEPS, GPU_MIRROR, REPO, say
+from .phases import Ctx
+from .report import md_table
+
+
+def mirror_info() -> dict:
+    """Where the tree and the data come from: the mirror's PREPARED.json (the commit --prepare ran at), else
+    git HEAD."""
+    mirror = os.environ.get("HIGHWAY_DATA_MIRROR")
+    if mirror and (Path(mirror) / "PREPARED.json").is_file():
+        with contextlib.suppress(Exception):
+            return {**json.loads((Path(mirror) / "PREPARED.json").read_text()),
+                    "source": "commit the data was prepared at: the mirror's PREPARED.json"}
+    with contextlib.suppress(Exception):
+        r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=5)
+        if r.returncode == 0:
+            return {"commit": r.stdout.strip(), "source": "git HEAD; uncommitted changes not shown"}
+    return {}
+
+
+def data_check(ctx: Ctx) -> None:
+    from highway_repro.data import sources
+
+    mirror = sources.mirror_dir()
+    lines = [f"Mirror (`HIGHWAY_DATA_MIRROR` or `--data`): `{mirror or 'not set'}`"
+             + ("" if mirror is None or mirror.is_dir() else " (**does not exist**)")
+             + f"; cache `{sources.cache_dir()}`; downloads off (`HIGHWAY_DATA_OFFLINE=1`).", ""]
+    info = mirror_info() if mirror else {}
+    if info.get("note"):
+        lines += [info["note"], ""]
+    rows = []
+    for case in CASES:
+        missing = [f for f in case.files if sources.locate(f) is None]
+        ctx.missing[case.key] = missing
+        rows.append([case.label, ", ".join(f"`{f}`" for f in case.files),
+                     "ok" if not missing else "**missing** " + ", ".join(f"`{f}`" for f in missing)])
+        ctx.rep.row("data", case.key, "", "", "missing_files", len(missing), "", " ".join(missing))
+    lines += md_table(["model", "files", "status"], rows)
+    lines += ["", "The paper's enwik8 runs use the full corpus (90M/5M/5M); the mirror holds only its 4.15 MB prefix "
+                  "(`data=enwik8_prefix`, a proportional 90/5/5 split): speed and memory do not depend on it, the "
+                  "step-400 bpc comparison is indicative only. CIFAR-10: the carried subset (see above) is enough for "
+                  "speed; evaluation times are scaled to the full 10,000-image test set."]
+    ctx.rep.section("data", "Data", lines)
+    if any(ctx.missing.values()):
+        say("data missing for: " + ", ".join(k for k, v in ctx.missing.items() if v)
+            + " (set HIGHWAY_DATA_MIRROR or --data to a folder laid out like the offline mirror; "
+              "`python scripts/gpu_check.py --prepare` makes data/gpu_mirror)")
+
+
+CONFIG_DEPS = ("hydra", "omegaconf", "antlr4")  # what a CUDA PyTorch image lacks: the config stack
+TEST_DEPS = ("yaml", "tqdm", "pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "exceptiongroup",
+             "tomli", "py")  # `--test-deps`: for a bare Python (7 MiB, most of it pygments)
+
+
+def prepare_data(src: Path, dst: Path, n_train: int = 3000, n_test: int = 1000) -> dict:
+    """A mirror-layout folder with what the check reads: enwik8 prefix, PTB, MNIST as they are; CIFAR-10 cut to
+    the first n_train / n_test images of data_batch_1 / test_batch (canonical pickle layout); SHA256SUMS of
+    every file (the data layer checks the mirror against it) and PREPARED.json."""
+    import hashlib
+    import pickle
+
+    import numpy as np
+
+    from highway_repro.data.vision import read_cifar_pickle
+
+    if dst.exists():
+        shutil.rmtree(dst)
+    for rel in ENWIK8 + PTB + MNIST + CIFAR[2:]:
+        if not (src / rel).is_file():
+            raise FileNotFoundError(f"{src / rel} is missing: --from must be a folder laid out like the offline mirror")
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / rel, dst / rel)
+    for rel, n in ((CIFAR[0], n_train), (CIFAR[1], n_test)):
+        images, labels = read_cifar_pickle(src / rel, b"labels")
+        d = {b"batch_label": f"first {n} images of {Path(rel).name}".encode(),
+             b"labels": [int(v) for v in labels[:n]], b"data": np.ascontiguousarray(images[:n].reshape(n, 3072)),
+             b"filenames": [f"{i}.png".encode() for i in range(n)]}
+        with open(dst / rel, "wb") as f:
+            pickle.dump(d, f, protocol=2)
+    files = sorted(p for p in dst.rglob("*") if p.is_file())
+    sums = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  ./{p.relative_to(dst).as_posix()}" for p in files]
+    (dst / "SHA256SUMS").write_text("\n".join(sums) + "\n")
+    commit = ""
+    with contextlib.suppress(Exception):
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                                timeout=5).stdout.strip()
+    info = {"commit": commit or "unknown", "prepared": datetime.datetime.now(datetime.timezone.utc).isoformat(
+        timespec="seconds"), "from": str(src),
+        "note": f"Prepared subset of the offline mirror (`scripts/gpu_check.py --prepare`): enwik8 prefix, PTB and MNIST "
+                f"as they are; CIFAR-10 cut to the first {n_train:,} training and {n_test:,} test images."}
+    (dst / "PREPARED.json").write_text(json.dumps(info, indent=1))
+    return {"files": len(files), "bytes": sum(p.stat().st_size for p in files)}
+
+
+def prepare_deps(dst: Path, modules: tuple = CONFIG_DEPS) -> dict:
+    """Pure-Python copies of `modules` (hydra, omegaconf, antlr4; with TEST_DEPS also yaml, pytest and their
+    helpers) from this interpreter (compiled extensions left out: yaml falls back to pure Python), for a GPU
+    machine that lacks them."""
+    if dst.exists():
+        shutil.rmtree(dst)
+    dst.mkdir(parents=True)
+    copied, absent = [], []
+    for mod in modules:
+        spec = None
+        with contextlib.suppress(ImportError, ValueError):
+            spec = importlib.util.find_spec(mod)
+        if spec is None or spec.origin in (None, "built-in", "frozen") and not spec.submodule_search_locations:
+            absent.append(mod)
+            continue
+        if spec.submodule_search_locations:
+            pkg = Path(list(spec.submodule_search_locations)[0])
+            shutil.copytree(pkg, dst / pkg.name, ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyd", "*.c"))
+        else:
+            shutil.copyfile(spec.origin, dst / Path(spec.origin).name)
+        copied.append(mod)
+    size = sum(p.stat().st_size for p in dst.rglob("*") if p.is_file())
+    return {"copied": copied, "absent": absent, "bytes": size}
+
+
+def prepare(args) -> int:
+    src = Path(args.prepare_from or os.environ.get("HIGHWAY_DATA_MIRROR") or "/work/shared/data")
+    if src.resolve() == GPU_MIRROR.resolve():
+        raise SystemExit(f"--from {src}: that is the folder --prepare writes; give the full offline mirror")
+    d = prepare_data(src, GPU_MIRROR, args.cifar_train, args.cifar_test)
+    say(f"data: {d['files']} files, {d['bytes'] / 2 ** 20:.1f} MiB in {GPU_MIRROR}")
+    p = prepare_deps(DEPS, CONFIG_DEPS + (TEST_DEPS if args.test_deps else ()))
+    say(f"packages: {', '.join(p['copied'])} ({p['bytes'] / 2 ** 20:.1f} MiB) in {DEPS}"
+        + (f"; not in this interpreter (fine if the GPU's Python is >= 3.11): {', '.join(p['absent'])}"
+           if p["absent"] else ""))
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True).stdout.split(b"\0")
+    tree = sum((REPO / t.decode()).stat().st_size for t in tracked if t and (REPO / t.decode()).is_file())
+    total = (d["bytes"] + p["bytes"] + tree) / 2 ** 20
+    say(f"with the tracked files ({tree / 2 ** 20:.1f} MiB): {total:.1f} MiB to carry (limit 64 MiB)")
+    print("carry: data/gpu_mirror .gpu_deps\n"
+          "run:   python3 scripts/gpu_check.py --data data/gpu_mirror --out \"$OUT/gpu_check\"")
+    return 0 if total < 64 else 1
