@@ -17,7 +17,7 @@ from bench.peers import HF_PYTHON_DEFAULT, HF_VERSION
 from bench.report import REPO, Budget, Report, machine, write
 from bench.sections import SECTIONS
 from bench.sections.torch_compile import section_compile
-from highway_repro.train import keep_freed_memory
+from highway_repro.runtime import keep_freed_memory
 
 
 def main(argv=None) -> int:

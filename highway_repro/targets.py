@@ -3,11 +3,10 @@
 A table is made of config files and one report spec; this list only ties them together:
 
 - `configs/experiment/<experiment>.yaml`: the paper's recipe;
-- `configs/sweep/<experiment>.yaml` (or `<grid>.yaml`): the rows of the table and the paper scale's seeds
-  (`hydra.sweeper.params`);
+- `configs/sweep/<name>/<scale>.yaml` (and `<scale>-*.yaml`, one Cartesian product each: their union is
+  the table's grid): the rows and seeds/trials a scale runs (`hydra.sweeper.params`);
 - `configs/experiment_scale/<experiment>/<scale>.yaml` (one per scale, required): what the scale changes,
-  its seeds/trials (`hydra.sweeper.params`) and `extra_grids` (more grids into the same sweep folder, e.g.
-  a third seed for the paper's main rows only);
+  and the runner's estimates for it (`est_step_s`, `est_peak_gb`);
 - `highway_repro.report.TABLES[<name>]`: the table spec (rows, columns, claims) that reads the runs.
 
 Adding a table = one line here + those files (docs/DESIGN.md walks through it). Torch-free.
@@ -27,16 +26,11 @@ class Target:
     experiment: str           # configs/experiment/<experiment>.yaml
     results: str              # results/<results>.md|.csv|.png; finished runs in results/<paper>/runs/<name>-<scale>/
     help: str                 # one line for `make help` / `--list`
-    sweep: bool = True        # False: a single run (no configs/sweep file)
+    sweep: bool = True        # False: a single run (no configs/sweep files)
     after: str | None = None  # a module run on the finished run folder (it writes the report and its kept findings)
-    grid: str | None = None   # configs/sweep/<grid>.yaml when it is not the experiment's own (a study's rows)
     reuse: tuple = ()         # tables (same experiment) whose kept runs of the same name are reused, not trained
     parts: tuple = ()         # a report over the runs of these targets (trained in one queue), not a sweep of its own
     study: bool = False       # not a paper table: `make reproduce-all` leaves it out, `make tables` builds it
-
-    @property
-    def sweep_file(self) -> str:
-        return self.grid or self.experiment
 
 
 TARGETS: dict[str, Target] = {
@@ -65,16 +59,16 @@ TARGETS: dict[str, Target] = {
     # studies, at the cpu scale of the tables they extend, reusing those tables' runs
     "ht_placement_scan": Target("ht_enwik8_l6", "highway_transformer/placement_scan",
                                 "Study: SDU tanh in exactly one layer k of the 6-layer Transformer-XL, k = 1..6",
-                                grid="ht_placement_scan", reuse=("ht_enwik8_l6",), study=True),
+                                reuse=("ht_enwik8_l6",), study=True),
     "ht_zoo_char_ptb": Target("ht_char_ptb", "highway_transformer/gate_zoo_char_ptb_l3",
                               "Study (gate zoo, part): every gate kind on Transformer-L3, char-PTB",
-                              grid="ht_gate_zoo", reuse=("ht_char_ptb",), study=True),
+                              reuse=("ht_char_ptb",), study=True),
     "ht_zoo_char_ptb_rt": Target("ht_char_ptb_rt", "highway_transformer/gate_zoo_char_ptb_rt",
                                  "Study (gate zoo, part): every gate kind on R-Transformer-L3, char-PTB",
-                                 grid="ht_gate_zoo", reuse=("ht_char_ptb_rt",), study=True),
+                                 reuse=("ht_char_ptb_rt",), study=True),
     "ht_zoo_enwik8_l6": Target("ht_enwik8_l6", "highway_transformer/gate_zoo_enwik8_l6",
                                "Study (gate zoo, part): every gate kind on the 6-layer Transformer-XL, enwik8",
-                               grid="ht_gate_zoo", reuse=("ht_enwik8_l6",), study=True),
+                               reuse=("ht_enwik8_l6",), study=True),
     "ht_paper_anchor": Target("ht_paper_anchor", "highway_transformer/paper_anchor",
                               "Study: the paper-size 6-layer Transformer-XL's first 400 steps beside the official logs",
                               study=True),

@@ -1,7 +1,7 @@
 """Hydra entry point: compose, validate, build data -> model -> trainer, fit, write metrics.json.
 
     python -m highway_repro.train experiment=hn_fig1 scale=cpu
-    python -m highway_repro.train -m sweep=ht_char_ptb scale=cpu
+    python -m highway_repro.train -m sweep=ht_char_ptb/cpu scale=cpu
     python -m highway_repro.train experiment=ht_enwik8_l6 hydra.run.dir=runs/x resume=auto
 
 This is the only module that knows all parts: data meta (classes, input shape, vocab size) is passed into the
@@ -28,8 +28,7 @@ from highway_repro import resolvers  # noqa: F401  (registers the `hp` resolver 
 from highway_repro.cli import build, launch, prepare, user_failure, with_config
 from highway_repro.config import ConfigError, check_command, validate_against_data
 from highway_repro.engine.loggers import build_logger, now, write_run_info
-from highway_repro.recipe import NOT_RECIPE, recipe_diff  # noqa: F401  (the runner's)
-from highway_repro.runtime import configure, keep_freed_memory  # noqa: F401  (the benchmarks')
+from highway_repro.runtime import configure
 
 log = logging.getLogger("highway_repro")
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")

@@ -123,6 +123,6 @@ def nan_data(nan_steps=(), **kwargs):
 @pytest.fixture(autouse=True)
 def _no_machine_calibration(monkeypatch, tmp_path_factory):
     """Estimates in tests are the same on every machine: the committed calibration of this one is not read."""
-    import highway_repro.reproduce as reproduce
+    from highway_repro.runner import estimate
 
-    monkeypatch.setattr(reproduce, "CALIBRATION", tmp_path_factory.mktemp("calibration") / "calibration.json")
+    monkeypatch.setattr(estimate, "CALIBRATION", tmp_path_factory.mktemp("calibration") / "calibration.json")

@@ -52,28 +52,30 @@ def test_smoke_is_smaller_than_paper(experiment):
     assert smoke.trainer.max_steps < paper.trainer.max_steps
 
 
-SWEEPS = sorted(p.stem for p in (REPO / "configs" / "sweep").glob("*.yaml"))
+SWEEPS = sorted(p.name for p in (REPO / "configs" / "sweep").iterdir() if p.is_dir())  # one folder per table
 
 
 @pytest.mark.parametrize("sweep", SWEEPS)
 def test_every_value_of_every_sweep_composes_and_validates(sweep):
-    """A sweep file (`hydra.sweeper.params`) belongs to the experiment of its name, or to the experiments of the
-    studies that use it as their grid (highway_repro/targets.py); every value it sweeps is set on a key that exists
-    (a config group is composed) and validates and resolves, one key at a time, on each of those experiments."""
+    """A table's sweep files (`configs/sweep/<table>/<scale>*.yaml`, `hydra.sweeper.params`) choose the table's own
+    experiment (highway_repro/targets.py); every value any of them sweeps is set on a key that exists (a config
+    group is composed) and validates and resolves, one key at a time, on that experiment."""
     import yaml
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from highway_repro.targets import TARGETS
 
-    experiments = sorted({t.experiment for t in TARGETS.values() if t.grid == sweep}) or [sweep]
-    assert set(experiments) <= set(EXPERIMENTS), f"configs/sweep/{sweep}.yaml has no experiment (as its name or a grid)"
-    params = yaml.safe_load((REPO / "configs" / "sweep" / f"{sweep}.yaml").read_text())["hydra"]["sweeper"]["params"]
-    parser = OverridesParser.create()
-    overrides = {k: parser.parse_override(f"{k}={v}") for k, v in params.items()}
-    grid = {k: list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()] for k, o in overrides.items()}
-    assert grid and all(grid.values()), params
-    for exp in experiments:
-        _sweep_rows_validate(exp, sweep, grid)
+    assert sweep in TARGETS, f"configs/sweep/{sweep}/ is not a table of highway_repro/targets.py"
+    parser, grid = OverridesParser.create(), {}
+    for f in sorted((REPO / "configs" / "sweep" / sweep).glob("*.yaml")):
+        doc = yaml.safe_load(f.read_text())
+        assert doc["defaults"] == [{"override /experiment": TARGETS[sweep].experiment}], f
+        for k, v in doc["hydra"]["sweeper"]["params"].items():
+            o = parser.parse_override(f"{k}={v}")
+            values = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
+            grid[k] = list(dict.fromkeys(grid.get(k, []) + values))
+    assert grid and all(grid.values()), sweep
+    _sweep_rows_validate(TARGETS[sweep].experiment, f"{sweep}/smoke", grid)
 
 
 def _sweep_rows_validate(exp: str, sweep: str, grid: dict) -> None:

@@ -1,5 +1,5 @@
 """A table's grid lives in config files: every experiment has every scale, every variant composes, the runner
-expands the files into the jobs Hydra runs, and finished runs are kept and restored (highway_repro/reproduce.py)."""
+expands the files into the jobs Hydra runs, and finished runs are kept and restored (highway_repro/runner/)."""
 
 from __future__ import annotations
 
@@ -63,14 +63,14 @@ def test_every_variant_file_names_itself_and_sets_the_gate(variant):
 
 
 def test_every_swept_variant_exists():
-    from highway_repro.reproduce import jobs_of, plan
+    from highway_repro.runner.plan import jobs_of, plan
     from highway_repro.targets import TARGETS
 
     for name, t in TARGETS.items():
-        if not t.sweep:
+        if not t.sweep or t.parts:
             continue
         for scale in SCALES:
-            _, grids, names = plan(t, scale, [])
+            _, grids, names = plan(name, scale, [])
             assert names, (name, scale)
             for g in grids:
                 for job in jobs_of(g):
@@ -81,19 +81,19 @@ def test_every_swept_variant_exists():
 
 def test_grid_of_enwik8_l6_at_cpu_scale():
     """Two seeds for every row, five for the rows a paper claim compares, from the files."""
-    from highway_repro.reproduce import plan
+    from highway_repro.runner.plan import plan
     from highway_repro.targets import TARGETS
 
-    _, grids, names = plan(TARGETS["ht_enwik8_l6"], "cpu", [])
+    _, grids, names = plan("ht_enwik8_l6", "cpu", [])
     assert len(grids) == 2 and len(names) == 8 * 2 + 6 * 3 == len(set(names))
     assert "seed=4,variant=tanh_l3_6" in names and "seed=2,variant=gated_attn" not in names
     # a command-line override replaces the grid's value of the same key in every grid
-    _, _, names = plan(TARGETS["ht_enwik8_l6"], "cpu", ["variant=baseline"])
+    _, _, names = plan("ht_enwik8_l6", "cpu", ["variant=baseline"])
     assert names == [f"seed={s},variant=baseline" for s in range(5)]
     # where a run trains and how often it writes checkpoints do not name it: a run made on a GPU keeps its folder
-    assert plan(TARGETS["ht_enwik8_l6"], "cpu", ["variant=baseline", "trainer.device=cuda",
+    assert plan("ht_enwik8_l6", "cpu", ["variant=baseline", "trainer.device=cuda",
                                                  "trainer.checkpoint_every=100"])[2] == names
-    _, _, names = plan(TARGETS["hn_fig1"], "smoke", [])
+    _, _, names = plan("hn_fig1", "smoke", [])
     assert names == ["model.depth=4,model.kind=plain,trial=0", "model.depth=4,model.kind=highway,trial=0",
                      "model.depth=4,model.kind=residual,trial=0"]
 
@@ -104,12 +104,12 @@ def test_paper_claim_rows_have_five_seeds_at_cpu_scale():
     from collections import Counter
 
     from highway_repro.report.papers import PAPER_CLAIMS
-    from highway_repro.reproduce import override_key, plan
+    from highway_repro.runner.plan import override_key, plan
     from highway_repro.targets import TARGETS
 
     def cells(table):
         out = Counter()
-        for n in plan(TARGETS[table], "cpu", [])[2]:
+        for n in plan(table, "cpu", [])[2]:
             parts = dict(p.split("=", 1) for p in n.split(","))
             out[tuple(v for k, v in sorted(parts.items()) if override_key(k) not in ("seed", "trial"))] += 1
         return out
@@ -140,7 +140,7 @@ def _fake_run(folder, status="done", wall=10.0, cpu=None, info=None):
 
 
 def test_finished_runs_are_kept_without_checkpoints_and_restored(tmp_path):
-    from highway_repro.reproduce import keep, restore
+    from highway_repro.runner.keep import keep, restore
 
     sweep, kept = tmp_path / "sweep", tmp_path / "results" / "runs"
     _fake_run(sweep / "seed=0", "done")
@@ -161,7 +161,7 @@ def test_finished_runs_are_kept_without_checkpoints_and_restored(tmp_path):
 def test_a_single_run_table_restores_its_kept_run_and_is_not_trained_again(tmp_path):
     """The gate analyses' run is kept as <kept>/run and restored into the sweep folder itself: the table counts it
     done (its findings are kept, so the report needs no weights), and its report reads it once, not twice."""
-    from highway_repro.reproduce import _table_runs, keep, restore
+    from highway_repro.runner.keep import table_runs, keep, restore
 
     sweep, results = tmp_path / "runs" / "hn_analysis-cpu", tmp_path / "results"
     kept = results / "highway_networks" / "runs" / "hn_analysis-cpu"
@@ -172,13 +172,13 @@ def test_a_single_run_table_restores_its_kept_run_and_is_not_trained_again(tmp_p
     assert restore(kept, fresh, single=True, dry=True) == ["run"] and not fresh.exists()
     assert restore(kept, fresh, single=True) == ["run"] and json.loads((fresh / "metrics.json").read_text())
     assert restore(kept, fresh, single=True) == []  # finished there already
-    assert len(_table_runs("hn_analysis", "cpu", tmp_path / "runs", results)) == 1
+    assert len(table_runs("hn_analysis", "cpu", tmp_path / "runs", results)) == 1
 
 
 def test_estimate_prefers_kept_runs(tmp_path):
     from omegaconf import OmegaConf
 
-    from highway_repro.reproduce import estimate_s
+    from highway_repro.runner.estimate import estimate_s
 
     cfg = OmegaConf.create({"est_step_s": 0.5, "trainer": {"max_steps": 100}})
     assert estimate_s(cfg, tmp_path)[0] == 50.0
@@ -192,7 +192,7 @@ def test_estimate_prefers_kept_runs(tmp_path):
 def test_overrides_that_change_the_recipe_neither_restore_nor_price_by_the_kept_runs(tmp_path, capsys):
     """`reproduce hn_table1 trainer.max_steps=10`: other jobs than the kept runs (the override is in their folder
     names), so none is restored or counted, and they are priced at est_step_s x 10 steps."""
-    from highway_repro.reproduce import plan_table
+    from highway_repro.runner.table import plan_table
 
     results = tmp_path / "results"
     kept = results / "highway_networks" / "runs" / "hn_table1-cpu"
@@ -207,7 +207,7 @@ def test_overrides_that_change_the_recipe_neither_restore_nor_price_by_the_kept_
 def test_a_partial_table_prices_its_cells_without_kept_runs_at_the_scale_files_pace(tmp_path, capsys):
     """Half a table kept (the cheap cells first, as a grid in depth order keeps them): the cells with no kept run
     are priced at est_step_s x max_steps (hn_table1 cpu: 0.2 x 12,600 = 2,520 s), not at the kept runs' mean."""
-    from highway_repro.reproduce import plan_table
+    from highway_repro.runner.table import plan_table
 
     results = tmp_path / "results"
     _fake_run(results / "highway_networks" / "runs" / "hn_table1-cpu" / "model.width=16,seed=0", wall=30.0)
@@ -220,17 +220,18 @@ def test_kept_runs_are_priced_by_their_cpu_time_per_thread(tmp_path):
     """A CPU run's price is its CPU time / its threads, not its wall time, which a machine shared with other work
     inflates (the L6 run that took 2,197 s of wall time beside a third process used 1,720 CPU-s); a GPU run's
     CPU time says nothing of its GPU time: its wall time."""
-    from highway_repro.reproduce import _run_seconds
+    from highway_repro.runner.estimate import run_seconds
 
     _fake_run(tmp_path / "shared", wall=2197.0, cpu=1720.0, info={"threads": 1})
     _fake_run(tmp_path / "four", wall=100.0, cpu=360.0, info={"threads": 4})
     _fake_run(tmp_path / "gpu", wall=50.0, cpu=48.0, info={"threads": 1, "cuda_device": "NVIDIA H200"})
     _fake_run(tmp_path / "old", wall=30.0)  # no CPU time recorded
-    assert _run_seconds([tmp_path / n for n in ("shared", "four", "gpu", "old")]) == [1720.0, 90.0, 50.0, 30.0]
+    assert run_seconds([tmp_path / n for n in ("shared", "four", "gpu", "old")]) == [1720.0, 90.0, 50.0, 30.0]
 
 
 def test_progress_eta_counts_the_unfinished_part_of_started_runs_and_keeps_finished_runs(tmp_path):
-    from highway_repro.reproduce import Progress, keep
+    from highway_repro.runner.progress import Progress
+    from highway_repro.runner.keep import keep
 
     sweep, kept = tmp_path / "sweep", tmp_path / "kept"
     _fake_run(sweep / "a", "done", wall=100.0)  # finished before this sweep: not used for the pace
@@ -257,7 +258,7 @@ def test_a_queue_of_tables_has_one_line_for_all_their_runs(tmp_path):
     all of them on those jobs, where each table's own line would give its runs every job."""
     from types import SimpleNamespace
 
-    from highway_repro.reproduce import Progress, queue_line
+    from highway_repro.runner.progress import Progress, queue_line
 
     _fake_run(tmp_path / "a" / "x", "done", wall=100.0)
     plans = [SimpleNamespace(progress=Progress("a", tmp_path / "a", ["x", "y", "z"], jobs=2, est=60.0)),
@@ -270,7 +271,7 @@ def test_a_queue_of_tables_has_one_line_for_all_their_runs(tmp_path):
 def test_without_an_estimate_a_cell_with_no_finished_run_goes_at_this_sweeps_pace(tmp_path):
     """No kept runs and no est_step_s: the ETA prices the cells no run has finished at the mean of the runs this
     sweep finished (not of the runs done before it started), and is unknown until one has."""
-    from highway_repro.reproduce import Progress
+    from highway_repro.runner.progress import Progress
 
     sweep = tmp_path / "sweep"
     _fake_run(sweep / "model.depth=10,trial=0", wall=600.0)  # done before the sweep started: not its pace
@@ -283,7 +284,8 @@ def test_without_an_estimate_a_cell_with_no_finished_run_goes_at_this_sweeps_pac
 
 def test_runs_are_priced_by_the_finished_runs_of_their_own_cell(tmp_path):
     """A depth-100 net is not priced at the mean of the depth-10 runs that happened to finish first."""
-    from highway_repro.reproduce import Progress, per_run_s
+    from highway_repro.runner.progress import Progress
+    from highway_repro.runner.estimate import per_run_s
 
     sweep = tmp_path / "sweep"
     _fake_run(sweep / "model.depth=10,trial=0", wall=60.0)
@@ -300,7 +302,7 @@ def test_runs_are_priced_by_the_finished_runs_of_their_own_cell(tmp_path):
 
 
 def test_wall_time_counts_rounds_of_jobs():
-    from highway_repro.reproduce import wall_s
+    from highway_repro.runner.estimate import wall_s
 
     assert wall_s([60.0] * 5, 2) == 180.0  # 3 rounds, not 2.5
     assert wall_s([100.0, 10.0, 10.0, 10.0], 2) == 100.0  # the short runs share the second job
@@ -315,7 +317,7 @@ def _marker_cmd(folder, marker, seconds, rc=0):
 
 
 def _plan(tmp_path, name, commands):
-    from highway_repro.reproduce import TablePlan
+    from highway_repro.runner.table import TablePlan
 
     return TablePlan(name, tmp_path / "runs" / name, tmp_path / "kept" / name, False, False, f"make {name}",
                      commands=commands)
@@ -325,7 +327,7 @@ def test_the_queue_runs_the_next_table_while_the_last_runs_of_one_end(tmp_path):
     """`reproduce --all --jobs 2`: a job that frees up takes the next table's run (one table after another left a
     core idle at each table's odd last run); never more than `jobs` at once; a failed command stops nothing else;
     each table is kept and recorded when its last command ends, with its own first-start-to-last-end time."""
-    from highway_repro.reproduce import run_queue
+    from highway_repro.runner.queue import run_queue
 
     def t(m, end):
         return (tmp_path / f"{m}.{end}").stat().st_mtime
@@ -349,13 +351,15 @@ def test_the_record_holds_the_time_so_far_while_a_table_runs(tmp_path):
     """A runner killed -9 (the machine goes away) runs no finish step: each progress tick writes the table's
     record with its time up to the tick, on top of the record the table had when it started (never adding the
     same interval twice); the end writes the final one."""
-    from highway_repro.reproduce import Progress, _tick, run_queue
+    from highway_repro.runner.progress import Progress
+    from highway_repro.runner.table import tick
+    from highway_repro.runner.queue import run_queue
 
     a = _plan(tmp_path, "a", [_marker_cmd(tmp_path, "a1", 2.0)])
     a.kept.mkdir(parents=True)
     (a.kept / "reproduce.json").write_text(json.dumps({"commands": ["make a"], "wall_s": 100.0,
                                                        "intervals": [[0.0, 100.0]]}))
-    a.progress = Progress("a", a.sweep_dir, [], jobs=1, est=None, every=0.2, on_tick=lambda: _tick(a))
+    a.progress = Progress("a", a.sweep_dir, [], jobs=1, est=None, every=0.2, on_tick=lambda: tick(a))
     seen = []
 
     def read_while_it_runs():
@@ -380,7 +384,7 @@ def test_the_record_holds_the_time_so_far_while_a_table_runs(tmp_path):
 def test_a_stopped_queue_stops_every_table_and_keeps_what_finished(tmp_path):
     """SIGTERM to the runner while two tables' commands run: both are stopped (their processes end before they
     write .end), nothing more starts, both tables are recorded, no table-end callback (no report), exit 143."""
-    from highway_repro.reproduce import run_queue
+    from highway_repro.runner.queue import run_queue
 
     a = _plan(tmp_path, "a", [_marker_cmd(tmp_path, "a1", 0.1), _marker_cmd(tmp_path, "a2", 30)])
     b = _plan(tmp_path, "b", [_marker_cmd(tmp_path, "b1", 30), _marker_cmd(tmp_path, "b2", 0.1)])
@@ -404,13 +408,13 @@ def test_a_stopped_queue_stops_every_table_and_keeps_what_finished(tmp_path):
 
 
 def test_wall_time_of_overlapping_parts_counts_each_second_once():
-    from highway_repro.reproduce import _wall_of
+    from highway_repro.runner.keep import wall_of
 
     recs = [{"wall_s": 10.0, "intervals": [[0.0, 10.0]]}, {"wall_s": 10.0, "intervals": [[8.0, 18.0]]},
             {"wall_s": 5.0}]  # a record from before intervals were kept
-    assert _wall_of(recs) == 18.0 + 5.0
+    assert wall_of(recs) == 18.0 + 5.0
     # one record of two commands that ran side by side (two checkouts, records merged): their union
-    assert _wall_of([{"wall_s": 20.0, "intervals": [[0.0, 10.0], [5.0, 15.0]]}]) == 15.0
+    assert wall_of([{"wall_s": 20.0, "intervals": [[0.0, 10.0], [5.0, 15.0]]}]) == 15.0
 
 
 def test_estimate_only_trains_nothing(tmp_path):
@@ -513,7 +517,7 @@ def test_every_kept_run_matches_the_recipe_of_its_table():
     """The committed runs under results/<paper>/runs/<table>-<scale>/ were made with the recipe the config files
     now give their job: a scale file changed without moving its old runs out of results/ fails here."""
     from highway_repro.report import load_runs
-    from highway_repro.reproduce import other_recipe
+    from highway_repro.runner.keep import other_recipe
     from highway_repro.targets import TARGETS, runs_folder
 
     checked = 0
@@ -546,7 +550,7 @@ def older_char_ptb_runs(dest: Path) -> Path:
 def test_a_kept_run_of_an_older_recipe_is_named_and_left_out(tmp_path):
     """Char-PTB runs of batch 16 x 3,200 steps are not runs of today's cpu recipe (batch 32 x 3,000)."""
     from highway_repro.report import load_runs
-    from highway_repro.reproduce import other_recipe
+    from highway_repro.runner.keep import other_recipe
 
     runs = load_runs(older_char_ptb_runs(tmp_path / "ht_char_ptb-cpu"))
     other = other_recipe("ht_char_ptb", "cpu", [r.path for r in runs])
@@ -561,17 +565,19 @@ def test_a_kept_run_of_an_older_recipe_is_named_and_left_out(tmp_path):
 def test_a_sweep_refuses_kept_runs_of_an_older_recipe(tmp_path, capsys):
     """Kept runs of an older recipe would be counted as done (never trained again) and left out of the report:
     a hole in the table. The runner stops before training, naming the table, a run and the changed keys."""
-    from highway_repro import reproduce
+    from highway_repro.errors import ConfigError
+    from highway_repro.runner.cli import main
+    from highway_repro.runner.table import plan_table
     from highway_repro.targets import runs_folder
 
     older_char_ptb_runs(tmp_path / "results" / runs_folder("ht_char_ptb", "cpu"))
-    with pytest.raises(reproduce.ConfigError, match=r"\[ht_char_ptb\] 3 finished run\(s\) .*seed=0,variant=baseline: "
+    with pytest.raises(ConfigError, match=r"\[ht_char_ptb\] 3 finished run\(s\) .*seed=0,variant=baseline: "
                        r".*data.batch_size: 16 there, 32 here"):
-        reproduce.plan_table("ht_char_ptb", "cpu", 2, [], tmp_path / "runs", tmp_path / "results", estimate_only=True)
-    assert reproduce.main(["ht_char_ptb", "--estimate", "--runs", str(tmp_path / "runs"),
+        plan_table("ht_char_ptb", "cpu", 2, [], tmp_path / "runs", tmp_path / "results", estimate_only=True)
+    assert main(["ht_char_ptb", "--estimate", "--runs", str(tmp_path / "runs"),
                            "--results", str(tmp_path / "results")]) == 2
     assert capsys.readouterr().err.startswith("error: [ht_char_ptb] 3 finished run(s)")
-    assert reproduce.plan_table("ht_char_ptb", "cpu", 2, [], tmp_path / "runs", tmp_path / "results", fresh=True,
+    assert plan_table("ht_char_ptb", "cpu", 2, [], tmp_path / "runs", tmp_path / "results", fresh=True,
                                 estimate_only=True).todo  # --fresh ignores them
 
 
@@ -622,13 +628,13 @@ def test_make_tables_skips_a_table_with_only_the_record_of_a_stopped_start(tmp_p
 def test_the_queue_holds_back_a_job_whose_memory_does_not_fit(tmp_path, monkeypatch, capsys):
     """Two paper-size runs of 14 GB do not fit in 20 GB: the second waits for the first to end, while a small run
     of another table fills the free job beside it (backfill); nothing ever runs beyond the budget."""
-    from highway_repro import reproduce
+    from highway_repro.runner import queue
 
-    monkeypatch.setattr(reproduce, "mem_available_gb", lambda: 20.0)
+    monkeypatch.setattr(queue, "mem_available_gb", lambda: 20.0)
     big = _plan(tmp_path, "big", [_marker_cmd(tmp_path, "big1", 1.5), _marker_cmd(tmp_path, "big2", 0.2)])
     small = _plan(tmp_path, "small", [_marker_cmd(tmp_path, "small1", 0.2)])
     big.peak_gb, small.peak_gb = 14.0, 1.0
-    assert reproduce.run_queue([big, small], jobs=2) == 0
+    assert queue.run_queue([big, small], jobs=2) == 0
 
     def t(m, end):
         return (tmp_path / f"{m}.{end}").stat().st_mtime
@@ -642,7 +648,7 @@ def test_the_queue_holds_back_a_job_whose_memory_does_not_fit(tmp_path, monkeypa
 def test_peak_memory_comes_from_kept_cpu_runs_else_the_scale_file(tmp_path):
     from omegaconf import OmegaConf
 
-    from highway_repro.reproduce import DEFAULT_PEAK_GB, peak_gb
+    from highway_repro.runner.estimate import DEFAULT_PEAK_GB, peak_gb
 
     cfg = OmegaConf.create({"est_peak_gb": 14.0})
     assert peak_gb(cfg, tmp_path) == (14.0, "est_peak_gb")
@@ -660,16 +666,16 @@ def test_peak_memory_comes_from_kept_cpu_runs_else_the_scale_file(tmp_path):
 def test_a_job_killed_for_memory_is_named_as_such(tmp_path, monkeypatch, capsys, oom):
     """A job that dies of SIGKILL while the kernel's OOM kill count rises is reported as killed by the
     out-of-memory killer, in the runner's output and in its run's row; another SIGKILL is a plain failure."""
-    from highway_repro import reproduce
     from highway_repro.report.runs import load_run
+    from highway_repro.runner import queue
 
     counts = iter([7, 8] if oom else [7, 7])
-    monkeypatch.setattr(reproduce, "oom_kills", lambda: next(counts))
+    monkeypatch.setattr(queue, "oom_kills", lambda: next(counts))
     ckpt = tmp_path / "runs" / "a" / "seed=0" / "ckpt"  # the run the job was training when it died
     a = _plan(tmp_path, "a", [[sys.executable, "-c", f"import os, pathlib, signal; pathlib.Path({str(ckpt)!r})"
                                ".mkdir(parents=True); os.kill(os.getpid(), signal.SIGKILL)"]])
     a.todo, a.peak_gb = ["seed=0"], 14.0
-    assert reproduce.run_queue([a], jobs=1) == 137
+    assert queue.run_queue([a], jobs=1) == 137
     err = capsys.readouterr().err
     run = load_run(tmp_path / "runs" / "a" / "seed=0")
     if oom:
@@ -683,7 +689,7 @@ def test_a_job_killed_for_memory_is_named_as_such(tmp_path, monkeypatch, capsys,
 
 def test_the_kernel_counts_oom_kills_here():
     """The counter the runner reads exists on this machine (Linux: /proc/vmstat has oom_kill since 4.13)."""
-    from highway_repro.reproduce import mem_available_gb, oom_kills
+    from highway_repro.runner.queue import mem_available_gb, oom_kills
 
     if not Path("/proc/vmstat").exists():
         pytest.skip("no /proc/vmstat (not Linux)")
@@ -696,22 +702,22 @@ def test_the_estimate_follows_the_machine_through_its_calibration(tmp_path, monk
     without kept step costs it compares with the scale file's est_step_s; another machine's probe changes nothing."""
     from omegaconf import OmegaConf
 
-    from highway_repro import reproduce
+    from highway_repro.runner import estimate
 
-    monkeypatch.setattr(reproduce, "machine_key", lambda: "CPU X, 2 cores")
-    monkeypatch.setattr(reproduce, "CALIBRATION", None)  # the file given below, not the fixture's
-    monkeypatch.setattr(reproduce, "probe", lambda name, scale, workdir: {"cell": "seed=0,variant=baseline",
+    monkeypatch.setattr(estimate, "machine_key", lambda: "CPU X, 2 cores")
+    monkeypatch.setattr(estimate, "CALIBRATION", None)  # the file given below, not the fixture's
+    monkeypatch.setattr(estimate, "probe", lambda name, scale, workdir: {"cell": "seed=0,variant=baseline",
                                                                           "cpu_s_per_step": 0.8})
     cal = tmp_path / "calibration.json"
-    reproduce.calibrate(["t"], "cpu", tmp_path, cal)
+    estimate.calibrate(["t"], "cpu", tmp_path, cal)
     kept = tmp_path / "kept"
     for name, cost in (("seed=1,variant=baseline", 0.4), ("seed=0,variant=sdu_tanh", 9.9)):
         (kept / name).mkdir(parents=True)
         (kept / name / "metrics.json").write_text("{}")
         (kept / name / "metrics.jsonl").write_text(json.dumps({"step": 50, "perf/cpu_s_per_step": cost}) + "\n")
     cfg = OmegaConf.create({"est_step_s": 0.5})
-    ratio, how = reproduce.speed_ratio("t", "cpu", cfg, kept, cal)
+    ratio, how = estimate.speed_ratio("t", "cpu", cfg, kept, cal)
     assert ratio == pytest.approx(2.0) and "1 kept runs' 0.400" in how  # the baseline cell only, any seed
-    assert reproduce.speed_ratio("t", "cpu", cfg, None, cal)[0] == pytest.approx(1.6)  # vs est_step_s
-    monkeypatch.setattr(reproduce, "machine_key", lambda: "CPU Y, 8 cores")
-    assert reproduce.speed_ratio("t", "cpu", cfg, kept, cal) == (1.0, "")
+    assert estimate.speed_ratio("t", "cpu", cfg, None, cal)[0] == pytest.approx(1.6)  # vs est_step_s
+    monkeypatch.setattr(estimate, "machine_key", lambda: "CPU Y, 8 cores")
+    assert estimate.speed_ratio("t", "cpu", cfg, kept, cal) == (1.0, "")

@@ -21,7 +21,7 @@ SCALES = ["paper", "cpu", "smoke"]
 
 
 def _variants(exp: str) -> list[str]:
-    sweep = yaml.safe_load((CONFIGS / "sweep" / f"{exp}.yaml").read_text())
+    sweep = yaml.safe_load((CONFIGS / "sweep" / exp / "paper.yaml").read_text())  # every row, once
     return sweep["hydra"]["sweeper"]["params"]["variant"].split(",")
 
 

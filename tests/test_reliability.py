@@ -1251,7 +1251,7 @@ def test_make_tables_names_a_damaged_kept_run_and_fails(tmp_path, capsys):
     """A kept run whose metrics.json cannot be parsed: `make tables` names it (path and parse error), the table's
     header and row count it as damaged, its numbers are in no statistic, and the command exits 1; 0 with
     --allow-damaged (the same tables). A copy of a results tree, never the committed one."""
-    from highway_repro.reproduce import main as reproduce
+    from highway_repro.runner.cli import main as reproduce
 
     kept = tmp_path / "results" / "highway_transformer" / "runs" / "ht_enwik8_l6-cpu"
     for seed, bpc in ((0, 1.5), (1, 9.0)):

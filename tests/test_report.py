@@ -409,7 +409,7 @@ def test_claims_without_runs_on_a_side_are_marked_not_testable(tmp_path):
 def test_gate_analyses_report_is_rebuilt_from_kept_files_without_the_checkpoint(tmp_path):
     """`make tables` on a fresh clone (no run folder with a checkpoint): the gate analyses' report is rebuilt from
     its kept run and the findings the analysis kept (`<out>_findings.md`), with its scale file at the end."""
-    from highway_repro.reproduce import report_table
+    from highway_repro.runner.cli import report_table
 
     results = tmp_path / "results"
     run = results / "highway_networks" / "runs" / "hn_analysis-cpu" / "run"
@@ -518,10 +518,10 @@ def test_fig1_best_curves_keep_the_last_logged_training_loss(tmp_path, monkeypat
     """The best-run panels of Fig. 1 plot every logged running mean of the training loss up to the last step
     (max_steps 16,000 at the cpu scale; the trainer logs at the last step): the final full pass over the training
     set is not in the log, so no point is to be dropped."""
-    from highway_repro.report import tables
+    from highway_repro.report import hn_tables
 
     panels = []
-    monkeypatch.setattr(tables, "plot", lambda path, ps, **kw: panels.extend(ps))
+    monkeypatch.setattr(hn_tables, "plot", lambda path, ps, **kw: panels.extend(ps))
     # the table's 312 kept runs (26 trials x 12 cells, all at max_steps 16,000 or diverged)
     runs = load_runs(REPO / "results" / "highway_networks" / "runs" / "hn_fig1-cpu")
     assert len(runs) == 312
@@ -534,7 +534,8 @@ def test_placement_scan_plots_the_trained_layers_against_lines_over_every_k(tmp_
     """The scan's k panels: a point per trained layer k (here only k = 2), the baseline and all-layers rows as flat
     lines over every k of the grid (1-6 from the table's rows), not over the trained ones only."""
     from highway_repro.report.spec import render
-    from highway_repro.report.tables import TABLES, _placement_panels
+    from highway_repro.report.ht_tables import placement_panels
+    from highway_repro.report.tables import TABLES
 
     for v, test in (("baseline", [2.20, 2.22]), ("sdu_tanh", [2.10, 2.12]), ("tanh_l2", [2.15, 2.19])):
         for seed, x in enumerate(test):
@@ -543,7 +544,7 @@ def test_placement_scan_plots_the_trained_layers_against_lines_over_every_k(tmp_
     fake_run(tmp_path / "seed=0,variant=tanh_l5", ["variant=tanh_l5", "seed=0"], {"variant": "tanh_l5"},
              {"status": "failed", "error": "killed"})
     t, _, _ = render(TABLES["ht_placement_scan"], load_runs(tmp_path))
-    test_panel, auc_panel = _placement_panels(t)
+    test_panel, auc_panel = placement_panels(t)
     k_only, base, every = (test_panel.series[s] for s in
                            ("SDU tanh in layer k only", "baseline (no gate)", "SDU tanh, all layers"))
     assert k_only == ([2], [pytest.approx(2.17)])  # the failed k = 5 is not a point

@@ -23,41 +23,41 @@ def _fake_run(folder: Path, status: str = "done"):
 
 
 def test_placement_scan_grid_is_one_gated_layer_per_row_five_seeds():
-    """Five seeds a row: seeds 0 and 1 of ht_enwik8_l6's scale file for every row, and the seeds 2-4 that its
-    `extra_grids` give the rows a paper claim compares, the scan's rows among them: the same runs as the table's
+    """Five seeds a row: seeds 0 and 1 for every row (configs/sweep/ht_placement_scan/cpu.yaml), and seeds 2-4
+    (cpu-extra_seeds.yaml), as ht_enwik8_l6's sweep files give the rows a paper claim compares: the same runs as the table's
     where the rows are the table's (baseline, all layers), reused, so both give the same numbers for them."""
-    from highway_repro.reproduce import plan
+    from highway_repro.runner.plan import plan
     from highway_repro.targets import TARGETS
 
-    _, grids, names = plan(TARGETS["ht_placement_scan"], "cpu", [])
+    _, grids, names = plan("ht_placement_scan", "cpu", [])
     rows = ["baseline", "sdu_tanh"] + [f"tanh_l{k}" for k in range(1, 7)]
     assert names == [f"seed={s},variant={v}" for v in rows for s in (0, 1)] + [
         f"seed={s},variant={v}" for v in rows for s in (2, 3, 4)]
-    assert set(names) <= set(plan(TARGETS["ht_enwik8_l6"], "cpu", [])[2]) | {
+    assert set(names) <= set(plan("ht_enwik8_l6", "cpu", [])[2]) | {
         f"seed={s},variant=tanh_l{k}" for s in range(5) for k in range(1, 7)}
-    _, _, by_hand = plan(TARGETS["ht_placement_scan"], "cpu", ["seed=5"])  # a seed given by hand: every row, once
+    _, _, by_hand = plan("ht_placement_scan", "cpu", ["seed=5"])  # a seed given by hand: every row, once
     assert by_hand == [f"seed=5,variant={v}" for v in rows]
     # rows given by hand take the table's extra seeds where the table has them for those rows, and no other row does
-    assert plan(TARGETS["ht_placement_scan"], "cpu", ["variant=tanh_l3"])[2] == [
+    assert plan("ht_placement_scan", "cpu", ["variant=tanh_l3"])[2] == [
         f"seed={s},variant=tanh_l3" for s in range(5)]
-    assert plan(TARGETS["ht_char_ptb"], "cpu", ["variant=sdu_tanh,highway"])[2] == [
+    assert plan("ht_char_ptb", "cpu", ["variant=sdu_tanh,highway"])[2] == [
         "seed=0,variant=sdu_tanh", "seed=1,variant=sdu_tanh", "seed=0,variant=highway", "seed=1,variant=highway",
         "seed=2,variant=sdu_tanh", "seed=3,variant=sdu_tanh", "seed=4,variant=sdu_tanh"]
 
 
 def test_gate_zoo_parts_cover_every_gate_kind_on_three_models():
     from highway_repro.models.placement import GATE_KINDS, is_gated
-    from highway_repro.reproduce import plan
+    from highway_repro.runner.plan import plan
     from highway_repro.targets import TARGETS
 
     zoo = TARGETS["ht_gate_zoo"]
     assert {TARGETS[p].experiment for p in zoo.parts} == {"ht_char_ptb", "ht_char_ptb_rt", "ht_enwik8_l6"}
     for part in zoo.parts:
         assert TARGETS[part].reuse == (TARGETS[part].experiment,)  # the runs of its own table are reused
-        _, _, names = plan(TARGETS[part], "cpu", [])
+        _, _, names = plan(part, "cpu", [])
         variants = {n.split("variant=")[1] for n in names}
         assert {"baseline", "baseline_matched"} <= variants
-        table = set(plan(TARGETS[TARGETS[part].experiment], "cpu", [])[2])  # the table it extends
+        table = set(plan(TARGETS[part].experiment, "cpu", [])[2])  # the table it extends
         for v in variants:  # two seeds a row; more where the table has more (the same runs)
             seeds = [n for n in names if n.endswith(f"variant={v}")]
             assert seeds[:2] == [f"seed=0,variant={v}", f"seed=1,variant={v}"], seeds
@@ -67,7 +67,7 @@ def test_gate_zoo_parts_cover_every_gate_kind_on_three_models():
 
 
 def test_reuse_restores_only_the_runs_the_study_names(tmp_path):
-    from highway_repro.reproduce import restore
+    from highway_repro.runner.keep import restore
 
     table = tmp_path / "kept_table"
     for n in ("seed=0,variant=baseline", "seed=2,variant=baseline", "seed=0,variant=highway"):
@@ -82,7 +82,7 @@ def test_reuse_restores_only_the_runs_the_study_names(tmp_path):
 def test_a_study_is_reported_from_the_runs_of_the_table_it_reuses_before_it_trains(tmp_path):
     """`make tables` shows a study, partial, from the kept runs of the table it reuses that are cells of its grid
     (as the runner would restore them); its own kept run of a name wins; a run outside its grid is not read."""
-    from highway_repro.reproduce import _reused_folders, _table_runs
+    from highway_repro.runner.keep import reused_folders, table_runs
 
     table = tmp_path / "results" / "highway_transformer" / "runs" / "ht_enwik8_l6-cpu"
     for n in ("seed=0,variant=baseline", "seed=1,variant=sdu_tanh", "seed=0,variant=gated_attn",
@@ -90,19 +90,20 @@ def test_a_study_is_reported_from_the_runs_of_the_table_it_reuses_before_it_trai
         _fake_run(table / n)
     own = tmp_path / "results" / "highway_transformer" / "runs" / "ht_placement_scan-cpu" / "seed=0,variant=baseline"
     _fake_run(own)
-    reused = _reused_folders("ht_placement_scan", "cpu", tmp_path / "results")
+    reused = reused_folders("ht_placement_scan", "cpu", tmp_path / "results")
     assert [p.name for p in reused] == ["seed=0,variant=baseline", "seed=1,variant=sdu_tanh"]
-    runs = _table_runs("ht_placement_scan", "cpu", tmp_path / "runs", tmp_path / "results")
+    runs = table_runs("ht_placement_scan", "cpu", tmp_path / "runs", tmp_path / "results")
     assert [(r.path.parent.name, r.path.name) for r in runs] == [
         ("ht_placement_scan-cpu", "seed=0,variant=baseline"), ("ht_enwik8_l6-cpu", "seed=1,variant=sdu_tanh")]
-    assert _reused_folders("ht_enwik8_l6", "cpu", tmp_path / "results") == []  # a table that reuses nothing
+    assert reused_folders("ht_enwik8_l6", "cpu", tmp_path / "results") == []  # a table that reuses nothing
 
 
 def test_the_budget_measure_counts_a_studys_own_runs_only(tmp_path):
     """The table's header gives the budget's measure (its runs' CPU time per thread, packed on 2 jobs): for a study,
     only the runs it trained, not the reused ones, which the runner restores into its sweep and so also keeps in
     its own folder (the same metrics.json as in the reused table's folder)."""
-    from highway_repro.reproduce import _trained_for, report_table
+    from highway_repro.runner.keep import trained_for
+    from highway_repro.runner.cli import report_table
 
     results = tmp_path / "results"
     table = results / "highway_transformer" / "runs" / "ht_enwik8_l6-cpu"
@@ -114,7 +115,7 @@ def test_the_budget_measure_counts_a_studys_own_runs_only(tmp_path):
         (folder / "metrics.json").write_text(json.dumps({"status": "done", "time/wall_s": 2 * cpu_s,
                                                          "time/cpu_s": cpu_s, "test/bpc": 2.0}))
         (folder / "run_info.json").write_text(json.dumps({"threads": 1}))
-    own = _trained_for("ht_placement_scan", "cpu", results, sorted(study.iterdir()))
+    own = trained_for("ht_placement_scan", "cpu", results, sorted(study.iterdir()))
     assert [p.name for p in own] == ["seed=0,variant=tanh_l1", "seed=0,variant=tanh_l2", "seed=1,variant=tanh_l1"]
     assert report_table("ht_placement_scan", "cpu", tmp_path / "runs", results) == 0
     md = (results / "highway_transformer" / "placement_scan.md").read_text()

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from highway_repro.report.spec import mean_curve
+
 
 @dataclass
 class Panel:
@@ -49,3 +51,13 @@ def plot(path, panels: list[Panel], ncols: int | None = None, panel_size=(7.0, 4
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def curve_panel(rows, key: str, title: str, ylabel: str, logy=False, only_training=False, colors=None) -> Panel:
+    """One panel: each row's mean curve of `key` over its finished runs (`spec.mean_curve`)."""
+    series = {}
+    for row in rows:
+        xs, ys = mean_curve(row.done, key, only_training)
+        if xs:
+            series[row.label] = (xs, ys)
+    return Panel(title, series, ylabel, logy=logy, colors=colors or {})

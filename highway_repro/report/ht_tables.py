@@ -1,0 +1,377 @@
+"""The Highway Transformer tables (Chai et al., 2020) and the studies on them as `TableSpec`s: one row per gate
+variant (its rows and their order from the table's sweep files, labelled by the runs' `variant_label`,
+configs/variant/), the placement scan, the gate zoo and the paper-size anchor; paper numbers from `papers.py`.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+from highway_repro.report import papers, stats
+from highway_repro.report.plots import Panel, curve_panel, plot
+from highway_repro.report.runs import Run
+from highway_repro.report.spec import (NA, Claim, Column, Measure, TableSpec, best, count, mean_pm, params, paper,
+                                       pct, ratio_to_baseline, rel_change, stat, steps_to_reach, test_claim)
+
+
+def sweep_rows(name: str) -> tuple[str, ...]:
+    """Table `name`'s rows (variants) in display order: as its sweep files list them (`configs/sweep/<name>/`,
+    the paper scale's file first), each once."""
+    import yaml
+
+    folder = Path(__file__).resolve().parents[2] / "configs" / "sweep" / name
+    files = sorted(folder.glob("*.yaml"), key=lambda f: (f.stem != "paper", f.stem))
+    params = [yaml.safe_load(f.read_text())["hydra"]["sweeper"]["params"] for f in files]
+    return tuple(dict.fromkeys(v for p in params for v in str(p.get("variant", "")).split(",") if v))
+
+
+ZOO_MODELS = {"ht_char_ptb": "Transformer-L3, char-PTB", "ht_char_ptb_rt": "R-Transformer-L3, char-PTB",
+              "ht_enwik8_l6": "Transformer-XL L6, enwik8 prefix"}
+
+
+def _variant_label(row, v: str | None = None) -> str:
+    """The runs' `variant_label` (configs/variant/<name>.yaml), else the variant's name (`v`, else the row's id)."""
+    v = v or row.id[0]
+    label = next((str(r.get("variant_label")) for r in row.runs if r.get("variant_label")), None)
+    return f"{label} (`{v}`)" if label and label != v else f"`{v}`"
+
+
+def _paper_num(x, metric: str) -> str:
+    if x is None:
+        return NA
+    dec = len(repr(float(x)).split(".")[1])
+    return f"{x:.{max(3 if metric == 'bpc' else 2, dec)}f}"
+
+
+def _settings(runs: list[Run]) -> str:
+    """One line with the settings the runs used (from the first run's resolved config)."""
+    for r in runs:
+        if not (r.path / "config_resolved.yaml").exists():
+            continue
+        c = r.config
+        m, d, o, t = c.get("model", {}), c.get("data", {}), c.get("optim", {}), c.get("trainer", {})
+        opt = str(o.get("optimizer", {}).get("_target_", "?")).rsplit(".", 1)[-1]
+        width = f"d {m.get('d_model')}, {m.get('n_heads')} heads, d_ff {m.get('d_ff', m.get('d_inner'))}"
+        extra = f", {m.get('rnn')} window {m.get('window')}" if m.get("rnn") else ""
+        if m.get("mem_len") is not None:
+            extra += f", mem {m.get('mem_len')} (eval tgt {m.get('eval_tgt_len')}, mem {m.get('eval_mem_len')})"
+        return (f"- settings used: data `{d.get('name')}`, {m.get('n_layers')} layers, {width}{extra}, dropout "
+                f"{m.get('dropout')}; batch {d.get('batch_size')} x seq {d.get('seq_len')} (scored "
+                f"{d.get('score_len') or d.get('seq_len')}), eval batch {d.get('eval_batch_size')}; {opt} lr "
+                f"{o.get('optimizer', {}).get('lr')}, schedule {o.get('scheduler', {}).get('kind')}"
+                + (f" over {o['scheduler']['horizon']:,} steps" if (o.get("scheduler") or {}).get("horizon") else "")
+                + f", clip "
+                f"{t.get('grad_clip')}; {t.get('max_steps')} steps, val every {t.get('eval_every')} "
+                + (f"(intermediate evals capped at {t.get('eval_max_batches')} batches; "
+                   if t.get("eval_max_batches") is not None else "(intermediate evals complete; ")
+                + ("final val/test complete)" if t.get("final_max_batches") is None else
+                   f"final val/test CAPPED at {t.get('final_max_batches')} batches: smoke numbers, not results)"))
+    return "- settings used: unknown (no resolved config found)"
+
+
+def _unigram_note(runs: list[Run], metric: str, base) -> str:
+    data = next((r.get("data.name") for r in runs if r.get("data.name")), None)
+    u = papers.UNIGRAM.get(data or "")
+    if not u or u[0] != metric:
+        return ""
+    line = (f"- unigram reference on `{data}` (training-split symbol frequencies only, measured): "
+            f"val {u[1]} / test {u[2]} {metric}")
+    test = base.mean(Measure(f"test/{metric}", "")) if base else math.nan
+    if math.isfinite(test):
+        ratio = test / u[2] if metric == "bpc" else math.log(test) / math.log(u[2])
+        if ratio > papers.UNIGRAM_WARN:
+            line += (f". **Our baseline ends at {test:.4g} test {metric}, within 5 % of (or above) the unigram "
+                     "level: at this scale the models have learned little beyond symbol frequencies, so the "
+                     "comparison only speaks about the very first phase of training, not about the paper's "
+                     "converged numbers.**")
+    return line
+
+
+def ht_table(name: str, title: str, metric: str, time_column: bool = False,
+             reference_curves: bool = False, extra_figure=None) -> TableSpec:
+    """A Highway Transformer table: one row per gate variant, claims 'ends lower' and 'converges faster' per row.
+    `extra_figure(t) -> [Panel]`: panels drawn after the validation curves."""
+    pt = papers.HT[name]
+    digits = 4 if metric == "bpc" else 2
+    val = Measure(f"val/{metric}", f"val {metric}", digits=digits)
+    test = Measure(f"test/{metric}", f"test {metric}", digits=digits)
+    auc_label = "bpc" if metric == "bpc" else "loss (nats)"
+    auc = Measure("val/bpc" if metric == "bpc" else "val/loss", f"mean val {auc_label} over evals (AUC)", how="auc")
+    tps = Measure("perf/tokens_per_s", "tokens/s", how="rate", lower_is_better=False)
+    cps = Measure("perf/cpu_s_per_step", "CPU-s per step", how="rate")
+    base_p = pt.rows.get("baseline", (None, None))
+
+    def paper_pair(row_id):
+        return pt.rows.get(row_id[0], (None, None))
+
+    def claim_measure(row, t=None):  # the paper compares a row on val only where it gives no test value
+        row_id = row.id if hasattr(row, "id") else row
+        p = (None, None) if row_id[0] in pt.no_claim_rows else paper_pair(row_id)  # our claim: on test
+        return val if (p[1] is None and p[0] is not None) else test
+
+    def paper_rel(row_id):
+        p = paper_pair(row_id)
+        if row_id[0] == "baseline" or p == (None, None):
+            return None, None
+        i = 1 if (p[1] is not None and base_p[1] is not None) else 0
+        if p[i] is None or base_p[i] is None:
+            return None, None
+        return pct(p[i], base_p[i]) + ("" if i == 1 else " (val)"), p[i] < base_p[i]
+
+    columns = [params(), count(), stat(val), stat(test),
+               rel_change(claim_measure, "Δ test vs baseline", "rel_vs_baseline")]
+    if pt.rows:
+        columns += [paper(f"paper val {metric}", lambda i: _paper_num(paper_pair(i)[0], metric) if paper_pair(i)[0]
+                          is not None else None, "paper_val"),
+                    paper(f"paper test {metric}", lambda i: _paper_num(paper_pair(i)[1], metric) if paper_pair(i)[1]
+                          is not None else None, "paper_test"),
+                    paper("paper Δ vs baseline", lambda i: paper_rel(i)[0], "paper_rel_vs_baseline")]
+    columns += [stat(auc), rel_change(auc, "Δ AUC vs baseline", "rel_auc_vs_baseline"),
+                steps_to_reach(val, f"steps to reach the baseline's last eval's val {metric}")]
+    if time_column:
+        hours = papers.ENWIK8_L6_HOURS if reference_curves else {}
+        columns += [ratio_to_baseline(tps, "time/step vs baseline"),
+                    ratio_to_baseline(cps, "CPU time/step vs baseline"),
+                    paper("paper time vs baseline", lambda i: f"{hours[i[0]] / hours['baseline']:.3f}x "
+                          f"({hours[i[0]]} h)" if i[0] in hours else None, "paper_hours")]
+
+    def claims(by_id) -> list[Claim]:
+        out = []
+        for row_id in by_id:
+            if row_id == ("baseline",):
+                continue
+            p = paper_pair(row_id)
+            rel, lower = (None, None) if row_id[0] in pt.no_claim_rows else paper_rel(row_id)
+            side = "lower" if lower in (True, None) else "higher"
+            m = claim_measure(row_id)
+            out.append(Claim(f"ends {side} than the baseline", row_id, m, side, ("baseline",),
+                             paper_note=f"; paper {rel}" if rel else "", paper_value=p[1] if m is test else p[0]))
+            out.append(Claim("converges faster than the baseline", row_id, auc, "lower", ("baseline",), reach=val))
+        measures = {val.name: val, test.name: test}
+        for pc in papers.PAPER_CLAIMS:  # the paper's comparisons of two gated rows (placement: bottom vs top)
+            if pc.table == name and pc.against != ("baseline",):
+                row = tuple((v,) for v in pc.row) if len(pc.row) > 1 else pc.row
+                against = tuple((v,) for v in pc.against) if len(pc.against) > 1 else pc.against
+                out.append(Claim(f"ends {pc.side} than {' + '.join(pc.against)}: {pc.says}", row,
+                                 measures[pc.statistic], pc.side, against))
+        return out
+
+    def notes(runs, by_id) -> str:
+        best = any(r.config.get("trainer", {}).get("final_eval") == "best" for r in runs)
+        weights = ("of the best-validation weights (trainer.final_eval=best; the best step is judged on the "
+                   "intermediate evaluations' val subset, the last step too)" if best else "after the last step")
+        text = (f"Columns: val/test {metric} {weights}, complete passes over the splits in stream order "
+                "(with memory for Transformer-XL), mean ± std over seeds. Δ = relative change against our baseline "
+                f"(negative = better). AUC = mean validation {auc_label} over the run's learning curve, its "
+                "intermediate evaluations (lower = converges faster); they use the first `eval_max_batches` batches "
+                "of val, the same data at every step, so the final complete pass (the val column) is not on the "
+                "curve where they are capped. Steps to reach = the first evaluation at which the row's mean val "
+                f"{metric} over seeds is at or below the last point of the baseline's curve (same data). Claims: "
+                "'ends lower' takes its side from the paper's numbers where it has them (the paper's general claim "
+                "otherwise), on test, or on val where the paper gives val only. "
+                "Gated rows have more parameters than the baseline (each gated sublayer adds 2d^2 + 2d; not "
+                "matched).\n\n" + _settings(runs) + "\n" + _unigram_note(runs, metric, by_id.get(("baseline",))))
+        if time_column:
+            text += ("\n\nTime per step is measured from the runs' own perf/tokens_per_s; on a shared CPU (other "
+                     "jobs running, one thread per run) it mostly reflects the machine's load at the time of each "
+                     "run, not the cost of the gates: read it as a measurement only on a dedicated machine. CPU "
+                     "time per step (perf/cpu_s_per_step, the process's CPU time over its training steps, logged "
+                     "by the trainer) is not inflated by the load: each row's mean over the runs that logged it "
+                     "(— where the row or the baseline has none).")
+        return text
+
+    def figure(t, path):
+        ours = curve_panel(t.rows, val.key, title.split(": ", 1)[-1].split(" (")[0]
+                            + f"\nours: val {metric} by step, mean over seeds", val.key, logy=metric == "ppl")
+        if not reference_curves:
+            extra = extra_figure(t) if extra_figure else []
+            plot(path, [ours] + extra, ncols=min(3, 1 + len(extra)))
+            return
+        label = {row.id[0]: row.label for row in t.rows}
+        ours.colors = {row.label: f"C{i % 10}" for i, row in enumerate(t.rows)}
+        ours.title = "ours (this scale): val bpc by step"
+        ref = Panel("PAPER SCALE reference: official training logs (d 512, 40k steps), val bpc",
+                    {f"{label.get(v, v)} (official log)": (papers.ENWIK8_L6_LOG_STEPS, ys)
+                     for v, ys in papers.ENWIK8_L6_LOGS.items()}, val.key, dashed=True)
+        ref.colors = {f"{label.get(v, v)} (official log)": ours.colors.get(label.get(v)) for v in papers.ENWIK8_L6_LOGS}
+        plot(path, [ours, ref], panel_size=(6.0, 4.5))
+
+    return TableSpec(title, keys=("variant",), columns=tuple(columns), primary=test, claims=claims,
+                     floors=tuple(papers.FLOORS.get(name, ())), measures={test.key: test},
+                     order={"variant": sweep_rows(name)},
+                     baseline=("baseline",), label=_variant_label, label_header="variant", paper=pt,
+                     paper_of=lambda row_id, split: paper_pair(row_id)[0 if split == "val" else 1],
+                     notes=notes, figure=figure)
+
+
+def placement_panels(t) -> list[Panel]:
+    """Final test bpc and mean val bpc over the run (AUC) against the gated layer k, with the baseline and the
+    all-layers row as flat lines; mean over seeds (the error is in the table)."""
+    test, auc = Measure("test/bpc", "test bpc"), Measure("val/bpc", "", how="auc")
+
+    def layer(v: str) -> int | None:
+        return int(v[len("tanh_l"):]) if v.startswith("tanh_l") and v[len("tanh_l"):].isdigit() else None
+
+    ks = sorted(k for (v,), row in t.by_id.items() if (k := layer(v)) is not None and row.done)
+    grid = {layer(v) for v in (*t.spec.order.get("variant", ()), *(v for (v,) in t.by_id))} - {None}
+    span = [min(grid), max(grid)] if grid else []  # the flat lines cover every k of the grid, trained or not
+    k_only = "SDU tanh in layer k only"
+    flat = {"baseline": "baseline (no gate)", "sdu_tanh": "SDU tanh, all layers"}  # row -> label
+    colors = {k_only: "black", flat["baseline"]: "C0", flat["sdu_tanh"]: "C1"}  # the flat rows: as in panel 1
+    styles = {k_only: {"marker": "o", "ms": 5}} | {label: {"ls": "--"} for label in flat.values()}
+    panels = []
+    for m, title in ((test, "final test bpc vs the one gated layer k"),
+                     (auc, "mean val bpc over the run (AUC) vs k")):
+        series = {}
+        if ks:
+            series[k_only] = (ks, [t.by_id[(f"tanh_l{k}",)].mean(m) for k in ks])
+        for rid, label in flat.items():
+            row = t.by_id.get((rid,))
+            if row and row.done and ks:
+                series[label] = (span, [row.mean(m)] * 2)
+        panels.append(Panel(title, series, "bpc", xlabel="gated layer k", colors=colors, styles=styles))
+    return panels
+
+
+def paper_anchor_table() -> TableSpec:
+    """The paper-size anchor: the 6-layer Transformer-XL at the paper's size and recipe, its first ANCHOR_STEP steps on
+    the enwik8 prefix, validation bpc at each evaluation beside the official training logs (Chai et al. 2020, the
+    logs of the paper's Table 4 runs: papers.ENWIK8_L6_LOGS)."""
+    step, tol = papers.ANCHOR_STEP, papers.ANCHOR_TOLERANCE_BPC
+    at = {s: Measure("val/bpc", f"val bpc, step {s}", how="at", step=s) for s in (100, 200, 300, step)}
+    last = at[step]
+    test = Measure("test/bpc", f"test bpc after step {step}")
+
+    def official(row_id):
+        ys = papers.ENWIK8_L6_LOGS.get(row_id[0])
+        return ys[papers.ENWIK8_L6_LOG_STEPS.index(step)] if ys else None
+
+    def gap(row):  # (mean - official, its 95 % t-interval or None)
+        ref, vals = official(row.id), row.values(last)
+        if ref is None or not vals:
+            return None, None
+        ci = stats.mean_interval(vals)
+        return statistics.fmean(vals) - ref, (ci[0] - ref, ci[1] - ref) if ci else None
+
+    def gap_cell(row, t):
+        d, ci = gap(row)
+        if d is None:
+            return NA
+        return f"{d:+.4f}" + (f" [{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else " (1 seed)")
+
+    def within_cell(row, t):
+        d, ci = gap(row)
+        if d is None:
+            return NA
+        lo, hi = ci or (d, d)
+        word = "yes" if -tol <= lo and hi <= tol else "no" if hi < -tol or lo > tol else "undecided"
+        return word + ("" if ci else " (1 seed, no interval)")
+
+    columns = (params(), count(), *(stat(m) for m in at.values()),
+               paper(f"official log, step {step}", lambda i: official(i), "official_val_bpc"),
+               Column(f"ours - official (95 % interval)", gap_cell, lambda row, t: {"minus_official": gap(row)[0]}),
+               Column(f"within {tol} bpc", within_cell, lambda row, t: {"within_tolerance": within_cell(row, t)}),
+               stat(test))
+
+    def claims(by_id) -> list[Claim]:
+        return [Claim(f"ends lower than the baseline at step {step}: {pc.says}", pc.row, last, pc.side, pc.against)
+                for pc in papers.PAPER_CLAIMS if pc.table == "ht_paper_anchor"]
+
+    def notes(runs, by_id) -> str:
+        return (f"**The data are the enwik8 prefix of the offline mirror (4.15 MB, split 90/5/5), not the corpus.** "
+                f"{step} steps of 22 x 512 tokens are 1.22 passes over its 3.70 M training bytes, where the official "
+                "runs read fresh data all along; its validation split is 206 k bytes, not the corpus's 5 M. The "
+                "comparison with the official logs is indicative, and the rows' order is the finding that carries "
+                "over. Recipe: the paper's size and hyperparameters unchanged (d 512, 8 x 64 heads, d_ff 2048, "
+                "dropout 0.1, tgt 512, memory 512, batch 22, Adam 2.5e-4, clip 0.25, cosine over 40,000 steps of "
+                f"which the first {step} run), full fp32; validation with the paper's evaluation settings (tgt 128, "
+                "memory 896) over the whole split at each step shown. Each row's numbers: mean ± std over seeds; "
+                f"the interval of ours - official is the t-interval of the mean (2 seeds or more); within {tol} bpc: "
+                "yes when that interval lies inside the tolerance, no when it lies wholly outside. The official "
+                "numbers are single runs (seed 1111).\n\n" + _settings(runs))
+
+    def figure(t, path):
+        ours = curve_panel(t.rows, "val/bpc", "ours, paper size, enwik8 prefix: val bpc by step (mean over seeds)",
+                            "val/bpc")
+        ours.colors = {row.label: f"C{i % 10}" for i, row in enumerate(t.rows)}
+        label = {row.id[0]: row.label for row in t.rows}
+        for v, ys in papers.ENWIK8_L6_LOGS.items():  # the official logs' step-400 points, as stars in the row's color
+            name = f"{label.get(v, v)} (official log, full corpus)"
+            ours.series[name] = ([step], [ys[papers.ENWIK8_L6_LOG_STEPS.index(step)]])
+            ours.colors[name] = ours.colors.get(label.get(v))
+            ours.styles[name] = {"ls": "none", "marker": "*", "ms": 11}
+        plot(path, [ours])
+
+    return TableSpec("Paper-size anchor: the 6-layer Transformer-XL's first 400 steps on the enwik8 prefix (val bpc), "
+                     "beside the official training logs", keys=("variant",), columns=columns, primary=last,
+                     claims=claims, order={"variant": tuple(papers.ENWIK8_L6_LOGS)}, baseline=("baseline",),
+                     label=_variant_label, label_header="variant",
+                     paper_of=lambda row_id, split: official(row_id) if split == "val" else None, notes=notes,
+                     figure=figure)
+
+
+def gate_zoo_table() -> TableSpec:
+    """The gate zoo: every gate kind on every model; each gated row against its model's baseline and
+    its parameter-matched baseline (Welch intervals); a pivot of the verdicts per (kind, model) cell."""
+    test = Measure("test/bpc", "test bpc")
+    auc = Measure("val/bpc", "mean val bpc over evals (AUC)", how="auc")
+    rows = sweep_rows(f"ht_zoo_{next(iter(ZOO_MODELS)).removeprefix('ht_')}")  # every part has the same rows
+
+    def label(row) -> str:
+        return f"{ZOO_MODELS.get(row.id[0], row.id[0])}: {_variant_label(row, row.id[1])}"
+
+    def delta_vs(other: str, header: str, name: str) -> Column:
+        def value(row, t):
+            base = t.by_id.get((row.id[0], other))
+            return NA if base is None or base is row else pct(row.mean(test), base.mean(test))
+        return Column(header, value, lambda row, t: {name: value(row, t)})
+
+    def claims(by_id) -> list[Claim]:
+        out = []
+        for (model, v) in by_id:
+            if v in ("baseline", "baseline_matched"):
+                continue
+            out.append(Claim("ends lower than the baseline", (model, v), test, "lower", (model, "baseline")))
+            out.append(Claim("ends lower than the parameter-matched baseline", (model, v), test, "lower",
+                             (model, "baseline_matched")))
+        out += [Claim("ends lower than the baseline", (model, "baseline_matched"), test, "lower",
+                      (model, "baseline")) for (model, v) in by_id if v == "baseline_matched"]
+        return out
+
+    def notes(runs, by_id) -> str:
+        spec_claims = claims(by_id)
+        results = {(c.row, c.against[1]): test_claim(c, by_id) for c in spec_claims if c.row in by_id}
+        models = [m for m in ZOO_MODELS if any(k[0] == m for k in by_id)]
+        lines = ["Verdict per cell (test bpc, mean ± std over seeds; the change against the model's baseline and "
+                 "its parameter-matched baseline, each with its 95 % Welch interval of the difference):", "",
+                 "| gate | " + " | ".join(ZOO_MODELS[m] for m in models) + " |", "|---|" + "---|" * len(models)]
+        for v in rows:
+            cells = []
+            for m in models:
+                row = by_id.get((m, v))
+                if row is None or not row.done:
+                    cells.append(NA)
+                    continue
+                cell = mean_pm(row.values(test), 4)
+                for other, short in (("baseline", "vs base"), ("baseline_matched", "vs matched")):
+                    r = results.get(((m, v), other))
+                    if r and r["ci"] is not None:
+                        cell += (f"; {short} {r['diff']:+.3f} [{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}] "
+                                 f"{r['verdict']}")
+                    elif r and math.isfinite(r["diff"]):
+                        cell += f"; {short} {r['diff']:+.3f} ({r['verdict']})"
+                cells.append(cell)
+            lines.append(f"| `{v}` | " + " | ".join(cells) + " |")
+        return "\n".join(lines) + "\n\n" + "\n".join(_settings([r for r in runs if r.get("name") == m])
+                                                     for m in models)
+
+    return TableSpec("Study: the gate zoo (every gate kind x 3 models, with a parameter-matched baseline)",
+                     keys=("name", "variant"), label=label, label_header="model: variant",
+                     columns=(params(), count(), stat(test), delta_vs("baseline", "Δ test vs baseline", "rel_vs_baseline"),
+                              delta_vs("baseline_matched", "Δ test vs matched baseline", "rel_vs_matched"),
+                              stat(auc)),
+                     primary=test, claims=claims, measures={test.key: test},
+                     order={"name": tuple(ZOO_MODELS), "variant": rows}, paper=papers.HT["ht_gate_zoo"],
+                     notes=notes)

@@ -1,0 +1,250 @@
+"""Run one paper table's sweep and build its report: what `make reproduce-<table>` calls.
+
+    python -m highway_repro.reproduce ht_char_ptb --scale cpu --jobs 2   # train what is missing, then the report
+    python -m highway_repro.reproduce ht_char_ptb --scale cpu --estimate # print the plan and its cost, train nothing
+    python -m highway_repro.reproduce ht_word_ptb ht_char_ptb_rt --jobs 2 # two tables, their runs in one queue
+    python -m highway_repro.reproduce --all --report-only               # make tables: every report from kept runs
+    python -m highway_repro.reproduce --list
+
+The grid is the union of the table's sweep files at the scale, `configs/sweep/<table>/<scale>*.yaml`
+(`runner.plan`). Runs go to `runs/sweeps/<table>-<scale>/<overrides>/` with `resume=auto`, so running the same
+command again continues unfinished jobs and skips finished ones. The runs of every table named (`--all`: every
+paper table) go through one queue, `--jobs` at a time (`runner.queue.run_queue`).
+
+Finished runs are kept: their small files (metrics.json, metrics.jsonl, config_resolved.yaml, run_info.json,
+.hydra/overrides.yaml; no checkpoints) are copied to `results/<paper>/runs/<table>-<scale>/<overrides>/`, which
+is committed. Before a sweep starts, the kept runs are put back into the sweep folder, so a sweep on a fresh
+clone trains only what is missing, and `--report-only` rebuilds every table from the repository alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from highway_repro.config import check_group_choices
+from highway_repro.errors import ConfigError, HighwayError
+from highway_repro.report.header import duration
+from highway_repro.runner.estimate import CALIBRATION_FILE, PROBE_STEPS, calibrate, on_gpu, run_seconds, wall_s
+from highway_repro.runner.keep import (other_recipe, read_record, reused_folders, table_runs, trained_for,
+                                       wall_of)
+from highway_repro.runner.plan import SCALES, grid_names
+from highway_repro.runner.queue import FOLLOW_UPS, exit_code, run_queue
+from highway_repro.runner.table import TablePlan, plan_table
+from highway_repro.targets import (CONFIG_DIR, PAPER_TABLES, REPORTS, ROOT, TARGETS, make_target, runs_folder,
+                                   scale_files)
+
+CPU_BUDGET_JOBS = 2  # the cpu scale's budgets (4.5 h a table, 3 h a study) are for 2 jobs x 1 thread
+
+
+def report_table(name: str, scale: str, runs_root: Path, results: Path, echo: bool = True) -> int:
+    """Build the table from the kept runs (plus failed or unfinished ones of the local sweep folder); a target
+    with `parts` reads the runs of its parts. `echo`: print the table (not for `make tables`: every report)."""
+    t = TARGETS[name]
+    sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
+    record = read_record(kept, False)
+    meta = {"commands": record["commands"] or [f"make {make_target(name)} SCALE={scale}"],  # none: not run yet
+            "scale": scale, "wall_s": wall_of([record]) or None,  # commands that overlapped count once
+            "planned": sum(len(grid_names(p, scale)) for p in t.parts or (name,)),
+            "part_of": next((n for n, x in TARGETS.items() if name in x.parts), None),
+            "scale_files": scale_files(name, scale)}
+    if t.parts:
+        records = [read_record(results / runs_folder(part, scale), False) for part in t.parts]
+        meta = {**meta, "commands": [f"make {make_target(name)} SCALE={scale}"],
+                "wall_s": wall_of(records) or None}
+    from highway_repro.report import build_table, findings_path
+
+    if t.after and not (sweep_dir / "ckpt").is_dir():  # the follow-up step needs the run with its checkpoint
+        found = findings_path(results / t.results)
+        if not found.exists():
+            print(f"[{name}] no run folder with a checkpoint at {sweep_dir} and no kept findings ({found}): "
+                  "no report", file=sys.stderr)
+            return 0
+        meta["findings"] = found.read_text()  # what it found when it ran: the report is rebuilt from files
+    elif t.after:
+        commands = meta["commands"] or [f"make {make_target(name)} SCALE={scale}"]
+        cmd = [sys.executable, "-m", t.after, str(sweep_dir), "--out", str(results / t.results), "--scale", scale]
+        cmd += [a for c in commands for a in ("--command", c)]
+        cmd += ["--wall-s", str(meta["wall_s"])] if meta["wall_s"] else []
+        proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)  # a stopped queue stops it too
+        FOLLOW_UPS.add(proc)
+        try:
+            return exit_code(proc.wait())
+        finally:
+            FOLLOW_UPS.discard(proc)
+
+    runs, own, meta["other_recipe"] = [], [], {}
+    for part in t.parts or (name,):
+        part_runs = table_runs(part, scale, runs_root, results)
+        other = other_recipe(part, scale, [r.path for r in part_runs])
+        runs += [r for r in part_runs if r.path.name not in other]
+        meta["other_recipe"].update({(f"{part}/{k}" if t.parts else k): v for k, v in other.items()})
+        own += trained_for(part, scale, results, [r.path for r in part_runs if r.path.name not in other])
+    if scale == "cpu":  # the budget's measure: the runs' CPU time per thread, on 2 jobs in grid order (CPU runs)
+        secs = run_seconds([p for p in own if not on_gpu(p)])
+        meta["budget"] = (wall_s(secs, CPU_BUDGET_JOBS), len(secs), CPU_BUDGET_JOBS) if secs else None
+    if not runs:
+        print(f"[{name}] no runs under {kept} or {sweep_dir}", file=sys.stderr)
+        return 1
+    out = results / t.results
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = build_table(name, runs, out=out, meta=meta)
+    if echo:
+        print(text)
+    print(f"wrote {out}.md", file=sys.stderr)
+    return 0
+
+
+def _damaged(results: Path, scale: str, allowed: bool) -> int:
+    """Name each kept run of `scale` whose metrics.json cannot be parsed (the reports count it as damaged and leave
+    it out of their statistics); 1 when there is one, unless `allowed`."""
+    from highway_repro.report.runs import load_run
+
+    runs = [load_run(p.parent) for p in sorted(results.glob(f"*/runs/*-{scale}/*/metrics.json"))]
+    damaged = [r for r in runs if r.status == "damaged"]
+    for r in damaged:
+        print(f"{'warning' if allowed else 'error'}: {r.error}: counted as damaged, left out of the statistics",
+              file=sys.stderr)
+    return int(bool(damaged) and not allowed)
+
+
+def _report(name: str, scale: str, runs_root: Path, results: Path) -> int:
+    """report_table for the report thread: an error is printed and counted, and the other reports go on."""
+    try:
+        return report_table(name, scale, runs_root, results)
+    except Exception:
+        import traceback
+
+        traceback.print_exc()
+        print(f"[{name}] the report failed (above); its runs are kept", file=sys.stderr)
+        return 1
+
+
+def train(names: list[str], args, results: Path, runs_root: Path) -> int:
+    """Train what is missing of the tables `names` (a target with parts: each part) in one queue, each table's
+    report as soon as its runs end. The plan of every table and its cost first. A table that reuses the runs of
+    another one named here (a study) waits for it: it is planned, and its runs queued, once that table ends, so
+    that runs of the same folder name are restored, not trained twice."""
+    tables = list(dict.fromkeys(p for n in names for p in TARGETS[n].parts or (n,)))
+    first = [n for n in tables if not set(TARGETS[n].reuse) & set(tables)]
+    stages = [first, [n for n in tables if n not in first]]
+
+    def plans_of(stage: list[str], estimate: bool, pending: dict) -> list[TablePlan]:
+        return [plan_table(n, args.scale, args.jobs, args.extra, runs_root, results, args.fresh, estimate,
+                           {r for o in TARGETS[n].reuse for r in pending.get(o, ())}) for n in stage]
+
+    plans = plans_of(stages[0], args.estimate, {})
+    pending = {p.name: set(p.todo) for p in plans}  # what the first stage trains (an estimate counts it as reused)
+    later = plans_of(stages[1], True, pending) if stages[1] else []  # the second stage's plan, as it will be
+    every = plans + later
+    if len(every) > 1:
+        cpu_s = sum(s * p.threads for p in every for s in p.secs)
+        wall = wall_s([s for p in every for s in p.secs], args.jobs)
+        unknown = [p.name for p in every if p.todo and not p.secs]
+        print(f"[{'all' if args.all else 'queue'}] scale={args.scale}: estimated {cpu_s / 3600:.1f} CPU-hours, "
+              f"{duration(wall)} wall with {args.jobs} job(s), the runs of every table in one queue"
+              + (f" (without {', '.join(unknown)}: no estimate)" if unknown else ""), flush=True)
+    if args.estimate:
+        return 0
+    status = 0
+    with ThreadPoolExecutor(max_workers=1) as reporter:  # one report at a time, while the queue goes on
+        reports = []
+
+        def report(p: TablePlan) -> None:
+            reports.append(reporter.submit(_report, p.name, args.scale, runs_root, results))
+
+        try:
+            for i, stage in enumerate(s for s in stages if s):
+                if i:
+                    print(f"[queue] {', '.join(stage)}: the tables whose runs they reuse have ended", flush=True)
+                    plans = plans_of(stage, False, {})
+                for p in plans:
+                    if not p.commands:
+                        report(p)
+                status = run_queue(plans, args.jobs, on_table_end=report) or status
+        except SystemExit:  # stopped: the reports not yet begun are dropped
+            reporter.shutdown(wait=False, cancel_futures=True)
+            raise
+        for name in names:
+            if TARGETS[name].parts:  # the whole, once its parts are reported
+                reports.append(reporter.submit(_report, name, args.scale, runs_root, results))
+        for r in reports:
+            status = status or r.result()
+    return status
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m highway_repro.reproduce", description=__doc__.split("\n")[0])
+    ap.add_argument("args", nargs="*", metavar="table | key=value",
+                    help="one or more tables (see --list; their runs share one queue), then Hydra overrides for all")
+    ap.add_argument("--all", action="store_true", help="every paper table, in order")
+    ap.add_argument("--list", action="store_true", help="list the tables")
+    ap.add_argument("--scale", default="cpu", choices=SCALES)
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="runs at once (one process each, across tables with --all), each with the scale's threads")
+    ap.add_argument("--fresh", action="store_true", help="delete the sweep folder and ignore the kept runs")
+    ap.add_argument("--results", default=None, help="results root (default: results/, or runs/smoke_results for smoke)")
+    ap.add_argument("--runs", default="runs/sweeps", help="where sweep folders go")
+    ap.add_argument("--report-only", action="store_true", help="only rebuild the report(s) from the kept runs")
+    ap.add_argument("--allow-damaged", action="store_true", help="with --report-only: exit 0 even when a kept "
+                    "run's metrics.json cannot be parsed (it is named, counted as damaged, left out of the tables)")
+    ap.add_argument("--estimate", action="store_true", help="print the plan and its cost; train nothing")
+    ap.add_argument("--calibrate", action="store_true", help=f"time {PROBE_STEPS} steps of each table here (seconds "
+                    "to a minute each), record them in <results>/calibration.json, then estimate with them")
+    args = ap.parse_intermixed_args(argv)
+    if args.jobs < 1:
+        ap.error(f"--jobs={args.jobs}: runs at once, at least 1")
+    if args.list:
+        print(f"  {'table':<20} {'make target':<30} what")
+        for n, t in TARGETS.items():
+            print(f"  {n:<20} {make_target(n):<30} {t.help}")
+        return 0
+    tables = list(dict.fromkeys(a for a in args.args if a in TARGETS))
+    args.extra = [a for a in args.args if a not in TARGETS]
+    for a in args.extra:
+        if "=" not in a and not a.startswith("~"):
+            ap.error(f"table={a!r} is not a table (valid: {', '.join(sorted(TARGETS))}) nor an override key=value")
+    try:
+        check_group_choices(args.extra, CONFIG_DIR)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if bool(tables) == args.all:
+        ap.error("name one or more tables (see --list) or give --all, not both")
+    names = (REPORTS if args.report_only else PAPER_TABLES) if args.all else tables
+    results = Path(args.results or ("runs/smoke_results" if args.scale == "smoke" else "results"))
+    runs_root = Path(args.runs)
+    status = 0
+    if args.report_only:
+        for name in names:
+            parts = TARGETS[name].parts
+            if args.all and not any(any((results / runs_folder(n, args.scale)).glob("*/metrics.json"))
+                                    or reused_folders(n, args.scale, results) for n in parts or (name,)):
+                continue  # make tables: only the tables that have kept runs (not only the record of a stopped start)
+            for part in parts if not args.all else ():  # (--all reports the parts under their own names)
+                status = report_table(part, args.scale, runs_root, results) or status
+            status = report_table(name, args.scale, runs_root, results, echo=not args.all) or status
+        status = _damaged(results, args.scale, args.allow_damaged) or status
+    else:
+        try:
+            if args.calibrate:
+                calibrate([p for n in names for p in TARGETS[n].parts or (n,)], args.scale, runs_root / "calibration",
+                          results / CALIBRATION_FILE)
+                args.estimate = True
+            status = train(names, args, results, runs_root)
+        except HighwayError as e:  # a user mistake: one line, no traceback
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    if not args.estimate:
+        from highway_repro.report import write_summary
+
+        expected = {n: f"{TARGETS[n].help} (`make {make_target(n)}`)" for n in REPORTS}
+        print(f"wrote {write_summary(results, expected)}", file=sys.stderr)
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,196 @@
+"""What a table's runs cost: seconds per run from the kept runs or the scale file, wall time on N jobs, this
+machine's calibration, and the memory a run holds at its peak.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from highway_repro.engine.loggers import write_json_atomic
+from highway_repro.errors import HighwayError
+from highway_repro.runner.keep import FINISHED
+from highway_repro.runner.plan import REPEAT_KEYS, dirname, jobs_of, override_key, plan
+from highway_repro.targets import ROOT, TARGETS
+
+def on_gpu(run: Path) -> bool:
+    """Whether the run folder's run_info.json names a CUDA device (such a run is not measured by the cpu budget)."""
+    try:
+        return bool(json.loads((run / "run_info.json").read_text()).get("cuda_device"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def run_seconds(runs: list[Path]) -> list[float]:
+    """Wall seconds of each finished run with its cores to itself, as the budgets assume (jobs x threads = cores):
+    a CPU run's CPU time / its threads, which a machine shared with other work does not inflate (its wall time
+    does: the same Transformer-XL run took 2,197 s of wall time and 1,720 CPU-s beside a third process); a GPU
+    run's wall time. A diverged run counts with what it cost (often seconds): a random search's cell diverges that
+    often again, so the mean over its finished runs is what one more run of it is expected to cost (Fig. 1: the
+    120 runs took 1.8 h wall on 2 jobs, priced at 3.0 h when only the runs that did not diverge were counted)."""
+    out = []
+    for r in runs:
+        try:
+            m = json.loads((r / "metrics.json").read_text())
+            info = json.loads((r / "run_info.json").read_text()) if (r / "run_info.json").exists() else {}
+        except (OSError, ValueError):
+            continue
+        if m.get("status") not in FINISHED:
+            continue
+        threads = info.get("threads") if isinstance(info.get("threads"), int) and info["threads"] > 0 else 1
+        if m.get("time/cpu_s") and not info.get("cuda_device"):
+            out.append(float(m["time/cpu_s"]) / threads)
+        elif m.get("time/wall_s"):
+            out.append(float(m["time/wall_s"]))
+    return out
+
+
+def estimate_s(cfg, kept: Path | None) -> tuple[float | None, str]:
+    """Wall seconds one run of this table takes with its threads to itself: the mean of its kept runs
+    (`run_seconds`; None: none apply, e.g. overrides change the recipe), else the scale file's `est_step_s`
+    (measured CPU-seconds per step) x max_steps."""
+    done = run_seconds([p.parent for p in kept.glob("*/metrics.json")]) if kept is not None else []
+    if done:
+        return sum(done) / len(done), f"mean of {len(done)} kept runs"
+    step_s = cfg.get("est_step_s")
+    if step_s:
+        return float(step_s) * int(cfg.trainer.max_steps), f"est_step_s {step_s} x {cfg.trainer.max_steps} steps"
+    return None, "no estimate (no kept runs, no est_step_s in the scale file)"
+
+
+def grid_cell(name: str) -> str:
+    """A job folder name without its seed= / trial= parts: the grid cell the run repeats."""
+    return ",".join(p for p in name.split(",") if override_key(p) not in REPEAT_KEYS)
+
+
+def per_run_s(names: list[str], finished: list[Path], fallback: float | None) -> list[float | None]:
+    """Seconds for each of `names` on one thread: the mean of the finished runs (run folders) of its cell, else
+    `fallback`. Cells differ in cost (a depth-100 net against a depth-10 one, gated rows against the baseline), so
+    the runs kept first, often the cheap ones, do not price the rest."""
+    by_cell: dict[str, list[float]] = {}
+    for r in finished:
+        for sec in run_seconds([r]):
+            by_cell.setdefault(grid_cell(r.name), []).append(sec)
+    return [sum(v) / len(v) if (v := by_cell.get(grid_cell(n))) else fallback for n in names]
+
+
+def wall_s(secs: list[float], jobs: int) -> float:
+    """Wall seconds of runs taking `secs` each, started in order on `jobs` workers, each run on the first worker
+    free (how the joblib launcher hands out a sweep's jobs): 5 equal runs on 2 jobs take 3 runs' time, not 2.5."""
+    free = [0.0] * max(1, jobs)
+    for s in secs:
+        heapq.heapreplace(free, free[0] + s)
+    return max(free)
+
+
+# ------------------------------------------------------------------ calibration
+CALIBRATION_FILE = "calibration.json"  # in the results root, {machine: {scale: {table: probe}}}, committed with the runs
+CALIBRATION: Path | None = None  # another file instead (the tests: none of this machine's)
+PROBE_STEPS = 8  # a probe's training steps; the second half is timed
+
+
+def machine_key() -> str:
+    """This machine as the calibration file names it: CPU model and core count."""
+    from highway_repro.engine.loggers import cpu_model
+
+    return f"{cpu_model() or 'unknown CPU'}, {os.cpu_count()} cores"
+
+
+def _step_cost(run: Path) -> float | None:
+    """Mean CPU-s per training step a run logged (perf/cpu_s_per_step: its training steps only), None if none."""
+    vals = []
+    try:
+        for line in (run / "metrics.jsonl").read_text().splitlines():
+            v = json.loads(line).get("perf/cpu_s_per_step") if '"perf/cpu_s_per_step"' in line else None
+            if isinstance(v, (int, float)) and v > 0:
+                vals.append(float(v))
+    except (OSError, ValueError):
+        return None
+    return sum(vals) / len(vals) if vals else None
+
+
+def probe(name: str, scale: str, workdir: Path) -> dict:
+    """Time a few training steps of the first run of table `name`'s grid on this machine, on the scale's threads:
+    {"cell": its folder name, "cpu_s_per_step": CPU-s a step over the second half of PROBE_STEPS steps}."""
+    t = TARGETS[name]
+    cfg, gs, _ = plan(name, scale, [])
+    job = jobs_of(gs[0])[0]
+    cell = dirname(job, list(cfg.hydra.job.config.override_dirname.exclude_keys))
+    out = workdir / f"{name}-{scale}"
+    shutil.rmtree(out, ignore_errors=True)
+    half = PROBE_STEPS // 2
+    cmd = [sys.executable, "-m", "highway_repro.train", f"experiment={t.experiment}", f"scale={scale}", *job,
+           f"trainer.max_steps={PROBE_STEPS}", f"trainer.log_every={half}", "trainer.eval_every=0",
+           "trainer.checkpoint_every=0", "trainer.splits=[val]", "trainer.final_max_batches=1", "logger=jsonl",
+           "trainer.progress=false", f"hydra.run.dir={out}"]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()] if r.returncode == 0 else []
+    timed = [x["perf/cpu_s_per_step"] for x in lines if x.get("step") == PROBE_STEPS and "perf/cpu_s_per_step" in x]
+    if not timed:
+        raise HighwayError(f"[{name}] the calibration probe failed (exit {r.returncode}): "
+                           f"{(r.stderr.strip().splitlines() or ['no output'])[-1]}")
+    return {"cell": cell, "cpu_s_per_step": round(float(timed[-1]), 4),
+            "date": time.strftime("%Y-%m-%d", time.gmtime()), "other_jobs": os.getloadavg()[0] > 0.5}
+
+
+def calibrate(names: list[str], scale: str, workdir: Path, path: Path) -> dict:
+    """Probe each table on this machine and record the results under `machine_key()` in `path`."""
+    data = json.loads(path.read_text()) if path.exists() else {}
+    mine = data.setdefault(machine_key(), {}).setdefault(scale, {})
+    for name in names:
+        mine[name] = probe(name, scale, workdir)
+        print(f"[{name}] calibration: {mine[name]['cpu_s_per_step']} CPU-s a step ({mine[name]['cell']})", flush=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, data)
+    return mine
+
+
+def speed_ratio(name: str, scale: str, cfg, kept: Path | None, path: Path) -> tuple[float, str]:
+    """How much longer a step takes on this machine than where the estimate's numbers come from: the probe of this
+    machine (`calibrate`) over the same cell's kept runs' logged CPU-s a step, else over the scale file's
+    `est_step_s`; (1.0, "") when this machine has no calibration or nothing to compare it with."""
+    try:
+        mine = json.loads((CALIBRATION or path).read_text())[machine_key()][scale][name]
+    except (OSError, ValueError, KeyError):
+        return 1.0, ""
+    cell = grid_cell(mine["cell"])  # the probe's cell, any seed
+    costs = [c for f in (kept.glob("*/metrics.json") if kept is not None else ())
+             if grid_cell(f.parent.name) == cell and (c := _step_cost(f.parent))]
+    ref, what = ((sum(costs) / len(costs), f"{len(costs)} kept runs' {sum(costs) / len(costs):.3f}") if costs else
+                 (float(cfg.est_step_s), f"est_step_s {cfg.est_step_s}") if cfg.get("est_step_s") else (None, ""))
+    if not ref:
+        return 1.0, ""
+    ratio = mine["cpu_s_per_step"] / ref
+    return ratio, f"x {ratio:.2f} for this machine (probe {mine['cpu_s_per_step']} CPU-s a step vs {what})"
+
+
+# ------------------------------------------------------------------ memory
+DEFAULT_PEAK_GB = 2.0  # a run with no measured or estimated peak (the cpu-scale runs hold 0.3-1.2 GB)
+
+
+def peak_gb(cfg, kept: Path | None) -> tuple[float, str]:
+    """GiB one run of this table holds at its peak: the largest `peak_rss_gb` of its kept runs made on a CPU
+    (run_info.json, written by the trainer; a run on a GPU holds its model there, so its host memory says nothing of
+    a CPU run's), else the scale file's `est_peak_gb`, else DEFAULT_PEAK_GB."""
+    seen = []
+    for f in kept.glob("*/run_info.json") if kept is not None else ():
+        try:
+            info = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        v = info.get("peak_rss_gb")
+        if isinstance(v, (int, float)) and v > 0 and not info.get("cuda_device"):
+            seen.append(float(v))
+    if seen:
+        return max(seen), f"largest of {len(seen)} kept runs"
+    if cfg.get("est_peak_gb"):
+        return float(cfg.est_peak_gb), "est_peak_gb"
+    return DEFAULT_PEAK_GB, "default"
+
+

@@ -1,0 +1,176 @@
+"""The kept-run store: finished runs' small files under `results/<paper>/runs/<table>-<scale>/<job>/`.
+
+Kept files (metrics.json, metrics.jsonl, config_resolved.yaml, run_info.json, .hydra/overrides.yaml; never
+checkpoints) are committed; before a sweep starts they are put back into its sweep folder, so `resume=auto`
+skips every kept run, and a report is built from the repository alone. A kept run made with another recipe than
+the config files now give its job is never counted as done (`refuse_other_recipe`, `other_recipe`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from highway_repro.errors import ConfigError
+from highway_repro.runner.plan import REPEAT_KEYS, compose_table, grid_names, override_key
+from highway_repro.targets import TARGETS, runs_folder
+
+KEPT_FILES = ("metrics.json", "metrics.jsonl", "config_resolved.yaml", "run_info.json", ".hydra/overrides.yaml")
+FINISHED = ("done", "diverged")  # a diverged run is a result (a table cell), not a crash
+
+
+def run_status(run: Path) -> str | None:
+    try:
+        return json.loads((run / "metrics.json").read_text()).get("status")
+    except (OSError, ValueError):
+        return None
+
+
+def _runs_in(sweep_dir: Path, single: bool) -> list[Path]:
+    """The run folders of a sweep folder (one per job), or the folder itself for a single-run table."""
+    return [sweep_dir] if single else sorted(p.parent for p in sweep_dir.glob("*/metrics.json"))
+
+
+def keep(sweep_dir: Path, kept: Path, single: bool = False) -> int:
+    """Copy the small files of every finished run of the sweep folder into the kept-runs folder
+    (a single-run table keeps its run as <kept>/run). Returns the number of files written."""
+    n = 0
+    for run in _runs_in(sweep_dir, single):
+        if run_status(run) not in FINISHED:
+            continue
+        dst = kept / ("run" if single else run.name)
+        for f in KEPT_FILES:
+            if (run / f).exists() and (not (dst / f).exists() or (dst / f).read_bytes() != (run / f).read_bytes()):
+                (dst / f).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(run / f, dst / f)
+                n += 1
+    return n
+
+
+def restore(kept: Path, sweep_dir: Path, names: list[str] | None = None, dry: bool = False,
+            single: bool = False) -> list[str]:
+    """Put kept runs back into the sweep folder (where it has no finished run of that name), so `resume=auto`
+    skips them instead of training them again; `names`: only runs of these folder names (a study reusing the
+    runs of a table of the same experiment; a single-run table's one run is its one job); `dry`: copy nothing
+    (an estimate); `single`: a single-run table, whose run is kept as <kept>/run and runs in the sweep folder
+    itself (its follow-up step, the gate analyses, kept its findings, so the report is rebuilt without the
+    weights; `--fresh` trains and analyses it again).
+    Returns the folder names restored ("run" for a single-run table)."""
+    out = []
+    for run in [kept / "run"] if single else sorted(p.parent for p in kept.glob("*/metrics.json")):
+        dst = sweep_dir if single else sweep_dir / run.name
+        if (names is not None and not single and run.name not in names) or run_status(run) not in FINISHED \
+                or run_status(dst) in FINISHED:
+            continue
+        for f in () if dry else KEPT_FILES:
+            if (run / f).exists():
+                (dst / f).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(run / f, dst / f)
+        out.append(run.name)
+    return out
+
+
+def read_record(kept: Path, fresh: bool) -> dict:
+    """A table's record, `reproduce.json` in its kept folder (the commands that trained it and their wall time);
+    an empty one for a fresh start."""
+    f = kept / "reproduce.json"
+    return json.loads(f.read_text()) if f.exists() and not fresh else {"commands": [], "wall_s": 0.0}
+
+
+def table_runs(name: str, scale: str, runs_root: Path, results: Path) -> list:
+    """The kept runs of a table, plus the failed or unfinished ones of its local sweep folder, plus (a study) the
+    kept runs of the tables it reuses that are cells of its grid, as the runner would restore them: so a study
+    is reported, partial, from the runs other tables made before it trains any of its own."""
+    from highway_repro.report import load_runs
+    from highway_repro.report.runs import load_run
+
+    sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
+    single = not TARGETS[name].sweep  # its run is the sweep folder itself, kept as <kept>/run: the same job
+    runs = {"run" if single else r.path.name: r for r in (load_runs(sweep_dir) if sweep_dir.is_dir() else [])}
+    runs.update({r.path.name: r for r in (load_runs(kept) if kept.is_dir() else [])})
+    for folder in reused_folders(name, scale, results):
+        runs.setdefault(folder.name, load_run(folder))
+    return sorted(runs.values(), key=lambda r: r.path.name)
+
+
+def reused_folders(name: str, scale: str, results: Path) -> list[Path]:
+    """The kept run folders of the tables `name` reuses whose names are cells of its grid (finished or not)."""
+    t = TARGETS[name]
+    if not t.reuse:
+        return []
+    grid = set(grid_names(name, scale))
+    return [p.parent for o in t.reuse for p in sorted((results / runs_folder(o, scale)).glob("*/metrics.json"))
+            if p.parent.name in grid]
+
+
+def trained_for(name: str, scale: str, results: Path, folders: list[Path]) -> list[Path]:
+    """The run folders that table `name` trained itself: not the runs of the tables it reuses (restored into its
+    sweep, and so also kept in its own folder: the same metrics.json as in the reused table's folder)."""
+    def reused(run: Path) -> bool:
+        mine = run / "metrics.json"
+        return mine.exists() and any(
+            (o := results / runs_folder(x, scale) / run.name / "metrics.json").exists()
+            and o.read_bytes() == mine.read_bytes() for x in TARGETS[name].reuse)
+    return [f for f in folders if not reused(f)]
+
+
+def other_recipe(part: str, scale: str, folders: list[Path]) -> dict[str, str]:
+    """The run folders of table `part` that were made with another recipe than the config files now give their job
+    (a scale file changed after they ran): {folder name: the differing keys}. A run without its saved config or
+    overrides is taken as it is."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    from highway_repro.recipe import recipe_diff
+
+    out, cells = {}, {}  # one composition per grid cell; a run's seed / trial is set on a copy of it
+    for folder in folders:
+        saved, ov = folder / "config_resolved.yaml", folder / ".hydra" / "overrides.yaml"
+        if not (saved.exists() and ov.exists()):
+            continue
+        job = [o for o in OmegaConf.to_container(OmegaConf.load(ov))
+               if override_key(o) not in ("experiment", "scale", "sweep") and not o.startswith("hydra")]
+        repeat = [o for o in job if override_key(o) in REPEAT_KEYS]
+        cell = tuple(o for o in job if o not in repeat)
+        if cell not in cells:
+            cfg = compose_table(TARGETS[part], scale, list(cell))
+            cells[cell] = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+        cfg = cells[cell].copy()
+        for o in repeat:
+            key, value = o.split("=", 1)
+            OmegaConf.update(cfg, key, yaml.safe_load(value))
+        diff = recipe_diff(OmegaConf.to_container(OmegaConf.load(saved)), OmegaConf.to_container(cfg, resolve=True))
+        if diff:
+            out[folder.name] = "; ".join(diff)
+    return out
+
+
+def refuse_other_recipe(name: str, scale: str, done: list[str], sweep_dir: Path, results: Path) -> None:
+    """ConfigError when a finished run that table `name` would count as done (in its sweep folder, or kept and
+    restored or about to be) was made with another recipe than the config files now give its job: such a run
+    would be neither trained again nor reported (`report_table` leaves it out), a hole in the table."""
+    t = TARGETS[name]
+    folders = [[sweep_dir / n if t.sweep else sweep_dir, results / runs_folder(name, scale) / n]
+               + [results / runs_folder(o, scale) / n for o in t.reuse] for n in done]
+    found = [next((d for d in ds if (d / "config_resolved.yaml").exists()), None) for ds in folders]
+    other = other_recipe(name, scale, [d for d in found if d is not None])
+    if other:
+        first, keys = next(iter(other.items()))
+        raise ConfigError(f"[{name}] {len(other)} finished run(s) were made with another recipe than the config "
+                          f"files now give (e.g. {first}: {keys}); move them out of results/ and "
+                          f"{sweep_dir} and train the table again, or start the table anew with --fresh")
+
+
+def wall_of(records: list[dict]) -> float:
+    """The wall time of several tables' records (the parts of one target, whose runs overlap in one queue): the
+    union of their intervals, plus the time of older records that have none. Also for one record whose commands
+    overlapped (two checkouts training rows of one table side by side, their records merged)."""
+    spans = sorted(tuple(i) for r in records for i in r.get("intervals", []))
+    total, end = 0.0, float("-inf")
+    for a, b in spans:
+        total += max(0.0, b - max(a, end))
+        end = max(end, b)
+    return total + sum(r["wall_s"] - sum(b - a for a, b in r.get("intervals", [])) for r in records)
+
+

@@ -1,0 +1,226 @@
+"""The queue of runs: commands N at a time, each in its own process group (and, on a machine with several CUDA
+GPUs, on its own GPU), held back while its memory does not fit, stopped as a whole on a signal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from highway_repro.engine.loggers import write_json_atomic
+from highway_repro.runner.keep import FINISHED, read_record, run_status
+from highway_repro.runner.progress import queue_line
+from highway_repro.runner.table import TablePlan, finish_table
+from highway_repro.targets import ROOT
+
+def mem_available_gb() -> float | None:
+    """The memory the kernel can give new work without swapping (/proc/meminfo MemAvailable), GiB; None where
+    that file does not exist (then nothing is held back)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 2**20
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def oom_kills() -> int | None:
+    """The kernel's own count of processes its out-of-memory killer has ended: the machine's (/proc/vmstat) plus
+    this container's (cgroup v2 memory.events); None where neither exists. A job that dies of SIGKILL while this
+    count rises was killed for memory; a SIGKILL from anyone else leaves it as it is."""
+    total, found = 0, False
+    for path in (Path("/proc/vmstat"), Path("/sys/fs/cgroup/memory.events")):
+        try:
+            for line in path.read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    total, found = total + int(value), True
+        except (OSError, ValueError):
+            continue
+    return total if found else None
+
+
+def _fits(peak: float, reserved: list[float], budget: float | None) -> bool:
+    """Whether a job of `peak` GiB fits beside the running jobs' `reserved` peaks within `budget` (the memory that
+    was available when the queue started). A job always starts when nothing runs: it can do no better later."""
+    return budget is None or not reserved or sum(reserved) + peak <= budget
+
+
+def _mark_killed(p: "TablePlan", why: str) -> Path | None:
+    """Note in the run folder that the job trained last (the unfinished one written to most recently) why it
+    died, in its run_info.json under `killed`: the report shows it in the run's row."""
+    runs = [p.sweep_dir] if p.single else [p.sweep_dir / n for n in p.todo if (p.sweep_dir / n).is_dir()]
+    runs = [r for r in runs if run_status(r) not in FINISHED]
+    if not runs:
+        return None
+    run = max(runs, key=lambda r: max((f.stat().st_mtime for f in r.rglob("*") if f.is_file()), default=0.0))
+    info_path = run / "run_info.json"
+    try:
+        info = json.loads(info_path.read_text()) if info_path.exists() else {}
+    except (OSError, ValueError):
+        info = {}
+    write_json_atomic(info_path, {**info, "killed": why})
+    return run
+
+
+def gpu_ids() -> list[str]:
+    """The CUDA GPUs the queue may hand out: those of CUDA_VISIBLE_DEVICES where it is set, else each GPU that
+    `nvidia-smi -L` lists; [] on a machine without one."""
+    given = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if given is not None:
+        return [d.strip() for d in given.split(",") if d.strip() and d.strip() != "-1"]
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i in range(sum(line.startswith("GPU ") for line in out.splitlines()))]
+
+
+def pick_gpu(gpus: list[str], held: list[str]) -> str | None:
+    """The GPU a job starting now gets: the one the fewest running jobs hold (`held`: theirs), the first such in
+    order, so N jobs on N GPUs each have their own and more jobs share them evenly; None with fewer than 2 GPUs
+    (the job sees every GPU, as it would alone)."""
+    return min(gpus, key=held.count) if len(gpus) > 1 else None
+
+
+class StopRequest:
+    """The signal handler while a queue runs: SIGINT / SIGTERM / SIGHUP are only recorded here (an exception
+    raised at an arbitrary point could leave a started command untracked or a record half written); the queue
+    loop acts on them. A second signal means: kill now."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self):
+        self.signum, self.count = 0, 0
+
+    def __call__(self, signum, frame):
+        self.signum, self.count = self.signum or signum, self.count + 1
+
+
+FOLLOW_UPS: set = set()  # running follow-up steps of reports (`Target.after`): stopped with the queue
+
+
+def exit_code(rc: int) -> int:
+    return 128 - rc if rc < 0 else rc  # killed by signal k: 128 + k, as a shell says
+
+
+QUEUE_LINE_EVERY_S = 60.0
+
+
+def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None) -> int:
+    """Run the commands of every plan, in order, `jobs` at a time: a job that frees up takes the next command,
+    of the same table or the next one. Each command runs in its own process group. A table ends when its last
+    command ends: its runs are kept and `on_table_end(plan)` is called. A failed command does not stop the
+    others. With several tables it prints one line a minute for the whole queue (`queue_line`), beside each
+    table's own. On SIGINT/SIGTERM/SIGHUP every running command is stopped (`stop_sweep`), nothing more starts, the
+    finished runs of every started table are kept, and the runner exits 128 + signal; on any other error the
+    running commands are stopped too. Returns the first non-zero exit status, else 0."""
+    queue = [(p, cmd) for p in plans for cmd in p.commands]
+    for p in plans:
+        p.left = len(p.commands)
+    live: list[tuple[TablePlan, subprocess.Popen]] = []
+    status, stop, shown = 0, StopRequest(), time.time()
+    budget, held, kills_at = mem_available_gb(), set(), {}  # GiB for the queue's jobs; tables told they wait
+    gpus, gpu_of = gpu_ids() if jobs > 1 else [], {}  # one GPU per job: {pid: its GPU}
+    old = {s: signal.signal(s, stop) for s in StopRequest.SIGNALS}
+    try:
+        while (queue or live) and not stop.signum:
+            while queue and len(live) < jobs and not stop.signum:
+                reserved = [q.peak_gb for q, _ in live]
+                # the first command that fits beside the running ones; a later, smaller one may pass a larger one
+                i = next((k for k, (q, _) in enumerate(queue) if _fits(q.peak_gb, reserved, budget)), None)
+                if i is None:
+                    q = queue[0][0]
+                    if q.name not in held:
+                        held.add(q.name)
+                        print(f"[{q.name}] held back: a run needs {q.peak_gb:.1f} GB at its peak, and "
+                              f"{sum(reserved):.1f} of the {budget:.1f} GB available are reserved for "
+                              f"{len(live)} running job(s)", flush=True)
+                    break
+                p, cmd = queue.pop(i)
+                if not live and budget is not None and p.peak_gb > budget:
+                    print(f"[{p.name}] warning: a run needs {p.peak_gb:.1f} GB at its peak, more than the "
+                          f"{budget:.1f} GB available; it runs alone", file=sys.stderr, flush=True)
+                if p.start is None:
+                    p.start, p.base = time.time(), read_record(p.kept, p.fresh)
+                    if p.progress is not None:
+                        p.progress.start()
+                gpu = pick_gpu(gpus, [gpu_of.get(x.pid) for _, x in live])
+                env = None if gpu is None else {**os.environ, "CUDA_VISIBLE_DEVICES": gpu}
+                print("+", *([f"CUDA_VISIBLE_DEVICES={gpu}"] if gpu is not None else []), shlex.join(cmd), flush=True)
+                proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, env=env)  # stopped as a group
+                gpu_of[proc.pid] = gpu
+                live.append((p, proc))
+                kills_at[proc.pid] = oom_kills()
+            time.sleep(0.5)
+            if len(plans) > 1 and time.time() - shown >= QUEUE_LINE_EVERY_S:
+                print(queue_line(plans, jobs), flush=True)
+                shown = time.time()
+            for p, proc in [x for x in live if x[1].poll() is not None]:
+                live.remove((p, proc))
+                rc = exit_code(proc.returncode)
+                status = status or rc
+                before, now = kills_at.pop(proc.pid, None), oom_kills()
+                if proc.returncode == -signal.SIGKILL and before is not None and now is not None and now > before:
+                    why = (f"out-of-memory killer (the kernel's OOM kill count rose from {before} to {now} while it "
+                           f"ran; a run needs about {p.peak_gb:.1f} GB)")
+                    run = _mark_killed(p, why)
+                    print(f"[{p.name}] a command was killed by the {why}" + (f"; run {run.name}" if run else ""),
+                          file=sys.stderr, flush=True)
+                elif rc:
+                    print(f"[{p.name}] a command exited with status {rc}; the others go on", file=sys.stderr,
+                          flush=True)
+                p.left -= 1
+                if not p.left:
+                    finish_table(p)
+                    if on_table_end is not None:
+                        on_table_end(p)
+        if stop.signum:
+            stop_sweep([proc for _, proc in live] + list(FOLLOW_UPS), stop)
+            for p in plans:
+                if p.start is not None and p.left:  # started, not ended: keep what finished, record the time
+                    finish_table(p)
+    except BaseException:
+        stop_sweep([proc for _, proc in live], stop)  # never leave trainers running unsupervised
+        raise
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    if stop.signum:  # the user stopped it: no report, no next table
+        print(f"stopped by signal {stop.signum}; the same command continues the sweep", file=sys.stderr)
+        raise SystemExit(128 + stop.signum)
+    return status
+
+
+def stop_sweep(procs: list[subprocess.Popen], stop: StopRequest | None = None, grace_s: float = 60.0) -> None:
+    """Stop the running commands: SIGTERM to each one's whole process group each second (each trainer finishes
+    its step, saves a checkpoint and exits; a worker of a launcher such as joblib would otherwise take the next
+    job handed to it), and after `grace_s` or a second signal to the runner (`stop.count`), SIGKILL to what is
+    left. Signalling only a command's main process is not enough: its workers outlive it."""
+    deadline = time.time() + grace_s
+    alive = list(procs)
+    while alive and time.time() < deadline and (stop is None or stop.count < 2):
+        for proc in list(alive):
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:  # the whole group is gone
+                alive.remove(proc)
+        time.sleep(1.0)
+        for proc in alive:
+            proc.poll()  # reap the main process, so that only live processes keep the group
+    for proc in alive:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for proc in procs:
+        proc.wait()
+
+

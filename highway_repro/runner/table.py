@@ -1,0 +1,168 @@
+"""One table's plan: what it trains (the commands for the queue, their estimated cost), printed before it starts,
+and its record (`reproduce.json`: the commands and their wall time) kept as it goes."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from highway_repro.engine.loggers import write_json_atomic
+from highway_repro.errors import ConfigError
+from highway_repro.report.header import duration
+from highway_repro.runner.estimate import (CALIBRATION_FILE, DEFAULT_PEAK_GB, estimate_s, peak_gb, per_run_s,
+                                           speed_ratio, wall_s)
+from highway_repro.runner.keep import FINISHED, keep, refuse_other_recipe, restore, run_status
+from highway_repro.runner.plan import REPEAT_KEYS, dirname, job_names, jobs_of, override_key, plan_grids
+from highway_repro.runner.progress import Progress
+from highway_repro.targets import TARGETS, make_target, runs_folder
+
+@dataclass(eq=False)  # one object per table: compared and hashed by identity
+class TablePlan:
+    """What a table (or a part of a target with parts) trains: `commands` for the queue, each a Hydra multirun (a
+    whole grid when jobs == 1: Hydra runs its jobs one after another in one process; one run each when jobs > 1,
+    so that the queue keeps every job busy across the end of one table and the start of the next)."""
+    name: str
+    sweep_dir: Path
+    kept: Path
+    single: bool  # a single-run table: its run folder is the sweep folder itself
+    fresh: bool
+    shown: str  # the command as the user gives it, for the table's record
+    todo: list = field(default_factory=list)  # folder names of the runs to train
+    commands: list = field(default_factory=list)
+    secs: list = field(default_factory=list)  # one-thread seconds of each run to train
+    threads: int = 1
+    peak_gb: float = DEFAULT_PEAK_GB  # GiB one of its runs holds at its peak (`peak_gb`)
+    progress: Progress | None = None
+    start: float | None = None
+    base: dict | None = None  # the table's record as it was when the table started
+    left: int = 0  # commands not yet ended
+
+
+def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Path, results: Path,
+               fresh: bool = False, estimate_only: bool = False, pending: set = frozenset()) -> TablePlan:
+    """Print the plan of table `name` and its cost; put its kept runs back into its sweep folder (not for an
+    estimate, which writes and deletes nothing) and return what is left to train. `pending`: run folder names
+    that a table before it in the queue trains and it reuses (an estimate counts them as restored)."""
+    t = TARGETS[name]
+    sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
+    cfg, fgs = plan_grids(name, scale, extra)
+    files, gs = [f for f, _ in fgs], [g for _, g in fgs]
+    names = job_names(cfg, gs, t.sweep)
+    from highway_repro.config import GATE_OPTIONS, validate
+
+    validate(cfg)  # a bad override given for the whole table: one line before anything is planned or started
+    gate = [o for o in extra if override_key(o) in {f"model.{k}" for k in GATE_OPTIONS}]
+    if gate and any(o.startswith("variant=") for g in gs for o in g):  # each row is a variant: its gate options
+        raise ConfigError(f"[{name}] {gate[0]}: the table's rows are variants (configs/variant/), each with its own "
+                          "gate options, which this would override in every row (other gate options: python -m "
+                          f"highway_repro.train experiment={t.experiment} {gate[0]})")
+    if fresh and sweep_dir.exists() and not estimate_only:  # an estimate deletes and copies nothing
+        shutil.rmtree(sweep_dir)
+    restored = [] if fresh else restore(kept, sweep_dir, names, dry=estimate_only, single=not t.sweep)  # grid jobs
+    restored = names if restored and not t.sweep else restored  # a single run's job name: its override dirname
+    for other in () if fresh else t.reuse:  # the same experiment: a run of the same folder name is the same run
+        restored += [n for n in restore(results / runs_folder(other, scale), sweep_dir, names, dry=estimate_only)
+                     if n not in restored]  # (an estimate copies nothing: its own kept copy is not seen there)
+    queued = [n for n in names if n in pending and n not in restored]
+    done = [n for n in names if n in restored or n in queued
+            or not (fresh and estimate_only) and run_status(sweep_dir / n if t.sweep else sweep_dir) in FINISHED]
+    if not fresh:
+        refuse_other_recipe(name, scale, [n for n in done if n not in queued], sweep_dir, results)
+    own_recipe = all(override_key(o) in REPEAT_KEYS for o in extra)  # else kept runs price nothing
+    per, how = estimate_s(cfg, kept if own_recipe else None)
+    peak, peak_how = peak_gb(cfg, kept if own_recipe else None)
+    todo = [n for n in names if n not in done]
+    threads = int(cfg.get("threads") or 1)
+    # a cell with no kept run: the scale file's grid-wide pace where it has one (the runs kept first, e.g. of a
+    # partial table, are often of the cheap cells: a depth-100 net is not priced at the depth-10 runs), else `per`
+    unkept, unkept_how = estimate_s(cfg, None)
+    unkept = unkept or per
+    if t.sweep and per:  # each run at the mean of the kept runs of its cell, where it has some
+        secs = per_run_s(todo, [p.parent for p in kept.glob("*/metrics.json")], unkept)
+        if secs.count(unkept) < len(todo):
+            how += "; each cell's own kept runs where it has some" + (
+                f", else {unkept_how}" if unkept != per and unkept in secs else "")
+    else:
+        secs = [per] * len(todo) if per else []
+    ratio, calibrated = speed_ratio(name, scale, cfg, kept if own_recipe else None, results / CALIBRATION_FILE)
+    if secs and calibrated:
+        secs, how = [s * ratio for s in secs], f"{how}; {calibrated}"
+    total, wall = (sum(secs), wall_s(secs, jobs)) if secs else (None, None)
+    cost = (f"estimated {len(todo)} x {duration(total / len(todo))} = {total * threads / 3600:.1f} CPU-hours, "
+            f"{duration(wall)} wall with {jobs} job(s) ({how})" if total and todo
+            else how if todo else "nothing to train")
+    source = str(kept) + "".join(f", {results / runs_folder(o, scale)}" for o in t.reuse)
+    queued_from = f", {len(queued)} to come from {', '.join(t.reuse)} before it in this queue" if queued else ""
+    print(f"[{name}] scale={scale}: {len(names)} runs, {len(done)} finished ({len(restored)} restored from {source}"
+          f"{queued_from}), {len(todo)} to train; {cost}", flush=True)
+    shown = f"make {make_target(name)} SCALE={scale}" if name != "demo" else "make demo"
+    if extra:  # overrides given by hand are part of the command
+        shown = shlex.join(["python", "-m", "highway_repro.reproduce", name, "--scale", scale, *extra])
+    if todo and peak_how != "default":
+        print(f"[{name}] memory: {peak:.1f} GB a run at its peak ({peak_how})", flush=True)
+    p = TablePlan(name, sweep_dir, kept, not t.sweep, fresh, shown, secs=secs if total else [], threads=threads,
+                  todo=todo, peak_gb=peak)
+    if not todo and not estimate_only and sweep_dir.exists():
+        keep(sweep_dir, kept, single=not t.sweep)  # runs that finished after the last keep (a runner killed -9)
+    if estimate_only or not todo:
+        return p
+    base = [sys.executable, "-m", "highway_repro.train", f"experiment={t.experiment}", f"scale={scale}",
+            "resume=auto", "trainer.progress=false"]
+    if not t.sweep:
+        p.commands = [base + [f"hydra.run.dir={sweep_dir}"] + gs[0]]
+    else:
+        base[3:3] = ["-m"]
+        base += [f"hydra.sweep.dir={sweep_dir}"]
+        if jobs == 1:  # a whole sweep file's grid in one multirun
+            p.commands = [base + [f"sweep={f}"] + g for f, g in zip(files, gs)]
+        else:  # one multirun of one job per run to train, in the grid's order
+            exclude = list(cfg.hydra.job.config.override_dirname.exclude_keys)
+            jobs_by_name = {}
+            for f, g in zip(files, gs):
+                for j in jobs_of(g):
+                    jobs_by_name.setdefault(dirname(j, exclude), [f"sweep={f}"] + j)
+            p.commands = [base + jobs_by_name[n] for n in todo]
+    p.progress = Progress(name, sweep_dir, names, jobs, unkept, max_steps=int(cfg.trainer.max_steps),
+                          on_tick=lambda: tick(p), sweep=t.sweep)
+    return p
+
+
+def tick(p: TablePlan) -> None:
+    """A progress tick: keep the runs finished so far and record the table's time up to now, so that a runner
+    killed -9 (a machine that goes away) loses neither its finished runs nor more than a tick of its time."""
+    if p.sweep_dir.exists():
+        keep(p.sweep_dir, p.kept, single=p.single)
+    if p.start is not None:
+        record_time(p, time.time())
+
+
+def record_time(p: TablePlan, end: float) -> None:
+    """Write the table's record: the one it had when the table started, plus this command and its time from
+    the first start to `end` (`wall_s`, and the interval itself, so that overlapping parts of one target are not
+    counted twice). Written again at each tick and at the end: the last write holds. `p.start` and `p.base`
+    are set by the runner when the table's first command starts."""
+    record = dict(p.base)
+    record["commands"] = list(dict.fromkeys(p.base["commands"] + [p.shown]))
+    record["wall_s"] = p.base.get("wall_s", 0.0) + end - p.start
+    record["intervals"] = p.base.get("intervals", []) + [[round(p.start, 1), round(end, 1)]]
+    p.kept.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(p.kept / "reproduce.json", record)  # whole or not at all: the record is committed
+
+
+def finish_table(p: TablePlan) -> None:
+    """Keep the table's finished runs and add this command and its time (first start to last end) to its
+    record (`record_time`)."""
+    if p.progress is not None and p.progress.is_alive():
+        p.progress.stop.set()
+        p.progress.join()  # a tick may be keeping files right now
+    p.sweep_dir.mkdir(parents=True, exist_ok=True)
+    n = keep(p.sweep_dir, p.kept, single=p.single)
+    record_time(p, time.time())
+    if p.progress is not None:
+        print(p.progress.line(), f"- kept files updated: {n}", flush=True)
+
+
