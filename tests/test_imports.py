@@ -256,3 +256,12 @@ def test_tracker_pattern(line, caught):
         assert DATE.search(line) and not TRACKER.search(line)
     else:
         assert bool(TRACKER.search(line)) == caught
+
+
+def test_no_python_file_of_the_package_scripts_or_benchmarks_is_over_500_lines():
+    """Each file reads alone: the package, the scripts and the benchmarks are split by concept below 500 lines."""
+    root = Path(__file__).resolve().parents[1]
+    long = {str(p.relative_to(root)): n for d in ("highway_repro", "scripts", "bench") for p in (root / d).rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 500}
+    assert not long, long
+    assert len((root / "highway_repro" / "train.py").read_text().splitlines()) < 150

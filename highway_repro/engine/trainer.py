@@ -40,8 +40,7 @@ import resource
 import signal
 import threading
 import time
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -49,96 +48,17 @@ import torch
 from highway_repro.engine import checkpoint as ckpt_lib
 from highway_repro.engine import flops as flops_lib
 from highway_repro.engine.loggers import write_json_atomic
+from highway_repro.engine.trainer_config import (MEMORY_FORMATS, Diverged, Interrupted, TrainerConfig,  # noqa: F401
+                                                 cpu_seconds, resolve_device, tf32)
 from highway_repro.errors import HighwayError
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TrainerConfig:
-    max_steps: int = 1000
-    log_every: int = 50
-    eval_every: int = 500  # 0 = only at the end
-    eval_max_batches: int | None = None  # cap for intermediate evaluations
-    final_max_batches: int | None = None  # cap for the final evaluation (smoke tests only; null = full)
-    eval_train: bool = False  # also evaluate the training set without augmentation at each evaluation
-    checkpoint_every: int = 500  # 0 = only at the end
-    grad_clip: float | None = None
-    precision: str = "fp32"  # fp32 | bf16 (autocast)
-    tf32: bool = False  # CUDA float32 matrix products and cuDNN in TF32 during fit (`tf32`); false: torch's settings
-    memory_format: str = "contiguous"  # contiguous | channels_last: 4-D weights and inputs (the conv nets: faster on CPU)
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
-    gate_stats_every: int = 0  # 0 = off; else record gate statistics on every n-th step
-    nan_policy: str = "stop"  # stop | skip
-    max_bad_steps: int = 10  # with nan_policy=skip: stop after this many skipped steps
-    final_eval: str = "last"  # last | best: which weights give the final val/test numbers
-    peak_flops: float | None = None  # the device's peak FLOP/s for perf/mfu; null = a known GPU's datasheet value
-    progress: bool = True
-    splits: list = field(default_factory=lambda: ["val", "test"])
-
-    def __post_init__(self):
-        checks = [
-            ("max_steps", self.max_steps >= 1, ">= 1"), ("log_every", self.log_every >= 1, ">= 1"),
-            ("eval_every", self.eval_every >= 0, ">= 0"), ("checkpoint_every", self.checkpoint_every >= 0, ">= 0"),
-            ("precision", self.precision in ("fp32", "bf16"), "'fp32' or 'bf16'"),
-            ("memory_format", self.memory_format in MEMORY_FORMATS, "'contiguous' or 'channels_last'"),
-            ("nan_policy", self.nan_policy in ("stop", "skip"), "'stop' or 'skip'"),
-            ("final_eval", self.final_eval in ("last", "best"), "'last' or 'best'"),
-            ("grad_clip", self.grad_clip is None or self.grad_clip > 0, "> 0 or null"),
-            ("peak_flops", self.peak_flops is None or self.peak_flops > 0, "> 0 or null"),
-        ]
-        for name, ok, valid in checks:
-            if not ok:
-                raise HighwayError(f"trainer.{name}={getattr(self, name)!r} is not allowed (valid: {valid})")
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(name)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise HighwayError(f"trainer.device={name!r} but CUDA is not available (valid here: auto, cpu)")
-    return dev
-
-
-def cpu_seconds() -> float:
-    """User + system CPU time of this process so far (all its threads)."""
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-class Diverged(RuntimeError):
-    pass
-
-
-class Interrupted(Exception):
-    """A stop signal during the final evaluation (raised by `Trainer.evaluate` and `_stop_point`, caught in `fit`)."""
-
-
-@contextmanager
-def tf32(on: bool):
-    """`trainer.tf32`: CUDA float32 matrix products and cuDNN convolutions / RNNs in TF32 (10-bit mantissa: faster,
-    about 1e-3 relative error per product), the process's switches restored afterwards. Off, torch's switches stay
-    as they are: its defaults are full fp32 matrix products (and TF32 in cuDNN); a caller may have set its own
-    (`torch.set_float32_matmul_precision`). No effect on CPU."""
-    if not on:
-        yield
-        return
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
 def _add(acc: dict, sums: dict) -> dict:
     for k, v in sums.items():
         acc[k] = acc[k] + v if k in acc else v
     return acc
-
-
-MEMORY_FORMATS = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
 
 
 def _to(batch, device, memory_format=torch.contiguous_format):
