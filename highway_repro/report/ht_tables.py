@@ -306,7 +306,7 @@ def paper_anchor_table() -> TableSpec:
 
     return TableSpec("Paper-size anchor: the 6-layer Transformer-XL's first 400 steps on the enwik8 prefix (val bpc), "
                      "beside the official training logs", keys=("variant",), columns=columns, primary=last,
-                     claims=claims, order={"variant": tuple(papers.ENWIK8_L6_LOGS)}, baseline=("baseline",),
+                     claims=claims, order={"variant": sweep_rows("ht_paper_anchor")}, baseline=("baseline",),
                      label=_variant_label, label_header="variant",
                      paper_of=lambda row_id, split: official(row_id) if split == "val" else None, notes=notes,
                      figure=figure)
