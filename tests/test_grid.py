@@ -227,6 +227,8 @@ def test_kept_runs_are_priced_by_their_cpu_time_per_thread(tmp_path):
     _fake_run(tmp_path / "gpu", wall=50.0, cpu=48.0, info={"threads": 1, "cuda_device": "NVIDIA H200"})
     _fake_run(tmp_path / "old", wall=30.0)  # no CPU time recorded
     assert run_seconds([tmp_path / n for n in ("shared", "four", "gpu", "old")]) == [1720.0, 90.0, 50.0, 30.0]
+    # the cpu budget's measure leaves the GPU run out
+    assert run_seconds([tmp_path / n for n in ("shared", "four", "gpu", "old")], cpu_only=True) == [1720.0, 90.0, 30.0]
 
 
 def test_progress_eta_counts_the_unfinished_part_of_started_runs_and_keeps_finished_runs(tmp_path):

@@ -28,7 +28,7 @@ from pathlib import Path
 from highway_repro.config import check_group_choices
 from highway_repro.errors import ConfigError, HighwayError
 from highway_repro.report.header import duration
-from highway_repro.runner.estimate import CALIBRATION_FILE, PROBE_STEPS, calibrate, on_gpu, run_seconds, wall_s
+from highway_repro.runner.estimate import CALIBRATION_FILE, PROBE_STEPS, calibrate, run_seconds, wall_s
 from highway_repro.runner.keep import (other_recipe, read_record, reused_folders, table_runs, trained_for,
                                        wall_of)
 from highway_repro.runner.plan import SCALES, grid_names
@@ -84,7 +84,7 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path, echo: bo
         meta["other_recipe"].update({(f"{part}/{k}" if t.parts else k): v for k, v in other.items()})
         own += trained_for(part, scale, results, [r.path for r in part_runs if r.path.name not in other])
     if scale == "cpu":  # the budget's measure: the runs' CPU time per thread, on 2 jobs in grid order (CPU runs)
-        secs = run_seconds([p for p in own if not on_gpu(p)])
+        secs = run_seconds(own, cpu_only=True)
         meta["budget"] = (wall_s(secs, CPU_BUDGET_JOBS), len(secs), CPU_BUDGET_JOBS) if secs else None
     if not runs:
         print(f"[{name}] no runs under {kept} or {sweep_dir}", file=sys.stderr)

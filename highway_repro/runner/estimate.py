@@ -19,21 +19,15 @@ from highway_repro.runner.keep import FINISHED
 from highway_repro.runner.plan import REPEAT_KEYS, dirname, jobs_of, override_key, plan
 from highway_repro.targets import ROOT, TARGETS
 
-def on_gpu(run: Path) -> bool:
-    """Whether the run folder's run_info.json names a CUDA device (such a run is not measured by the cpu budget)."""
-    try:
-        return bool(json.loads((run / "run_info.json").read_text()).get("cuda_device"))
-    except (OSError, ValueError, AttributeError):
-        return False
 
-
-def run_seconds(runs: list[Path]) -> list[float]:
+def run_seconds(runs: list[Path], cpu_only: bool = False) -> list[float]:
     """Wall seconds of each finished run with its cores to itself, as the budgets assume (jobs x threads = cores):
     a CPU run's CPU time / its threads, which a machine shared with other work does not inflate (its wall time
     does: the same Transformer-XL run took 2,197 s of wall time and 1,720 CPU-s beside a third process); a GPU
     run's wall time. A diverged run counts with what it cost (often seconds): a random search's cell diverges that
     often again, so the mean over its finished runs is what one more run of it is expected to cost (Fig. 1: the
-    120 runs took 1.8 h wall on 2 jobs, priced at 3.0 h when only the runs that did not diverge were counted)."""
+    120 runs took 1.8 h wall on 2 jobs, priced at 3.0 h when only the runs that did not diverge were counted).
+    `cpu_only`: leave out the runs made on a GPU (the cpu budget's measure)."""
     out = []
     for r in runs:
         try:
@@ -41,7 +35,7 @@ def run_seconds(runs: list[Path]) -> list[float]:
             info = json.loads((r / "run_info.json").read_text()) if (r / "run_info.json").exists() else {}
         except (OSError, ValueError):
             continue
-        if m.get("status") not in FINISHED:
+        if m.get("status") not in FINISHED or (cpu_only and info.get("cuda_device")):
             continue
         threads = info.get("threads") if isinstance(info.get("threads"), int) and info["threads"] > 0 else 1
         if m.get("time/cpu_s") and not info.get("cuda_device"):
