@@ -82,9 +82,12 @@ def test_seeds_needed_inverts_the_welch_half_width():
 
 def test_decision_cost_counts_the_runs_to_add_against_the_table_budget():
     """27 seeds a row, from 3 and 2: 24 + 25 = 49 more runs of 1.5 h on 2 cores = 36.75 h, over the 8 h budget;
-    a row already past the seeds needed adds nothing."""
-    assert stats.decision_cost(27, (3, 2), 5400.0) == (49, 36.75, True)
-    assert stats.decision_cost(6, (5, 7), 1800.0) == (1, 0.25, False)
+    a row already past the seeds needed adds nothing; the budget is the table's, its runs so far included."""
+    assert stats.decision_cost(27, (3, 2), 5400.0) == (49, 36.75, 36.75, True)
+    assert stats.decision_cost(6, (5, 7), 1800.0) == (1, 0.25, 0.25, False)
+    assert stats.decision_cost(6, (5, 7), 1800.0, table_s=2 * 7.5 * 3600) == (1, 0.25, 7.75, False)
+    assert stats.decision_cost(6, (5, 5), 1800.0, table_s=2 * 7.5 * 3600) == (2, 0.5, 8.0, False)
+    assert stats.decision_cost(7, (5, 5), 1800.0, table_s=2 * 7.5 * 3600)[3]  # 7.5 + 0.75 h > 8 h
 
 
 def test_an_unresolved_claim_says_what_a_decision_would_cost(tmp_path):
@@ -105,9 +108,10 @@ def test_an_unresolved_claim_says_what_a_decision_would_cost(tmp_path):
     n = res["seeds_needed"]
     assert res["verdict"] == stats.NOT_RESOLVED and n > 3
     hours = 2 * (n - 3) * 5400.0 / 2 / 3600  # runs of 1.5 h with a core to themselves, 2 at a time
+    total = 6 * 5400.0 / 2 / 3600 + hours  # the table's 6 runs so far, and the added ones
     assert claim_line(res).endswith(f"a decision needs about {n} seeds per row at the measured spread "
-                                    f"({2 * (n - 3)} more runs, about {hours:.1f} h on 2 cores: beyond the 8 h a "
-                                    "table may take at the cpu scale)")
+                                    f"({2 * (n - 3)} more runs, about {hours:.1f} h on 2 cores; the table would "
+                                    f"then take {total:.1f} h, beyond the 8 h a table may take at the cpu scale)")
 
 
 def _enwik8_runs(folder, variants, name="ht_enwik8_l6"):
@@ -155,3 +159,28 @@ def test_a_study_reusing_a_tables_runs_adds_no_comparison(tmp_path):
     write_summary(tmp_path / "results")
     with open(tmp_path / "results" / "summary.csv", newline="") as fh:
         assert sum(r["kind"] == "claim" for r in csv.DictReader(fh)) == n_distinct + 2
+
+
+def test_an_unresolved_random_search_names_the_papers_trials(tmp_path):
+    """A best-trial claim that 4 trials a row leave NOT RESOLVED names the paper's trials per row (a bootstrap of a
+    minimum cannot go below the measured one, so the trials give no projection) and what running them would cost:
+    96 + 96 runs of 6 min on 2 cores = 9.6 h, and the table's 8 runs so far 0.4 h."""
+    from highway_repro.report.claims import Claim, claim_line, test_claim
+    from highway_repro.report.measures import Measure, Row
+
+    rows = {}
+    for v, xs in {"a": (0.01, 0.5, 0.02, 0.3), "b": (0.02, 0.4, 0.05, 0.6)}.items():
+        runs = []
+        for seed, x in enumerate(xs):
+            fake_run(tmp_path / f"{v}{seed}", [f"seed={seed}"], {"seed": seed},
+                     {"status": "done", "train/loss": x, "time/cpu_s": 360.0}, run_info={**MACHINE, "threads": 1})
+            runs.append(load_runs(tmp_path / f"{v}{seed}")[0])
+        rows[(v,)] = Row((v,), v, runs)
+    log_loss = Measure("train/loss", "log10 loss", how="log10")
+    res = test_claim(Claim("is lower (best trial)", ("a",), log_loss, "lower", ("b",), pick="best", trials=100), rows)
+    assert res["verdict"] == stats.NOT_RESOLVED
+    assert res["seeds_needed"] == 100 and res["decision"] == (192, 9.6, 10.0, True)
+    assert claim_line(res).endswith("needs its 100 trials per row (192 more runs, about 9.6 h on 2 cores; the table "
+                                    "would then take 10.0 h, beyond the 8 h a table may take at the cpu scale)")
+    res = test_claim(Claim("is lower (best trial)", ("a",), log_loss, "lower", ("b",), pick="best"), rows)
+    assert res["seeds_needed"] is None  # no paper design stated: nothing to name

@@ -32,6 +32,7 @@ class Claim:
     threshold: float = 0.0  # the difference the claim is about: 0, or -2 on log10 for "100x lower"
     pick: str = "all"
     top_k: int = 10
+    trials: int = 0  # best / top: the trials per row of the paper's random search (0: not stated)
     kind: str = "claim"  # claim | floor
     paper_value: float | None = None
     paper_note: str = ""
@@ -147,6 +148,15 @@ def _cpu_run_seconds(runs: list) -> float | None:
     return statistics.fmean(secs) if secs else None
 
 
+def _table_cpu_seconds(rows: dict) -> float:
+    """The seconds with a core to itself that the table's runs take: each run at its row's mean over the runs made
+    on a CPU, or at the table's mean where a row has none (runs made on a GPU)."""
+    per_row = [(_cpu_run_seconds(r.runs), len(r.runs)) for r in rows.values()]
+    known = [s for s, _ in per_row if s]
+    fallback = statistics.fmean(known) if known else 0.0
+    return sum(n * (s or fallback) for s, n in per_row)
+
+
 def test_claim(c: Claim, rows: dict, table: str = "") -> dict:
     """The claim's result: ours, the other side, the interval, delta, the verdict, its p-values (`tests`), the
     comparison's identity (`key`: the runs of each side and the statistic), the seeds a decision would need, and
@@ -192,6 +202,14 @@ def test_claim(c: Claim, rows: dict, table: str = "") -> dict:
         else:
             line = f"{label} {c.text} ({what}): {stat} of {b['trials'][0]} trials {num(b['mean'], d, sci)}; {tested}"
         res["line"] = f"{line}: **{res['verdict']}**"
+        if res["verdict"] == stats.NOT_RESOLVED and other and c.trials > max(res["n"], res["other_n"]):
+            # the bootstrap of a best-of-N cannot reach past the best trial measured, so the measured trials give
+            # no projection: the number to name is the paper's own design
+            res["seeds_needed"], res["need_unit"] = c.trials, "trials"
+            run_s = _cpu_run_seconds(row.runs + other.runs)
+            if run_s:
+                res["decision"] = stats.decision_cost(c.trials, (res["n"], res["other_n"]), run_s,
+                                                      _table_cpu_seconds(rows))
         return res
     xs = _values(row, c)
     res["mean"], res["std"] = stats.mean_std(xs)
@@ -212,7 +230,8 @@ def test_claim(c: Claim, rows: dict, table: str = "") -> dict:
                                                      start=max(len(xs), len(ys)))
             run_s = _cpu_run_seconds(used)
             if res["seeds_needed"] and run_s:
-                res["decision"] = stats.decision_cost(res["seeds_needed"], (len(xs), len(ys)), run_s)
+                res["decision"] = stats.decision_cost(res["seeds_needed"], (len(xs), len(ys)), run_s,
+                                                      _table_cpu_seconds(rows))
         must = f" (must be {'<' if c.side == 'lower' else '>'} {c.threshold:g})" if c.threshold else ""
         band = f", delta ±{res['delta']:.3g}" if res["delta"] is not None else ""
         tested = f"difference {res['diff']:+.4g}{must}, {interval(res['ci'])}{band}"
@@ -280,9 +299,15 @@ def claim_line(r: dict) -> str:
     if r.get("holm") is not None:
         line += f" (Holm over the table's {r['family_size']} tests: **{r['holm']}**)"
     if r.get("seeds_needed"):
-        line += f"; a decision needs about {r['seeds_needed']} seeds per row at the measured spread"
+        if r.get("need_unit") == "trials":
+            line += (f"; the paper's statistic is over {r['seeds_needed']} trials per row, and a bootstrap of a best "
+                     "trial cannot project past the best trial measured: a decision at the paper's design needs its "
+                     f"{r['seeds_needed']} trials per row")
+        else:
+            line += f"; a decision needs about {r['seeds_needed']} seeds per row at the measured spread"
         if r.get("decision"):
-            more, hours, beyond = r["decision"]
-            line += (f" ({more} more runs, about {hours:.1f} h on {stats.BUDGET_CORES} cores"
-                     + (f": beyond the {stats.TABLE_BUDGET_H:g} h a table may take at the cpu scale)" if beyond else ")"))
+            more, hours, total, beyond = r["decision"]
+            line += (f" ({more} more runs, about {hours:.1f} h on {stats.BUDGET_CORES} cores; the table would then "
+                     f"take {total:.1f} h" + (f", beyond the {stats.TABLE_BUDGET_H:g} h a table may take at the cpu "
+                                              "scale)" if beyond else ")"))
     return line

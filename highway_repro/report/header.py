@@ -93,7 +93,7 @@ def header(title: str, runs: list[Run], meta: dict | None = None) -> str:
     gpu = [r.metric("time/wall_s") for r in runs if r.run_info.get("cuda_device")]
     if gpu:
         cpu_h = (f"{sum(x for x in gpu if math.isfinite(x)) / 3600:.2f} GPU-hours (the wall time of the {len(gpu)} "
-                 f"run{'s' if len(gpu) > 1 else ''} made on a GPU), " + cpu_h
+                 f"run{'s' if len(gpu) > 1 else ''} made on a GPU, summed: runs that shared a GPU each count), " + cpu_h
                  + (" of the host" if len(gpu) == len(runs) else ""))
     if t["estimated"]:
         cpu_h += (f" (estimated as wall time x threads for {t['estimated']} of the runs, which recorded no "

@@ -34,6 +34,7 @@ class Floor(NamedTuple):
 # A1 Fig. 1 (verified prose): plain nets of 10-20 layers reach training loss < 1e-4; the 100-layer highway
 # net is > 2 orders of magnitude below the plain one. Our tests of it at reduced budgets:
 FIG1_TOP_K = 10  # the paper's right panel: mean of the top 10 of 100 runs
+FIG1_TRIALS = 100  # random-search runs per (depth, kind) in the paper
 FIG1_TRAINS_BELOW = 0.23  # "trains": final training loss below a tenth of the initial ln 10 = 2.303 nats
 FIG1_HIGHWAY_FACTOR = 100.0  # "more than 2 orders of magnitude": highway below plain by this factor (depths 50, 100)
 FIG1_PLAIN_BELOW = 1e-4  # plain nets of 10 and 20 layers reach a training loss below this

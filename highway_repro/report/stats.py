@@ -29,7 +29,8 @@ VERDICTS = (HELD, NOT_HELD, NO_DIFFERENCE, NOT_RESOLVED)
 VERDICTS_EXPLAINED = ("HELD = the interval lies wholly on the claim's side, DID NOT HOLD = wholly on the other side, "
                       "NO DIFFERENCE = it contains 0 and lies within +-delta (the equivalence margin of the metric), "
                       "NOT RESOLVED = none of these (too few runs to tell); the Holm verdict is the same test "
-                      "with the table's claim tests as one family")
+                      "with the table's claim tests as one family; the hours a decision would take are the runs' "
+                      "own CPU time per thread, 2 runs at a time, on the machines that made them")
 LEVEL = 0.95
 
 
@@ -243,13 +244,15 @@ def seeds_needed(sd_a: float, sd_b: float, diff: float, delta: float | None, lev
 TABLE_BUDGET_H, BUDGET_CORES = 8.0, 2
 
 
-def decision_cost(seeds: int, have: tuple[int, int], run_s: float) -> tuple[int, float, bool]:
-    """What bringing both rows of a comparison to `seeds` seeds would cost, given the seeds they `have` and the
-    wall seconds `run_s` one run takes with a core to itself: (runs to add, hours on BUDGET_CORES cores, whether
-    that alone exceeds TABLE_BUDGET_H)."""
+def decision_cost(seeds: int, have: tuple[int, int], run_s: float, table_s: float = 0.0) -> tuple[int, float, float, bool]:
+    """What bringing both rows of a comparison to `seeds` seeds would cost, given the seeds they `have`, the wall
+    seconds `run_s` one run takes with a core to itself and the `table_s` such seconds the table's runs already
+    took: (runs to add, their hours on BUDGET_CORES cores, the table's hours with them, whether that exceeds
+    TABLE_BUDGET_H)."""
     more = max(0, seeds - have[0]) + max(0, seeds - have[1])
     hours = more * run_s / BUDGET_CORES / 3600
-    return more, hours, hours > TABLE_BUDGET_H
+    total = table_s / BUDGET_CORES / 3600 + hours
+    return more, hours, total, total > TABLE_BUDGET_H
 
 
 def bootstrap(values, statistic, resamples: int = 10000, seed: int = 0) -> list[float]:
