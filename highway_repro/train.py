@@ -54,7 +54,8 @@ def build_optimizer(cfg: DictConfig, model):
 def match_params(cfg: DictConfig, meta: dict) -> int:
     """`match_params: <gate kind>` (the gate zoo's parameter-matched baseline): model.d_ff of the ungated model
     becomes the width with the parameter count of the same model gated by that kind (`gates.matched_d_ff`), from one
-    build of the gated model on the meta device (no memory, no draw from the random generators)."""
+    build of the gated model on the meta device. The kept matched runs drew their initial values after four counting
+    builds (gated; ungated at d_ff, d_ff + 1 and the matched width): they are drawn again, so a seed gives its run."""
     import torch
 
     from highway_repro.models.gates import matched_d_ff
@@ -62,6 +63,8 @@ def match_params(cfg: DictConfig, meta: dict) -> int:
     with torch.device("meta"):
         gated = build(cfg.model, gate_kind=cfg.match_params, **meta)
     d_ff, cfg.model.d_ff = cfg.model.d_ff, matched_d_ff(gated, int(cfg.model.d_ff))
+    for over in ({"gate_kind": cfg.match_params, "d_ff": d_ff}, {"d_ff": d_ff}, {"d_ff": d_ff + 1}, {}):
+        build(OmegaConf.merge(cfg.model, over), **meta)  # dropped: only their draws count
     log.info("match_params=%s: model.d_ff %d -> %d", cfg.match_params, d_ff, cfg.model.d_ff)
     return int(cfg.model.d_ff)
 

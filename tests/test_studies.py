@@ -161,6 +161,30 @@ def test_match_params_gives_the_width_of_the_kept_matched_runs(saved):
     assert match_params(cfg, {"vocab_size": kept["model"].get("vocab_size") or 50}) == kept["model"]["d_ff"] == 769
 
 
+def test_the_matched_model_draws_what_the_kept_matched_runs_drew():
+    """The kept matched runs were made by code that counted parameters with four real builds (the gated model at
+    d_ff, the ungated one at d_ff, d_ff + 1 and the matched width) before the model: the same seed must give the
+    same initial values, so match_params draws them again. Reference: those builds by hand."""
+    import torch
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from highway_repro.cli import build
+    from highway_repro.train import match_params
+
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose("train", overrides=["experiment=ht_char_ptb", "scale=smoke", "variant=baseline_matched"])
+    meta, d = {"vocab_size": 50}, int(cfg.model.d_ff)
+    torch.manual_seed(0)
+    match_params(cfg, meta)
+    ours = build(cfg.model, **meta).state_dict()
+    torch.manual_seed(0)
+    for over in ({"gate_kind": "sdu_tanh", "d_ff": d}, {"d_ff": d}, {"d_ff": d + 1}, {"d_ff": cfg.model.d_ff}):
+        build(OmegaConf.merge(cfg.model, over), **meta)
+    reference = build(cfg.model, **meta).state_dict()
+    assert ours.keys() == reference.keys() and all(torch.equal(ours[k], reference[k]) for k in ours)
+
+
 def test_the_kept_matched_runs_are_found():
     assert len(KEPT_MATCHED) >= 6 and {p.parent.parent.name for p in KEPT_MATCHED} == \
         {"ht_zoo_char_ptb-cpu", "ht_zoo_char_ptb_rt-cpu", "ht_zoo_enwik8_l6-cpu"}
