@@ -437,8 +437,8 @@ def test_header_reads_run_folders_not_the_builder(tmp_path):
     # 7200 s measured + 1800 s x 2 threads + 600 s x 3 threads (the config's) = 12600 s = 3.50 CPU-hours; the run on
     # a GPU also counts its wall time as GPU time: 1800 s = 0.50 GPU-hours
     assert "- wall time: 1.0 min for the commands; training 1.67 h summed over runs, 0.50 GPU-hours (the wall time " \
-           "of the 1 run made on a GPU, summed: runs that shared a GPU each count), 3.50 CPU-hours (estimated as wall time x threads for 2 of the runs, which " \
-           "recorded no time/cpu_s)" in text
+           "of the 1 run made on a GPU, summed: runs that shared a GPU each count), 3.50 CPU-hours (estimated as " \
+           "wall time x threads for 2 of the runs, which recorded no time/cpu_s)" in text
     assert "- machine: fakearch, Fake CPU 9000, 64 CPUs, torch 9.9.9, Python 3.99.0, no GPU (1 run)" in text
     assert "- machine: otherarch, 64 CPUs, torch 9.9.9, Python 3.99.0, GPU Fake GPU (1 run)" in text
     assert "- 1 run folders have no run_info.json" in text

@@ -244,7 +244,8 @@ def seeds_needed(sd_a: float, sd_b: float, diff: float, delta: float | None, lev
 TABLE_BUDGET_H, BUDGET_CORES = 8.0, 2
 
 
-def decision_cost(seeds: int, have: tuple[int, int], run_s: float, table_s: float = 0.0) -> tuple[int, float, float, bool]:
+def decision_cost(seeds: int, have: tuple[int, int], run_s: float,
+                  table_s: float = 0.0) -> tuple[int, float, float, bool]:
     """What bringing both rows of a comparison to `seeds` seeds would cost, given the seeds they `have`, the wall
     seconds `run_s` one run takes with a core to itself and the `table_s` such seconds the table's runs already
     took: (runs to add, their hours on BUDGET_CORES cores, the table's hours with them, whether that exceeds
