@@ -43,6 +43,9 @@ def counts(claims: list[dict]) -> str:
     paper = [r for r in claims if r["paper_claim"] == "yes"]
     open_ = sum(r["verdict"] == "NOT RESOLVED" for r in paper)
     share = f"{100 * open_ / len(paper):.0f} %" if paper else "—"
+    named = sum(r["verdict"] == "NOT RESOLVED" and bool(r.get("seeds_needed")) for r in paper)
+    if open_:
+        share += f", {named} of the {open_} naming the seeds or trials a decision would need"
     return (f"{len(claims)} distinct comparisons: {tally(claims)} (Holm within each table: "
             f"{tally(claims, 'holm_verdict')}). Of them {len(paper)} are the papers' claims: {tally(paper)} "
             f"(Holm: {tally(paper, 'holm_verdict')}); NOT RESOLVED: {share}.")
