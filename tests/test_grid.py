@@ -70,7 +70,8 @@ def test_every_swept_variant_exists():
     swept = 0
     for f in files:
         params = (yaml.safe_load(f.read_text()).get("hydra") or {}).get("sweeper", {}).get("params") or {}
-        for v in str(params.get("variant", "")).split(",") if "variant" in params else []:
+        rows = params.get("variant")
+        for v in str(rows).split(",") if rows else []:
             assert v.strip() in VARIANTS, (f.relative_to(CONFIG_DIR), v)
             swept += 1
     assert swept >= 100, swept
