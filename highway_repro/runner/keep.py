@@ -123,8 +123,7 @@ def other_recipe(part: str, scale: str, folders: list[Path]) -> dict[str, str]:
     from omegaconf import OmegaConf
 
     from highway_repro.recipe import recipe_diff
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's where PyYAML has it: ~10x faster
+    from highway_repro.report.runs import YAML_LOADER as loader
     out, cells = {}, {}  # one composition per grid cell; a run's seed / trial is set on a copy of it
     for folder in folders:
         saved, ov = folder / "config_resolved.yaml", folder / ".hydra" / "overrides.yaml"
