@@ -522,9 +522,9 @@ def test_fig1_best_curves_keep_the_last_logged_training_loss(tmp_path, monkeypat
 
     panels = []
     monkeypatch.setattr(hn_tables, "plot", lambda path, ps, **kw: panels.extend(ps))
-    # the table's 312 kept runs (26 trials x 12 cells, all at max_steps 16,000 or diverged)
+    # the table's kept runs (26 trials x 12 cells and the second look's, all at max_steps 16,000 or diverged)
     runs = load_runs(REPO / "results" / "highway_networks" / "runs" / "hn_fig1-cpu")
-    assert len(runs) == 312
+    assert len(runs) >= 312
     build_table("hn_fig1", runs, tmp_path / "fig1", {})
     best = [p for p in panels if p.title.endswith(": best")]
     assert best and all(xs[-1] == 16000 for p in best for xs, _ in p.series.values())

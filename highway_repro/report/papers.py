@@ -253,6 +253,12 @@ PAPER_CLAIMS = [
 ]
 
 
+# The comparisons decided at the second look (stats.SECOND_LOOK): NOT RESOLVED on their pre-committed runs, with a
+# decision that fits the table's budget at that level. Fig. 1, depth 50: the paper's design, 100 trials per row
+# (FIG1_TRIALS); their added trials: configs/sweep/hn_fig1/cpu-second_look.yaml.
+SECOND_LOOK_CLAIMS = [c for c in PAPER_CLAIMS if c.table == "hn_fig1" and c.row == ("50", "highway")]
+
+
 def paper_claim(table: str, row: tuple, against: tuple | float, statistic: str, side: str) -> PaperClaim | None:
     """The claim of PAPER_CLAIMS on `table` that compares `row` with `against` by `statistic` on `side`, or None
     (a claim of ours). A pooled side is the flat tuple of its rows' keys, as PAPER_CLAIMS writes it."""
