@@ -254,9 +254,11 @@ PAPER_CLAIMS = [
 
 
 # The comparisons decided at the second look (stats.SECOND_LOOK): NOT RESOLVED on their pre-committed runs, with a
-# decision that fits the table's budget at that level. Fig. 1, depth 50: the paper's design, 100 trials per row
-# (FIG1_TRIALS); their added trials: configs/sweep/hn_fig1/cpu-second_look.yaml.
-SECOND_LOOK_CLAIMS = [c for c in PAPER_CLAIMS if c.table == "hn_fig1" and c.row == ("50", "highway")]
+# decision that fits the table's budget at that level; their added runs: configs/sweep/<table>/cpu-second_look.yaml.
+# Every other comparison keeps its first look's runs. Fig. 1, depth 50: the paper's design, 100 trials per row
+# (FIG1_TRIALS); the placement scan, layer 1 vs layer 6: 9 seeds a row.
+SECOND_LOOK_CLAIMS = [c for c in PAPER_CLAIMS if (c.table, c.row) in (("hn_fig1", ("50", "highway")),
+                                                                         ("ht_placement_scan", ("tanh_l1",)))]
 
 
 def paper_claim(table: str, row: tuple, against: tuple | float, statistic: str, side: str) -> PaperClaim | None:
