@@ -66,8 +66,8 @@ def compact(rows: list[dict], results: Path) -> str:
 
 def glance(rows: list[dict], results: Path) -> str:
     claims = [r for r in rows if r["kind"] == "claim"]
-    return "\n".join(["![every distinct comparison: difference, 95 % interval, +-delta, the paper's effect]"
-                      "(results/claims.png)", "", counts(claims), "", compact(rows, results)])
+    return "\n".join(["![every distinct comparison: difference, 95 % interval (99 % at a second look), +-delta, the "
+                      "paper's effect](results/claims.png)", "", counts(claims), "", compact(rows, results)])
 
 
 def main(root: Path = ROOT) -> int:

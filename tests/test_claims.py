@@ -109,9 +109,13 @@ def test_an_unresolved_claim_says_what_a_decision_would_cost(tmp_path):
     assert res["verdict"] == stats.NOT_RESOLVED and n > 3
     hours = 2 * (n - 3) * 5400.0 / 2 / 3600  # runs of 1.5 h with a core to themselves, 2 at a time
     total = 6 * 5400.0 / 2 / 3600 + hours  # the table's 6 runs so far, and the added ones
-    assert claim_line(res).endswith(f"a decision needs about {n} seeds per row at the measured spread "
-                                    f"({2 * (n - 3)} more runs, about {hours:.1f} h on 2 cores; the table would "
-                                    f"then take {total:.1f} h, beyond the 8 h a table may take at the cpu scale)")
+    sd_b = stats.mean_std([2.01, 2.05, 2.00])[1]
+    at_95 = stats.seeds_needed(res["std"], sd_b, res["diff"], res["delta"], 0.95, start=3)
+    assert n == stats.seeds_needed(res["std"], sd_b, res["diff"], res["delta"], 0.99, start=3) > at_95  # at 99 %
+    assert claim_line(res).endswith(f"a decision needs about {n} seeds per row at the measured spread and the "
+                                    f"second look's 99 % ({2 * (n - 3)} more runs, about {hours:.1f} h on 2 cores; "
+                                    f"the table would then take {total:.1f} h, beyond the 8 h a table may take at "
+                                    "the cpu scale)")
 
 
 def _enwik8_runs(folder, variants, name="ht_enwik8_l6"):
@@ -128,7 +132,7 @@ def test_a_study_reusing_a_tables_runs_adds_no_comparison(tmp_path):
     table (Markdown, and kind `same` in summary.csv) and leave its family; its own rows' comparisons stay. A study
     whose baseline has a run more than the table's is a comparison of its own."""
     table = {"baseline": [2.20, 2.21, 2.22], "sdu_tanh": [2.10, 2.12, 2.11]}
-    scan = {"tanh_l1": [2.19, 2.20], "tanh_l6": [2.15, 2.16]}
+    scan = {"tanh_l1": [2.19, 2.20, 2.195], "tanh_l6": [2.15, 2.16, 2.155]}  # decided at the second look's 99 %
     _enwik8_runs(tmp_path / "l6", table)
     _enwik8_runs(tmp_path / "scan", table | scan)  # the runner restores the table's runs under their folder names
     out = tmp_path / "results" / "highway_transformer"
@@ -180,7 +184,63 @@ def test_an_unresolved_random_search_names_the_papers_trials(tmp_path):
     res = test_claim(Claim("is lower (best trial)", ("a",), log_loss, "lower", ("b",), pick="best", trials=100), rows)
     assert res["verdict"] == stats.NOT_RESOLVED
     assert res["seeds_needed"] == 100 and res["decision"] == (192, 9.6, 10.0, True)
-    assert claim_line(res).endswith("needs its 100 trials per row (192 more runs, about 9.6 h on 2 cores; the table "
-                                    "would then take 10.0 h, beyond the 8 h a table may take at the cpu scale)")
+    assert claim_line(res).endswith("needs its 100 trials per row, read at the second look's 99 % (192 more runs, "
+                                    "about 9.6 h on 2 cores; the table would then take 10.0 h, beyond the 8 h a "
+                                    "table may take at the cpu scale)")
     res = test_claim(Claim("is lower (best trial)", ("a",), log_loss, "lower", ("b",), pick="best"), rows)
     assert res["seeds_needed"] is None  # no paper design stated: nothing to name
+
+
+def test_a_second_look_p_value_says_what_its_99_percent_interval_says():
+    """A test read at the second look: its one-sided p-values, scaled by (1 - 0.95) / (1 - 0.99) = 5, fall below
+    0.025 exactly when the 99 % interval lies on that side, so the raw verdict and Holm's family of one agree with
+    the interval; at the first look's 95 % they are unchanged."""
+    a, b = [2.00, 2.01, 2.02, 2.03], [2.05, 2.06, 2.07, 2.08]  # diff -0.05, se 0.00913, df 6
+    for shift in (0.0, 0.02, 0.03):
+        xs = [x + shift for x in a]
+        se, df = stats.welch_se_df(xs, b)
+        diff = sum(xs) / 4 - sum(b) / 4
+        p = stats.second_look_p({"p_side": stats.side_p(diff, se, df, "lower"), "p_other": None}, 0.99)
+        lo, hi = stats.welch_interval(xs, b, 0.99)
+        assert (p["p_side"] < 0.025) == (hi < 0) and p["p_other"] is None
+        assert stats.holm_verdicts([{**p, "p_other": 1.0, "p_equiv": None}]) == [
+            stats.verdict((lo, hi), "lower") if hi < 0 else stats.NOT_RESOLVED]
+    assert stats.second_look_p({"p_side": 0.3}, 0.99) == {"p_side": 1.0}
+    assert stats.second_look_p({"p_side": 0.01}, stats.LEVEL) == {"p_side": 0.01}
+
+
+def test_the_second_look_reads_its_runs_at_99_percent_and_the_other_comparisons_keep_the_first_look(tmp_path):
+    """The placement scan's second look (configs/sweep/ht_placement_scan/cpu-second_look.yaml: layers 1 and 6,
+    seeds 5-8): layer 1 vs layer 6 reads all 9 seeds a row at a 99 % interval and counts its seeds needed at 99 %,
+    and once every one of those runs has ended it says that no look follows; layer 1 vs the baseline keeps seeds
+    0-4 at 95 %, and a table without a second look keeps every run."""
+    from highway_repro.report.claims import first_look, second_look_grid
+    from highway_repro.report.measures import Row
+
+    assert second_look_grid("ht_placement_scan", "cpu") == {"variant": {"tanh_l1", "tanh_l6"},
+                                                            "seed": {"5", "6", "7", "8"}}
+    assert second_look_grid("ht_enwik8_l6", "cpu") == {}
+    values = {"baseline": [2.20, 2.21, 2.22, 2.21, 2.20], "sdu_tanh": [2.10, 2.12, 2.11, 2.11, 2.10],
+              # seeds 0-4 end below the baseline; the second look's seeds 5-8 end far above it
+              "tanh_l1": [2.15, 2.16, 2.15, 2.16, 2.15, 2.40, 2.41, 2.42, 2.43],
+              "tanh_l6": [2.14, 2.15, 2.16, 2.15, 2.14, 2.13, 2.15, 2.14, 2.16]}
+    for v, xs in values.items():
+        for seed, x in enumerate(xs):
+            fake_run(tmp_path / f"seed={seed},variant={v}", [f"variant={v}", f"seed={seed}"],
+                     {"variant": v, "seed": seed, "name": "ht_enwik8_l6", "scale_name": "cpu"},
+                     {"status": "done", "step": 300, "val/bpc": x + 0.1, "test/bpc": x},
+                     [{"step": 100, "val/bpc": x + 1}], MACHINE)
+    md = build_table("ht_placement_scan", load_runs(tmp_path), tmp_path / "scan", {"scale": "cpu"})
+    l1_l6 = next(line for line in md.splitlines() if "`tanh_l1` ends lower than tanh_l6" in line)
+    assert "(n 9) vs" in l1_l6 and "99 % CI" in l1_l6 and "(the second look)" in l1_l6
+    l1_base = next(line for line in md.splitlines() if "`tanh_l1` ends lower than the baseline" in line)
+    assert "(n 5) vs" in l1_base and "95 % CI" in l1_base and "**HELD**" in l1_base
+    assert "a decision needs about 13 seeds per row at the measured spread and the second look's 99 %" in l1_l6
+    assert l1_l6.endswith("its second look has all its runs and was the last: NOT RESOLVED at this scale")
+    (tmp_path / "seed=8,variant=tanh_l6" / "metrics.json").unlink()  # a second-look run still training
+    md = build_table("ht_placement_scan", load_runs(tmp_path), tmp_path / "scan", {"scale": "cpu"})
+    assert "was the last" not in md and "(n 9) vs `tanh_l6` 2.1450 (n 8)" in md
+    runs = [r for r in load_runs(tmp_path) if r.get("variant") == "tanh_l1"]
+    rows = {("tanh_l1",): Row(("tanh_l1",), "layer 1", runs)}
+    assert len(first_look(rows, "ht_placement_scan")[("tanh_l1",)].runs) == 5
+    assert first_look(rows, "ht_enwik8_l6") == rows  # no second look: every run

@@ -24,17 +24,18 @@ def _fake_run(folder: Path, status: str = "done"):
 
 def test_placement_scan_grid_is_one_gated_layer_per_row_five_seeds():
     """Five seeds a row: seeds 0 and 1 for every row (configs/sweep/ht_placement_scan/cpu.yaml), and seeds 2-4
-    (cpu-extra_seeds.yaml), as ht_enwik8_l6's sweep files give the rows a paper claim compares: the same runs as the table's
-    where the rows are the table's (baseline, all layers), reused, so both give the same numbers for them."""
+    (cpu-extra_seeds.yaml), as ht_enwik8_l6's sweep files give the rows a paper claim compares: the same runs as the
+    table's where the rows are the table's (baseline, all layers), reused, so both give the same numbers for them;
+    then the second look's seeds 5-8 of layers 1 and 6 (cpu-second_look.yaml)."""
     from highway_repro.runner.plan import plan
-    from highway_repro.targets import TARGETS
 
     _, grids, names = plan("ht_placement_scan", "cpu", [])
     rows = ["baseline", "sdu_tanh"] + [f"tanh_l{k}" for k in range(1, 7)]
     assert names == [f"seed={s},variant={v}" for v in rows for s in (0, 1)] + [
-        f"seed={s},variant={v}" for v in rows for s in (2, 3, 4)]
+        f"seed={s},variant={v}" for v in rows for s in (2, 3, 4)] + [
+        f"seed={s},variant={v}" for v in ("tanh_l1", "tanh_l6") for s in (5, 6, 7, 8)]
     assert set(names) <= set(plan("ht_enwik8_l6", "cpu", [])[2]) | {
-        f"seed={s},variant=tanh_l{k}" for s in range(5) for k in range(1, 7)}
+        f"seed={s},variant=tanh_l{k}" for s in range(9) for k in range(1, 7)}
     _, _, by_hand = plan("ht_placement_scan", "cpu", ["seed=5"])  # a seed given by hand: every row, once
     assert by_hand == [f"seed=5,variant={v}" for v in rows]
     # rows given by hand take the table's extra seeds where the table has them for those rows, and no other row does

@@ -1,13 +1,16 @@
 """Claims and their tests: a `Claim` (a row's measure on one side of another row or of a number), tested by a 95 %
-interval (`stats.py`): two rows by Welch's difference of means with the equivalence margin delta, a row against
-a number by a one-sample t-interval, a random search's best trial or top-k mean by a bootstrap over all of its
-trials; the family of a table's tests, Holm-adjusted (`family`); floors as claims (`floor_claim`)."""
+interval (`stats.py`; 99 % at a comparison's second look, `stats.SECOND_LOOK`, and every other comparison on the
+runs of its first look, `first_look`): two rows by Welch's difference of means with the equivalence margin delta,
+a row against a number by a one-sample t-interval, a random search's best trial or top-k mean by a bootstrap over
+all of its trials; the family of a table's tests, Holm-adjusted (`family`); floors as claims (`floor_claim`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from highway_repro.report import papers, stats
@@ -80,6 +83,58 @@ def _values(row: Row, c: Claim) -> list[float]:
     return ranked[:1] if c.pick == "best" else ranked
 
 
+SWEEP_DIR = Path(__file__).resolve().parents[2] / "configs" / "sweep"
+
+
+def second_look_grid(table: str, scale: str) -> dict[str, set[str]]:
+    """The runs a table's second look adds at `scale` (`configs/sweep/<table>/<scale>-second_look.yaml`), as the
+    values each swept key takes (`range(a,b)` expanded); {} when the table has none."""
+    import yaml
+
+    path = SWEEP_DIR / table / f"{scale}-second_look.yaml"
+    if not table or not path.exists():
+        return {}
+    grid = {}
+    for key, spec in yaml.safe_load(path.read_text())["hydra"]["sweeper"]["params"].items():
+        text = str(spec).replace(" ", "")
+        if text.startswith("range(") and text.endswith(")"):
+            grid[key] = {str(i) for i in range(*map(int, text[6:-1].split(",")))}
+        else:
+            grid[key] = set(text.split(","))
+    return grid
+
+
+def first_look(rows: dict, table: str) -> dict:
+    """The rows without the runs of the table's second look: what every comparison but a second look's reads."""
+    out = {}
+    for key, row in rows.items():
+        runs = row.runs
+        for scale in {r.get("scale_name") for r in runs} - {None}:
+            grid = second_look_grid(table, str(scale))
+            if grid:
+                runs = [r for r in runs if not (r.get("scale_name") == scale and
+                                                all(str(r.get(k)) in vs for k, vs in grid.items()))]
+        out[key] = row if len(runs) == len(row.runs) else dataclasses.replace(row, runs=runs)
+    return out
+
+
+def second_look_complete(row: Row, table: str) -> bool:
+    """Whether every run the table's second look plans for `row` has ended: as many of its runs in the grid have a
+    metrics.json as the grid has combinations for the row (a key the row's runs share counts its own value, any other
+    key all of the grid's values)."""
+    for scale in {r.get("scale_name") for r in row.runs} - {None}:
+        grid = second_look_grid(table, str(scale))
+        in_grid = [r for r in row.runs if r.get("scale_name") == scale and
+                   all(str(r.get(k)) in vs for k, vs in grid.items())]
+        planned = 1
+        for k, vs in grid.items():
+            have = {str(r.get(k)) for r in row.runs}
+            planned *= len(vs & have) if len(have) == 1 else len(vs)
+        if grid and sum(r.status != "missing" for r in in_grid) < planned:
+            return False
+    return True
+
+
 UNTESTED = "not testable yet"  # a claim's detail when a side has no finished runs (its verdict: NOT RESOLVED)
 RESAMPLES = 10000  # bootstrap resamples of a random search's trials
 
@@ -110,10 +165,10 @@ def pick_statistic(c: Claim, k: int):
     return lambda xs: statistics.fmean(best_first(xs)[:k])
 
 
-def bootstrap_test(c: Claim, row: Row, other: Row | None) -> dict:
+def bootstrap_test(c: Claim, row: Row, other: Row | None, level: float = stats.LEVEL) -> dict:
     """A random search's best trial or top-k mean, against another row's or a number: the statistic on all trials
-    (failures at the worst value that a finished trial of the compared rows reached), and a 95 % percentile
-    interval of it (of the difference for two rows) over RESAMPLES bootstrap resamples of the trials of each row.
+    (failures at the worst value that a finished trial of the compared rows reached), and its percentile interval
+    at `level` (of the difference for two rows) over RESAMPLES bootstrap resamples of the trials of each row.
     One-sided p-values: the share of resampled values on the wrong side of the threshold."""
     m = c.measure
     finished = row.values(m) + (other.values(m) if other else [])
@@ -128,7 +183,7 @@ def bootstrap_test(c: Claim, row: Row, other: Row | None) -> dict:
     if other:
         boot = [a - b for a, b in zip(boot, stats.bootstrap(ys, f, RESAMPLES, seed=2))]
     out["estimate"] = out["mean"] - out["other_mean"] if other else out["mean"]
-    out["ci"] = stats.percentile_interval(boot)
+    out["ci"] = stats.percentile_interval(boot, level)
     below = sum(b < threshold for b in boot) / len(boot)
     above = sum(b > threshold for b in boot) / len(boot)
     lower = c.side == "lower"
@@ -160,14 +215,20 @@ def _table_cpu_seconds(rows: dict) -> float:
 def test_claim(c: Claim, rows: dict, table: str = "") -> dict:
     """The claim's result: ours, the other side, the interval, delta, the verdict, its p-values (`tests`), the
     comparison's identity (`key`: the runs of each side and the statistic), the seeds a decision would need, and
-    one Markdown line. `table`: the table's name, for papers.PAPER_CLAIMS."""
+    one Markdown line. `table`: the table's name, for papers.PAPER_CLAIMS and its second look: a comparison of
+    papers.SECOND_LOOK_CLAIMS reads every run at stats.SECOND_LOOK, any other the runs of its first look."""
+    pc = paper_claim_of(table, c)
+    level = stats.SECOND_LOOK if pc in papers.SECOND_LOOK_CLAIMS else stats.LEVEL
+    at = "" if level == stats.LEVEL else " (the second look)"
+    table_rows = rows  # every run: the table's hours
+    if level == stats.LEVEL:
+        rows = first_look(rows, table)
     row = side_row(rows, c.row)
     m = c.measure
     label = row.label if row else "/".join(map(str, c.row))
     res = {"claim": c, "row": row, "label": label, "mean": math.nan, "std": math.nan, "n": 0, "ci": None,
            "other_mean": math.nan, "other_n": 0, "diff": math.nan, "verdict": stats.NOT_RESOLVED, "detail": "",
-           "delta": None, "tests": None, "key": None, "seeds_needed": None, "experiment": ""}
-    pc = paper_claim_of(table, c)
+           "delta": None, "tests": None, "key": None, "seeds_needed": None, "experiment": "", "level": level}
     res["paper"], res["paper_effect"] = pc is not None, papers.paper_effect(pc) if pc else None
     res["paper_id"] = papers.PAPER_CLAIMS.index(pc) if pc else None
     two_rows = isinstance(c.against, tuple)
@@ -184,17 +245,17 @@ def test_claim(c: Claim, rows: dict, table: str = "") -> dict:
     res["key"] = f"{c.pick}{c.top_k if c.pick == 'top' else ''}|{m.name}|" + "|".join(",".join(s) for s in sides)
     what, d = f"{m.label}{c.paper_note}", m.digits
     if c.kind == "claim" and c.pick in ("best", "top"):
-        b = bootstrap_test(c, row, other)
+        b = bootstrap_test(c, row, other, level)
         res.update(mean=b["mean"], other_mean=b["other_mean"], n=b["trials"][0], other_n=b["trials"][1],
-                   ci=b["ci"], tests=b["tests"])
+                   ci=b["ci"], tests=stats.second_look_p(b["tests"], level))
         threshold = c.threshold if other else float(c.against)
         res["verdict"] = stats.verdict(b["ci"], c.side, threshold)
         stat = "best trial" if c.pick == "best" else f"mean of the best {b['k']}"
         sci = m.how != "log10" and abs(b["mean"]) < 1e-2
         must = f" (must be {'<' if c.side == 'lower' else '>'} {threshold:g})" if other else ""
         diff_text = f"difference {b['estimate']:+.4g}{must}, " if other else ""
-        tested = (f"{diff_text}95 % bootstrap interval [{b['ci'][0]:.4g}, {b['ci'][1]:.4g}] over all trials (failed "
-                  "ones at the worst value)")
+        tested = (f"{diff_text}{interval(b['ci'], level).replace('CI', 'bootstrap interval')}{at} over all trials "
+                  "(failed ones at the worst value)")
         if other:
             res["diff"] = b["estimate"]
             line = (f"{label} {c.text} ({what}): {stat} of {b['trials'][0]} trials {num(b['mean'], d, sci)} vs "
@@ -202,6 +263,7 @@ def test_claim(c: Claim, rows: dict, table: str = "") -> dict:
         else:
             line = f"{label} {c.text} ({what}): {stat} of {b['trials'][0]} trials {num(b['mean'], d, sci)}; {tested}"
         res["line"] = f"{line}: **{res['verdict']}**"
+        res["last_look"] = _last_look(res, row, other, table)
         if res["verdict"] == stats.NOT_RESOLVED and other and c.trials > max(res["n"], res["other_n"]):
             # the bootstrap of a best-of-N cannot reach past the best trial measured, so the measured trials give
             # no projection: the number to name is the paper's own design
@@ -209,7 +271,7 @@ def test_claim(c: Claim, rows: dict, table: str = "") -> dict:
             run_s = _cpu_run_seconds(row.runs + other.runs)
             if run_s:
                 res["decision"] = stats.decision_cost(c.trials, (res["n"], res["other_n"]), run_s,
-                                                      _table_cpu_seconds(rows))
+                                                      _table_cpu_seconds(table_rows))
         return res
     xs = _values(row, c)
     res["mean"], res["std"] = stats.mean_std(xs)
@@ -218,23 +280,24 @@ def test_claim(c: Claim, rows: dict, table: str = "") -> dict:
         ys = _values(other, c)
         res["other_mean"], res["other_n"] = statistics.fmean(ys), len(ys)
         res["diff"] = res["mean"] - res["other_mean"]
-        res["ci"] = stats.welch_interval(xs, ys)
+        res["ci"] = stats.welch_interval(xs, ys, level)
         if c.threshold == 0:
             res["delta"] = papers.margin(m.metric, res["other_mean"])
         res["verdict"] = stats.verdict(res["ci"], c.side, c.threshold, res["delta"])
         se_df = stats.welch_se_df(xs, ys)
         if se_df:
-            res["tests"] = _t_tests(res["diff"], *se_df, c.side, c.threshold, res["delta"])
+            res["tests"] = stats.second_look_p(_t_tests(res["diff"], *se_df, c.side, c.threshold, res["delta"]),
+                                               level)
         if res["verdict"] == stats.NOT_RESOLVED:
             res["seeds_needed"] = stats.seeds_needed(res["std"], stats.mean_std(ys)[1], res["diff"], res["delta"],
-                                                     start=max(len(xs), len(ys)))
+                                                     stats.SECOND_LOOK, start=max(len(xs), len(ys)))
             run_s = _cpu_run_seconds(used)
             if res["seeds_needed"] and run_s:
                 res["decision"] = stats.decision_cost(res["seeds_needed"], (len(xs), len(ys)), run_s,
-                                                      _table_cpu_seconds(rows))
+                                                      _table_cpu_seconds(table_rows))
         must = f" (must be {'<' if c.side == 'lower' else '>'} {c.threshold:g})" if c.threshold else ""
         band = f", delta ±{res['delta']:.3g}" if res["delta"] is not None else ""
-        tested = f"difference {res['diff']:+.4g}{must}, {interval(res['ci'])}{band}"
+        tested = f"difference {res['diff']:+.4g}{must}, {interval(res['ci'], level)}{at}{band}"
         line = (f"{label} {c.text} ({what}): {num(res['mean'], d)} (n {len(xs)}) vs "
                 f"{other.label} {num(res['other_mean'], d)} (n {len(ys)}); {tested}")
         if c.reach:
@@ -246,19 +309,26 @@ def test_claim(c: Claim, rows: dict, table: str = "") -> dict:
         value = num(res["mean"], d, sci=abs(res["mean"]) < 1e-2)
         line = f"{label} {c.text}: best of {res['n']} runs {value} (a single value, no interval)"
     else:
-        res["ci"] = stats.mean_interval(xs)
+        res["ci"] = stats.mean_interval(xs, level)
         res["verdict"] = stats.verdict(res["ci"], c.side, float(c.against))
         if len(xs) > 1:
-            res["tests"] = _t_tests(res["mean"], res["std"] / math.sqrt(len(xs)), len(xs) - 1, c.side,
-                                    float(c.against), None)
+            res["tests"] = stats.second_look_p(_t_tests(res["mean"], res["std"] / math.sqrt(len(xs)), len(xs) - 1,
+                                                        c.side, float(c.against), None), level)
         if res["verdict"] == stats.NOT_RESOLVED:
             res["seeds_needed"] = stats.seeds_needed(res["std"], 0.0, res["mean"] - float(c.against), None,
-                                                     start=len(xs))
+                                                     stats.SECOND_LOOK, start=len(xs))
         note = f" ({c.paper_note.lstrip('; ')})" if c.paper_note else ""
         line = (f"{label} {c.text}{note}: ours {mean_pm(xs, d)} (n {len(xs)}), "
-                f"{interval(res['ci']).replace('CI', 'CI of the mean')}")
+                f"{interval(res['ci'], level).replace('CI', 'CI of the mean')}{at}")
     res["line"] = f"{line}: **{res['verdict']}**"
+    res["last_look"] = _last_look(res, row, other if two_rows else None, table)
     return res
+
+
+def _last_look(res: dict, row: Row, other: Row | None, table: str) -> bool:
+    """A comparison left NOT RESOLVED by its second look once all of that look's runs have ended: no look follows."""
+    return (res["level"] == stats.SECOND_LOOK and res["verdict"] == stats.NOT_RESOLVED and
+            all(second_look_complete(r, table) for r in (row, other) if r is not None))
 
 
 def _t_tests(estimate: float, se: float, df: float, side: str, threshold: float, delta: float | None) -> dict:
@@ -302,12 +372,15 @@ def claim_line(r: dict) -> str:
         if r.get("need_unit") == "trials":
             line += (f"; the paper's statistic is over {r['seeds_needed']} trials per row, and a bootstrap of a best "
                      "trial cannot project past the best trial measured: a decision at the paper's design needs its "
-                     f"{r['seeds_needed']} trials per row")
+                     f"{r['seeds_needed']} trials per row, read at the second look's {stats.pct(stats.SECOND_LOOK)}")
         else:
-            line += f"; a decision needs about {r['seeds_needed']} seeds per row at the measured spread"
-        if r.get("decision"):
+            line += (f"; a decision needs about {r['seeds_needed']} seeds per row at the measured spread and the "
+                     f"second look's {stats.pct(stats.SECOND_LOOK)}")
+        if r.get("decision") and not r.get("last_look"):
             more, hours, total, beyond = r["decision"]
             line += (f" ({more} more runs, about {hours:.1f} h on {stats.BUDGET_CORES} cores; the table would then "
                      f"take {total:.1f} h" + (f", beyond the {stats.TABLE_BUDGET_H:g} h a table may take at the cpu "
                                               "scale)" if beyond else ")"))
+    if r.get("last_look"):
+        line += "; its second look has all its runs and was the last: NOT RESOLVED at this scale"
     return line

@@ -14,7 +14,8 @@ VERDICTS = ("HELD", "DID NOT HOLD", "NO DIFFERENCE", "NOT RESOLVED")
 EXPLAINED = ("A verdict comes from the 95 % interval of what a claim compares: **HELD** = wholly on the claim's side, "
              "**DID NOT HOLD** = wholly on the other side,\n**NO DIFFERENCE** = it contains 0 and lies within +-delta "
              "(the metric's equivalence margin, `papers.MARGINS`), **NOT RESOLVED** = none of these: too few runs to "
-             "tell.")
+             "tell.\nRuns added after a comparison's first verdict are read at a 99 % interval, the second look "
+             "(`stats.SECOND_LOOK`: the two looks err at most 6 %); the seeds a decision needs are counted at 99 %.")
 
 
 def num(x: str) -> str:
@@ -27,7 +28,8 @@ def num(x: str) -> str:
 
 
 def _verdict(r: dict) -> str:
-    ci = (f" [{num(r['ci_low'])}, {num(r['ci_high'])}]" if r["ci_low"] else
+    second = " at 99 %, the second look" if r.get("level") == "0.99" else ""  # report.stats.SECOND_LOOK
+    ci = (f" [{num(r['ci_low'])}, {num(r['ci_high'])}]{second}" if r["ci_low"] else
           f" ({r['detail']})" if r["detail"].startswith("not testable") else " (no interval)")  # report.spec.UNTESTED
     need = f"; a decision needs ~{r['seeds_needed']} seeds per row" if r.get("seeds_needed") else ""
     return f"**{r['verdict']}**{ci}{need}"

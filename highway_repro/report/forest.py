@@ -1,8 +1,8 @@
 """`results/claims.png`: a forest plot of every distinct comparison (the `claim` lines of results/summary.csv).
 
-One line per comparison: the difference and its 95 % interval, coloured by verdict, the +-delta band where the
-comparison has an equivalence margin, and the paper's effect (a diamond) where papers.py gives one. One panel per
-unit, since the tables compare different things:
+One line per comparison: the difference and its 95 % interval (99 % at a second look, named in its label),
+coloured by verdict, the +-delta band where the comparison has an equivalence margin, and the paper's effect (a
+diamond) where papers.py gives one. One panel per unit, since the tables compare different things:
 
 | panel | lines | x |
 |---|---|---|
@@ -75,7 +75,8 @@ def label(r: dict) -> str:
     two_rows = math.isfinite(_f(r.get("compared_mean")))
     against = short(str(r.get("compared_with") or "")).split(": ")[-1]  # its model is the row's
     what = f"{short(r['row'])} vs {against}" if two_rows else short(r["row"])
-    return f"{r['table']}: {what} ({r['metric']}{', paper' if r.get('paper_claim') in (True, 'yes') else ''})"
+    level = f", {float(r['level']) * 100:g} %" if r.get("level") and float(r["level"]) != 0.95 else ""
+    return f"{r['table']}: {what} ({r['metric']}{', paper' if r.get('paper_claim') in (True, 'yes') else ''}{level})"
 
 
 def forest(rows: list[dict], path: Path) -> Path | None:

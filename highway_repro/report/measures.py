@@ -33,8 +33,8 @@ def pct(a: float, b: float) -> str:
     return f"{100 * (a - b) / b:+.1f}%"
 
 
-def interval(ci) -> str:
-    return "no interval (n < 2 on a side)" if ci is None else f"95 % CI [{ci[0]:.4g}, {ci[1]:.4g}]"
+def interval(ci, level: float = stats.LEVEL) -> str:
+    return "no interval (n < 2 on a side)" if ci is None else f"{stats.pct(level)} CI [{ci[0]:.4g}, {ci[1]:.4g}]"
 
 
 # ------------------------------------------------------------------ measures and rows

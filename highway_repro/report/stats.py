@@ -9,6 +9,7 @@
   when an interval cannot be formed: fewer than 2 values on a side).
 - `side_p`, `holm`, `holm_verdicts`: one-sided p-values of the same tests and the verdicts of a family of them
   after Holm's (1979) step-down adjustment.
+- `second_look_p`: the p-values of a comparison at its second look (`SECOND_LOOK`) on the first look's scale;
 - `seeds_needed`: the seeds per row at which a Welch interval would decide, from the measured spread;
   `decision_cost`: the runs and hours that would take, against the cpu scale's budget of a table.
 - `bootstrap`, `percentile_interval`: the statistic of a random search (best trial, mean of the top k) on
@@ -30,7 +31,9 @@ VERDICTS_EXPLAINED = ("HELD = the interval lies wholly on the claim's side, DID 
                       "NO DIFFERENCE = it contains 0 and lies within +-delta (the equivalence margin of the metric), "
                       "NOT RESOLVED = none of these (too few runs to tell); the Holm verdict is the same test "
                       "with the table's claim tests as one family; the hours a decision would take are the runs' "
-                      "own CPU time per thread, 2 runs at a time, on the machines that made them")
+                      "own CPU time per thread, 2 runs at a time, on the machines that made them; runs added after a "
+                      "comparison's first verdict are read at the second look's 99 % interval (the line says so), "
+                      "and the seeds a decision would need are counted at that level")
 LEVEL = 0.95
 # The second look. A comparison that is NOT RESOLVED on its pre-committed runs can only be decided by adding runs
 # after its interval was read, and deciding those at LEVEL again would be optional stopping (two looks at 95 % err
@@ -38,6 +41,11 @@ LEVEL = 0.95
 # (1 - LEVEL) + (1 - SECOND_LOOK) = 6 % (Bonferroni). The seeds a NOT RESOLVED comparison would need are counted
 # at this level; the comparisons that have a second look: papers.SECOND_LOOK_CLAIMS.
 SECOND_LOOK = 0.99
+
+
+def pct(level: float) -> str:
+    """A level as the report writes it: 0.95 -> "95 %"."""
+    return f"{level * 100:g} %"
 
 
 def mean_std(values) -> tuple[float, float]:
@@ -189,6 +197,16 @@ def welch_se_df(a, b) -> tuple[float, float] | None:
     if va + vb == 0.0:
         return 0.0, math.inf
     return math.sqrt(va + vb), (va + vb) ** 2 / (va * va / (len(a) - 1) + vb * vb / (len(b) - 1))
+
+
+def second_look_p(tests: dict | None, level: float) -> dict | None:
+    """One-sided p-values of a test read at `level` on the scale of LEVEL's: multiplied by (1 - LEVEL) / (1 - level)
+    (at most 1), so that a p below (1 - LEVEL) / 2 says what the `level` interval says (Bonferroni), in the raw
+    verdict and in Holm's family alike; unchanged at LEVEL."""
+    if tests is None or level == LEVEL:
+        return tests
+    factor = (1.0 - LEVEL) / (1.0 - level)
+    return {k: None if p is None else min(1.0, p * factor) for k, p in tests.items()}
 
 
 def holm(pvalues: list[float]) -> list[float]:

@@ -4,8 +4,8 @@ page `results/README.md`, which also names the expected tables not made yet and 
 
 A claims file holds one entry per table row (kind `row`: the table's main number, its 95 % interval, the paper's
 number, the floor and whether it is met) and one per claim or floor (kind `claim` / `floor`: the tested
-interval, delta and the verdict). In summary.csv each distinct comparison (the same runs on each side, the same
-statistic) is one `claim` line, in its home table (`home_rank`); a line of another table on it becomes kind `same`
+interval and its `level`, 0.99 at a comparison's second look, delta and the verdict). In summary.csv each
+distinct comparison (the same runs on each side, the same statistic) is one `claim` line, in its home table (`home_rank`); a line of another table on it becomes kind `same`
 with `same_as` naming the home. Per table, the family of its claim lines gets Holm-adjusted verdicts.
 """
 
@@ -22,7 +22,7 @@ from highway_repro.report.claims_list import claims_list
 from highway_repro.report.forest import forest
 from highway_repro.report.spec import UNTESTED, Rendered, floor_met
 
-COLUMNS = ["table", "row", "kind", "metric", "split", "n_seeds", "mean", "std", "ci_low", "ci_high", "paper",
+COLUMNS = ["table", "row", "kind", "metric", "split", "n_seeds", "mean", "std", "ci_low", "ci_high", "level", "paper",
            "floor", "floor_met", "claim", "verdict", "delta", "family_size", "holm_verdict", "compared_with",
            "compared_mean", "diff", "paper_effect", "paper_claim", "seeds_needed", "same_as", "detail", "scale", "runs",
            "runs_planned", "part_of", "file"]
@@ -50,6 +50,7 @@ def claim_rows(name: str, t: Rendered, scale: str | None) -> list[dict]:
             " (best run)" if spec.primary_pick == "best" else ""), "split": m.split, "n_seeds": len(row.done),
             "mean": _num(mean), "std": _num(std) if spec.primary_pick != "best" else None,
             "ci_low": _num(ci[0]) if ci else None, "ci_high": _num(ci[1]) if ci else None,
+            "level": stats.LEVEL if ci else None,
             "paper": _num(spec.paper_of(row.id, m.split)) if spec.paper_of else None,
             "floor": f["claim"].against if f else None, "floor_met": floor_met(f) if f else None,
             "claim": "", "verdict": "", "scale": scale})
@@ -62,7 +63,8 @@ def claim_rows(name: str, t: Rendered, scale: str | None) -> list[dict]:
                     "split": c.measure.split, "n_seeds": r["n"], "mean": _num(r["mean"]),
                     "std": _num(r["std"]) if c.pick != "best" else None,
                     "ci_low": _num(ci[0]) if ci else None, "ci_high": _num(ci[1]) if ci else None,
-                    "paper": _num(c.paper_value), "floor": c.against if c.kind == "floor" else None,
+                    "level": r["level"] if ci else None, "paper": _num(c.paper_value),
+                    "floor": c.against if c.kind == "floor" else None,
                     "floor_met": floor_met(r) if c.kind == "floor" else None,
                     "claim": c.text + c.paper_note, "verdict": r["verdict"], "compared_with": against,
                     "compared_mean": _num(r["other_mean"]), "diff": _num(r["diff"]), "paper_claim": r["paper"],
@@ -233,7 +235,7 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
               "pilots behind each change: docs/pilots.md) are out of the tree: "
               f"`git checkout {ARCHIVE_COMMIT[:12]} -- results/archive` brings them back, indexed here, not summarised"
               + (": " + ", ".join(f"[{o}]({o})" for o in archived) if archived else "") + "."]
-    lines += ["", "## Every comparison", "", "![every distinct comparison: difference, 95 % interval, +-delta, the "
-              "paper's effect](claims.png)", "", claims_list(flat)]
+    lines += ["", "## Every comparison", "", "![every distinct comparison: difference, 95 % interval (99 % at a "
+              "second look), +-delta, the paper's effect](claims.png)", "", claims_list(flat)]
     (root / "README.md").write_text("\n".join(lines) + "\n")
     return path
