@@ -132,7 +132,7 @@ def test_a_study_reusing_a_tables_runs_adds_no_comparison(tmp_path):
     table (Markdown, and kind `same` in summary.csv) and leave its family; its own rows' comparisons stay. A study
     whose baseline has a run more than the table's is a comparison of its own."""
     table = {"baseline": [2.20, 2.21, 2.22], "sdu_tanh": [2.10, 2.12, 2.11]}
-    scan = {"tanh_l1": [2.19, 2.20, 2.195], "tanh_l6": [2.15, 2.16, 2.155]}  # decided at the second look's 99 %
+    scan = {"tanh_l1": [2.19, 2.20], "tanh_l6": [2.15, 2.16]}
     _enwik8_runs(tmp_path / "l6", table)
     _enwik8_runs(tmp_path / "scan", table | scan)  # the runner restores the table's runs under their folder names
     out = tmp_path / "results" / "highway_transformer"
@@ -196,15 +196,15 @@ def test_a_second_look_p_value_says_what_its_99_percent_interval_says():
     0.025 exactly when the 99 % interval lies on that side, so the raw verdict and Holm's family of one agree with
     the interval; at the first look's 95 % they are unchanged."""
     a, b = [2.00, 2.01, 2.02, 2.03], [2.05, 2.06, 2.07, 2.08]  # diff -0.05, se 0.00913, df 6
-    for shift in (0.0, 0.02, 0.03):
-        xs = [x + shift for x in a]
-        se, df = stats.welch_se_df(xs, b)
-        diff = sum(xs) / 4 - sum(b) / 4
+    se, df = stats.welch_se_df(a, b)
+    cut = stats.t_quantile(0.995, df) * se  # the 99 % interval's half-width: it excludes 0 when |diff| > cut
+    for diff in (-cut * (1 + 1e-6), -cut * (1 - 1e-6), -cut * 0.7, -cut * 1.5):
+        xs = [x + diff + 0.05 for x in a]  # the same spread, this difference
         p = stats.second_look_p({"p_side": stats.side_p(diff, se, df, "lower"), "p_other": None}, 0.99)
         lo, hi = stats.welch_interval(xs, b, 0.99)
-        assert (p["p_side"] < 0.025) == (hi < 0) and p["p_other"] is None
+        assert (p["p_side"] < 0.025) == (hi < 0) == (diff < -cut) and p["p_other"] is None
         assert stats.holm_verdicts([{**p, "p_other": 1.0, "p_equiv": None}]) == [
-            stats.verdict((lo, hi), "lower") if hi < 0 else stats.NOT_RESOLVED]
+            stats.HELD if hi < 0 else stats.NOT_RESOLVED]
     assert stats.second_look_p({"p_side": 0.3}, 0.99) == {"p_side": 1.0}
     assert stats.second_look_p({"p_side": 0.01}, stats.LEVEL) == {"p_side": 0.01}
 
@@ -219,7 +219,9 @@ def test_the_second_look_reads_its_runs_at_99_percent_and_the_other_comparisons_
 
     assert second_look_grid("ht_placement_scan", "cpu") == {"variant": {"tanh_l1", "tanh_l6"},
                                                             "seed": {"5", "6", "7", "8"}}
-    assert second_look_grid("ht_enwik8_l6", "cpu") == {}
+    assert second_look_grid("ht_enwik8_l6", "cpu") == second_look_grid("ht_placement_scan", "smoke") == {}
+    assert second_look_grid("hn_fig1", "cpu") == {"model.depth": {"50"}, "model.kind": {"plain", "highway"},
+                                                  "trial": {str(t) for t in range(26, 100)}}
     values = {"baseline": [2.20, 2.21, 2.22, 2.21, 2.20], "sdu_tanh": [2.10, 2.12, 2.11, 2.11, 2.10],
               # seeds 0-4 end below the baseline; the second look's seeds 5-8 end far above it
               "tanh_l1": [2.15, 2.16, 2.15, 2.16, 2.15, 2.40, 2.41, 2.42, 2.43],
@@ -244,3 +246,47 @@ def test_the_second_look_reads_its_runs_at_99_percent_and_the_other_comparisons_
     rows = {("tanh_l1",): Row(("tanh_l1",), "layer 1", runs)}
     assert len(first_look(rows, "ht_placement_scan")[("tanh_l1",)].runs) == 5
     assert first_look(rows, "ht_enwik8_l6") == rows  # no second look: every run
+    for r in load_runs(tmp_path):  # the same runs at the smoke scale, which has no second look: 95 %, every run
+        (r.path / "config_resolved.yaml").write_text((r.path / "config_resolved.yaml").read_text().replace(
+            "scale_name: cpu", "scale_name: smoke"))
+    md = build_table("ht_placement_scan", load_runs(tmp_path), tmp_path / "scan", {"scale": "smoke"})
+    l1_l6 = next(line for line in md.splitlines() if "`tanh_l1` ends lower than tanh_l6" in line)
+    assert "(n 9) vs" in l1_l6 and "95 % CI" in l1_l6 and "second look" not in l1_l6.split("**")[0]
+
+
+def test_a_second_look_grid_rejects_a_value_it_cannot_match(tmp_path, monkeypatch):
+    """A swept value the report cannot expand to the runs' own values (a Hydra function other than range, a list, a
+    bool) is an error naming the file, the key and what is allowed, not a grid that silently matches no run."""
+    from highway_repro.report import claims
+
+    monkeypatch.setattr(claims, "SWEEP_DIR", tmp_path)
+    (tmp_path / "t").mkdir()
+    for value in ("choice(1,2)", "[1, 2]", "true"):
+        (tmp_path / "t" / "cpu-second_look.yaml").write_text(f"hydra:\n  sweeper:\n    params:\n      seed: {value}\n")
+        with pytest.raises(ValueError, match=r"cpu-second_look.yaml: seed=.* is not a second look's grid value "
+                                             r"\(valid: a number or name, a comma list, range\(a,b\)\)"):
+            claims.second_look_grid("t", "cpu")
+
+
+def test_fig1s_second_look_reads_the_papers_100_trials_and_the_first_look_keeps_26(tmp_path):
+    """Fig. 1 at depth 50 (configs/sweep/hn_fig1/cpu-second_look.yaml: trials 26-99 of plain and highway): highway
+    vs plain is the best of 100 trials a row at a 99 % bootstrap interval (trial 60, an added one, is the best);
+    the rows' first look is trials 0-25."""
+    from highway_repro.report.claims import first_look
+    from highway_repro.report.measures import Row
+
+    for kind, base in (("plain", -1.0), ("highway", -3.5)):
+        for t in range(100):
+            loss = 10 ** (base + (t % 7) * 0.1 - (1.0 if t == 60 and kind == "highway" else 0.0))  # an added trial best
+            fake_run(tmp_path / f"model.depth=50,model.kind={kind},trial={t}",
+                     ["model.depth=50", f"model.kind={kind}", f"trial={t}"],
+                     {"model": {"depth": 50, "kind": kind}, "trial": t, "name": "hn_fig1", "scale_name": "cpu"},
+                     {"status": "done", "step": 16000, "train/loss": loss}, [{"step": 16000, "train/loss": loss}],
+                     MACHINE)
+    md = build_table("hn_fig1", load_runs(tmp_path), tmp_path / "fig1", {"scale": "cpu"})
+    best = next(line for line in md.splitlines() if "100x lower than plain (best trial)" in line)
+    assert "best trial of 100 trials -4.100 vs depth=50, kind=plain -1.000 (100 trials)" in best
+    assert "99 % bootstrap interval [-3.1, -2.5] (the second look)" in best and "**HELD**" in best
+    runs = [r for r in load_runs(tmp_path) if r.get("model.kind") == "highway"]
+    first = first_look({("50", "highway"): Row(("50", "highway"), "highway", runs)}, "hn_fig1")
+    assert sorted(int(r.get("trial")) for r in first[("50", "highway")].runs) == list(range(26))

@@ -88,7 +88,7 @@ SWEEP_DIR = Path(__file__).resolve().parents[2] / "configs" / "sweep"
 
 def second_look_grid(table: str, scale: str) -> dict[str, set[str]]:
     """The runs a table's second look adds at `scale` (`configs/sweep/<table>/<scale>-second_look.yaml`), as the
-    values each swept key takes (`range(a,b)` expanded); {} when the table has none."""
+    values each swept key takes: a number or name, a comma list or `range(a,b)`; {} when the table has none."""
     import yaml
 
     path = SWEEP_DIR / table / f"{scale}-second_look.yaml"
@@ -99,9 +99,20 @@ def second_look_grid(table: str, scale: str) -> dict[str, set[str]]:
         text = str(spec).replace(" ", "")
         if text.startswith("range(") and text.endswith(")"):
             grid[key] = {str(i) for i in range(*map(int, text[6:-1].split(",")))}
-        else:
+        elif isinstance(spec, (int, str)) and not isinstance(spec, bool) and not any(c in text for c in "()[]'\""):
             grid[key] = set(text.split(","))
+        else:
+            raise ValueError(f"{path.name}: {key}={spec!r} is not a second look's grid value (valid: a number or "
+                             "name, a comma list, range(a,b))")
     return grid
+
+
+def _scales(runs: list[Run]) -> set[str]:
+    return {str(s) for s in (r.get("scale_name") for r in runs) if s is not None}
+
+
+def _in_grid(r: Run, scale: str, grid: dict) -> bool:
+    return str(r.get("scale_name")) == scale and all(str(r.get(k)) in vs for k, vs in grid.items())
 
 
 def first_look(rows: dict, table: str) -> dict:
@@ -109,30 +120,28 @@ def first_look(rows: dict, table: str) -> dict:
     out = {}
     for key, row in rows.items():
         runs = row.runs
-        for scale in {r.get("scale_name") for r in runs} - {None}:
-            grid = second_look_grid(table, str(scale))
+        for scale in _scales(runs):
+            grid = second_look_grid(table, scale)
             if grid:
-                runs = [r for r in runs if not (r.get("scale_name") == scale and
-                                                all(str(r.get(k)) in vs for k, vs in grid.items()))]
+                runs = [r for r in runs if not _in_grid(r, scale, grid)]
         out[key] = row if len(runs) == len(row.runs) else dataclasses.replace(row, runs=runs)
     return out
 
 
-def second_look_complete(row: Row, table: str) -> bool:
-    """Whether every run the table's second look plans for `row` has ended: as many of its runs in the grid have a
-    metrics.json as the grid has combinations for the row (a key the row's runs share counts its own value, any other
-    key all of the grid's values)."""
-    for scale in {r.get("scale_name") for r in row.runs} - {None}:
-        grid = second_look_grid(table, str(scale))
-        in_grid = [r for r in row.runs if r.get("scale_name") == scale and
-                   all(str(r.get(k)) in vs for k, vs in grid.items())]
-        planned = 1
-        for k, vs in grid.items():
-            have = {str(r.get(k)) for r in row.runs}
-            planned *= len(vs & have) if len(have) == 1 else len(vs)
-        if grid and sum(r.status != "missing" for r in in_grid) < planned:
-            return False
-    return True
+def second_look_complete(row: Row, table: str, keys: tuple) -> bool:
+    """Whether every run the table's second look plans for `row` has ended (has a metrics.json): the grid's
+    combinations whose row `keys` (the table's, `TableSpec.keys`) have the row's values. False without a second look
+    at the row's scale, or without `keys`."""
+    scales = _scales(row.runs)
+    if not keys or pooled(row.id) or len(scales) != 1:
+        return False
+    scale = scales.pop()
+    grid = second_look_grid(table, scale)
+    if not grid:
+        return False
+    planned = math.prod(len(vs & {row.id[keys.index(k)]}) if k in keys else len(vs) for k, vs in grid.items())
+    ended = sum(r.status != "missing" for r in row.runs if _in_grid(r, scale, grid))
+    return ended >= planned
 
 
 UNTESTED = "not testable yet"  # a claim's detail when a side has no finished runs (its verdict: NOT RESOLVED)
@@ -212,13 +221,17 @@ def _table_cpu_seconds(rows: dict) -> float:
     return sum(n * (s or fallback) for s, n in per_row)
 
 
-def test_claim(c: Claim, rows: dict, table: str = "") -> dict:
+def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> dict:
     """The claim's result: ours, the other side, the interval, delta, the verdict, its p-values (`tests`), the
     comparison's identity (`key`: the runs of each side and the statistic), the seeds a decision would need, and
     one Markdown line. `table`: the table's name, for papers.PAPER_CLAIMS and its second look: a comparison of
-    papers.SECOND_LOOK_CLAIMS reads every run at stats.SECOND_LOOK, any other the runs of its first look."""
+    papers.SECOND_LOOK_CLAIMS whose table has a second look at the runs' scale reads every run at
+    stats.SECOND_LOOK, any other the runs of its first look; `keys`: the table's row keys (`TableSpec.keys`), which
+    tell when a second look has all its runs."""
     pc = paper_claim_of(table, c)
-    level = stats.SECOND_LOOK if pc in papers.SECOND_LOOK_CLAIMS else stats.LEVEL
+    sides = [rows.get(i) for i in (c.row, c.against) if isinstance(i, tuple) and not pooled(i)]
+    looked = any(second_look_grid(table, s) for s in _scales([r for row in sides if row for r in row.runs]))
+    level = stats.SECOND_LOOK if pc in papers.SECOND_LOOK_CLAIMS and looked else stats.LEVEL
     at = "" if level == stats.LEVEL else " (the second look)"
     table_rows = rows  # every run: the table's hours
     if level == stats.LEVEL:
@@ -263,7 +276,7 @@ def test_claim(c: Claim, rows: dict, table: str = "") -> dict:
         else:
             line = f"{label} {c.text} ({what}): {stat} of {b['trials'][0]} trials {num(b['mean'], d, sci)}; {tested}"
         res["line"] = f"{line}: **{res['verdict']}**"
-        res["last_look"] = _last_look(res, row, other, table)
+        res["last_look"] = _last_look(res, row, other, table, keys)
         if res["verdict"] == stats.NOT_RESOLVED and other and c.trials > max(res["n"], res["other_n"]):
             # the bootstrap of a best-of-N cannot reach past the best trial measured, so the measured trials give
             # no projection: the number to name is the paper's own design
@@ -321,14 +334,14 @@ def test_claim(c: Claim, rows: dict, table: str = "") -> dict:
         line = (f"{label} {c.text}{note}: ours {mean_pm(xs, d)} (n {len(xs)}), "
                 f"{interval(res['ci'], level).replace('CI', 'CI of the mean')}{at}")
     res["line"] = f"{line}: **{res['verdict']}**"
-    res["last_look"] = _last_look(res, row, other if two_rows else None, table)
+    res["last_look"] = _last_look(res, row, other if two_rows else None, table, keys)
     return res
 
 
-def _last_look(res: dict, row: Row, other: Row | None, table: str) -> bool:
+def _last_look(res: dict, row: Row, other: Row | None, table: str, keys: tuple) -> bool:
     """A comparison left NOT RESOLVED by its second look once all of that look's runs have ended: no look follows."""
     return (res["level"] == stats.SECOND_LOOK and res["verdict"] == stats.NOT_RESOLVED and
-            all(second_look_complete(r, table) for r in (row, other) if r is not None))
+            all(second_look_complete(r, table, keys) for r in (row, other) if r is not None))
 
 
 def _t_tests(estimate: float, se: float, df: float, side: str, threshold: float, delta: float | None) -> dict:

@@ -28,7 +28,7 @@ def num(x: str) -> str:
 
 
 def _verdict(r: dict) -> str:
-    second = " at 99 %, the second look" if r.get("level") == "0.99" else ""  # report.stats.SECOND_LOOK
+    second = " at 99 %, the second look" if float(r.get("level") or 0.95) > 0.95 else ""  # stats.SECOND_LOOK
     ci = (f" [{num(r['ci_low'])}, {num(r['ci_high'])}]{second}" if r["ci_low"] else
           f" ({r['detail']})" if r["detail"].startswith("not testable") else " (no interval)")  # report.spec.UNTESTED
     need = f"; a decision needs ~{r['seeds_needed']} seeds per row" if r.get("seeds_needed") else ""

@@ -72,9 +72,9 @@ HN_FIG1 = TableSpec(
           f"and the mean of the top {papers.FIG1_TOP_K}, on all trials of a (depth, kind): a trial that diverged "
           "counts as a failure at the worst final loss a trial of the compared rows reached, never dropped; the "
           "95 % interval is a percentile bootstrap over the trials (the statistic on resamples of each row's "
-          "trials). Depth 50's highway vs plain is read at its second look: the paper's 100 trials a row, a 99 % "
-          "interval; every other line keeps trials 0-25. The plain nets' 'below 1e-4' stands beside our cpu floor "
-          "(best trial <= 1e-2). "
+          "trials). Depth 50's highway vs plain is read at its second look: the paper's 100 trials a row (trials "
+          "26-99 added to plain and highway), a 99 % interval; a row's cells count all of its trials (the trials "
+          "column). The plain nets' 'below 1e-4' stands beside our cpu floor (best trial <= 1e-2). "
           "Paper: 100 random-search runs per (depth, kind), budget unpublished; "
           f"{papers.FIG1_PAPER}. Residual nets were not in the paper.",
     figure=_fig1_figure)

@@ -107,7 +107,7 @@ def render(spec: TableSpec, runs: list[Run], name: str = "", elsewhere: Callable
     rows = group(spec, runs)
     by_id = {r.id: r for r in rows}
     t = Rendered(spec, rows, by_id, by_id.get(spec.baseline) if spec.baseline else None, [])
-    t.results = [test_claim(c, by_id, name) for c in claims_of(spec, by_id)]
+    t.results = [test_claim(c, by_id, name, spec.keys) for c in claims_of(spec, by_id)]
     family(t.results, elsewhere)
     key_heads = [spec.label_header] if spec.label else [k.split(".")[-1] for k in spec.keys]
     head = key_heads + [c.header for c in spec.columns]
@@ -127,7 +127,7 @@ def render(spec: TableSpec, runs: list[Run], name: str = "", elsewhere: Callable
     claims = [r for r in t.results if r["claim"].kind == "claim"]
     floors = [r for r in t.results if r["claim"].kind == "floor"]
     if claims:
-        md += ["", f"**Claims** (95 % intervals; {stats.VERDICTS_EXPLAINED}):"]
+        md += ["", f"**Claims** (95 % intervals, 99 % at a second look; {stats.VERDICTS_EXPLAINED}):"]
         md += [f"- {claim_line(r)}" for r in claims]
     if floors:
         md += ["", "**Floors** of the cpu scale (met = the mean, or the best run, on the floor's side):"]
