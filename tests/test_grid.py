@@ -185,6 +185,10 @@ def test_estimate_prefers_kept_runs(tmp_path):
     assert estimate_s(cfg, tmp_path)[0] == 20.0
     assert estimate_s(OmegaConf.create({"trainer": {"max_steps": 1}}), tmp_path / "none")[0] is None
     assert estimate_s(cfg, None)[0] == 50.0  # kept runs of another recipe (overrides given): the scale file's price
+    # a run made on a GPU prices runs that go to a GPU only: a cpu-scale run took ~2 min on an H200, ~20 on a thread
+    _fake_run(tmp_path / "gpu", wall=2.0, cpu=2.0, info={"threads": 1, "cuda_device": "NVIDIA H200"})
+    assert estimate_s(cfg, tmp_path)[0] == 20.0
+    assert estimate_s(OmegaConf.merge(cfg, {"trainer": {"device": "cuda"}}), tmp_path)[0] == 14.0
 
 
 def test_overrides_that_change_the_recipe_neither_restore_nor_price_by_the_kept_runs(tmp_path, capsys):
@@ -699,7 +703,8 @@ def test_the_kernel_counts_oom_kills_here():
 
 def test_the_estimate_follows_the_machine_through_its_calibration(tmp_path, monkeypatch):
     """A probe of this machine twice as slow a step as the kept runs of the same cell logged doubles the estimate;
-    without kept step costs it compares with the scale file's est_step_s; another machine's probe changes nothing."""
+    without kept step costs it compares with the scale file's est_step_s; a study takes its experiment's table's probe;
+    another machine's probe changes nothing."""
     from omegaconf import OmegaConf
 
     from highway_repro.runner import estimate
@@ -719,5 +724,8 @@ def test_the_estimate_follows_the_machine_through_its_calibration(tmp_path, monk
     ratio, how = estimate.speed_ratio("t", "cpu", cfg, kept, cal)
     assert ratio == pytest.approx(2.0) and "1 kept runs' 0.400" in how  # the baseline cell only, any seed
     assert estimate.speed_ratio("t", "cpu", cfg, None, cal)[0] == pytest.approx(1.6)  # vs est_step_s
+    estimate.calibrate(["ht_enwik8_l6"], "cpu", tmp_path, cal)  # a study without a probe: its experiment's table's
+    assert estimate.speed_ratio("ht_placement_scan", "cpu", cfg, kept, cal)[0] == pytest.approx(2.0)
+    assert estimate.speed_ratio("ht_char_ptb", "cpu", cfg, kept, cal) == (1.0, "")  # another table: none
     monkeypatch.setattr(estimate, "machine_key", lambda: "CPU Y, 8 cores")
     assert estimate.speed_ratio("t", "cpu", cfg, kept, cal) == (1.0, "")

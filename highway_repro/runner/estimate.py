@@ -45,11 +45,17 @@ def run_seconds(runs: list[Path], cpu_only: bool = False) -> list[float]:
     return out
 
 
+def on_cpu(cfg) -> bool:
+    """Whether the runs go to a CPU (trainer.device other than cuda): then the kept runs made on a GPU price
+    nothing (a cpu-scale run takes ~2 min on an H200 and ~20 on 1 CPU thread)."""
+    return str(cfg.get("trainer", {}).get("device", "auto")) != "cuda"
+
+
 def estimate_s(cfg, kept: Path | None) -> tuple[float | None, str]:
     """Wall seconds one run of this table takes with its threads to itself: the mean of its kept runs
-    (`run_seconds`; None: none apply, e.g. overrides change the recipe), else the scale file's `est_step_s`
-    (measured CPU-seconds per step) x max_steps."""
-    done = run_seconds([p.parent for p in kept.glob("*/metrics.json")]) if kept is not None else []
+    (`run_seconds`, those made on the device the runs go to, `on_cpu`; None: none apply, e.g. overrides change the
+    recipe), else the scale file's `est_step_s` (measured CPU-seconds per step) x max_steps."""
+    done = run_seconds([p.parent for p in kept.glob("*/metrics.json")], on_cpu(cfg)) if kept is not None else []
     if done:
         return sum(done) / len(done), f"mean of {len(done)} kept runs"
     step_s = cfg.get("est_step_s")
@@ -63,13 +69,14 @@ def grid_cell(name: str) -> str:
     return ",".join(p for p in name.split(",") if override_key(p) not in REPEAT_KEYS)
 
 
-def per_run_s(names: list[str], finished: list[Path], fallback: float | None) -> list[float | None]:
-    """Seconds for each of `names` on one thread: the mean of the finished runs (run folders) of its cell, else
-    `fallback`. Cells differ in cost (a depth-100 net against a depth-10 one, gated rows against the baseline), so
-    the runs kept first, often the cheap ones, do not price the rest."""
+def per_run_s(names: list[str], finished: list[Path], fallback: float | None,
+              cpu_only: bool = False) -> list[float | None]:
+    """Seconds for each of `names` on one thread: the mean of the finished runs (run folders; `cpu_only`: those made
+    on a CPU) of its cell, else `fallback`. Cells differ in cost (a depth-100 net against a depth-10 one, gated rows
+    against the baseline), so the runs kept first, often the cheap ones, do not price the rest."""
     by_cell: dict[str, list[float]] = {}
     for r in finished:
-        for sec in run_seconds([r]):
+        for sec in run_seconds([r], cpu_only):
             by_cell.setdefault(grid_cell(r.name), []).append(sec)
     return [sum(v) / len(v) if (v := by_cell.get(grid_cell(n))) else fallback for n in names]
 
@@ -148,9 +155,11 @@ def calibrate(names: list[str], scale: str, workdir: Path, path: Path) -> dict:
 def speed_ratio(name: str, scale: str, cfg, kept: Path | None, path: Path) -> tuple[float, str]:
     """How much longer a step takes on this machine than where the estimate's numbers come from: the probe of this
     machine (`calibrate`) over the same cell's kept runs' logged CPU-s a step, else over the scale file's
-    `est_step_s`; (1.0, "") when this machine has no calibration or nothing to compare it with."""
+    `est_step_s`; a study without a probe of its own takes its experiment's table's; (1.0, "") when this machine has
+    no calibration or nothing to compare it with."""
     try:
-        mine = json.loads((CALIBRATION or path).read_text())[machine_key()][scale][name]
+        probes = json.loads((CALIBRATION or path).read_text())[machine_key()][scale]
+        mine = probes[name] if name in probes else probes[TARGETS[name].experiment]
     except (OSError, ValueError, KeyError):
         return 1.0, ""
     cell = grid_cell(mine["cell"])  # the probe's cell, any seed

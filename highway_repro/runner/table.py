@@ -13,7 +13,7 @@ from pathlib import Path
 from highway_repro.engine.loggers import write_json_atomic
 from highway_repro.errors import ConfigError
 from highway_repro.report.header import duration
-from highway_repro.runner.estimate import (CALIBRATION_FILE, DEFAULT_PEAK_GB, estimate_s, peak_gb, per_run_s,
+from highway_repro.runner.estimate import (CALIBRATION_FILE, DEFAULT_PEAK_GB, estimate_s, on_cpu, peak_gb, per_run_s,
                                            speed_ratio, wall_s)
 from highway_repro.runner.keep import FINISHED, keep, refuse_other_recipe, restore, run_status
 from highway_repro.runner.plan import REPEAT_KEYS, dirname, job_names, jobs_of, override_key, plan_grids
@@ -82,7 +82,7 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     unkept, unkept_how = estimate_s(cfg, None)
     unkept = unkept or per
     if t.sweep and per:  # each run at the mean of the kept runs of its cell, where it has some
-        secs = per_run_s(todo, [p.parent for p in kept.glob("*/metrics.json")], unkept)
+        secs = per_run_s(todo, [p.parent for p in kept.glob("*/metrics.json")], unkept, on_cpu(cfg))
         if secs.count(unkept) < len(todo):
             how += "; each cell's own kept runs where it has some" + (
                 f", else {unkept_how}" if unkept != per and unkept in secs else "")
