@@ -226,12 +226,16 @@ def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> dict:
     comparison's identity (`key`: the runs of each side and the statistic), the seeds a decision would need, and
     one Markdown line. `table`: the table's name, for papers.PAPER_CLAIMS and its second look: a comparison of
     papers.SECOND_LOOK_CLAIMS whose table has a second look at the runs' scale reads every run at
-    stats.SECOND_LOOK, any other the runs of its first look; `keys`: the table's row keys (`TableSpec.keys`), which
+    stats.SECOND_LOOK once all of that look's runs have ended (until then, and any other comparison always, the
+    runs of its first look); `keys`: the table's row keys (`TableSpec.keys`), which
     tell when a second look has all its runs."""
     pc = paper_claim_of(table, c)
-    sides = [rows.get(i) for i in (c.row, c.against) if isinstance(i, tuple) and not pooled(i)]
-    looked = any(second_look_grid(table, s) for s in _scales([r for row in sides if row for r in row.runs]))
+    side_rows = [rows.get(i) for i in (c.row, c.against) if isinstance(i, tuple) and not pooled(i)]
+    looked = any(second_look_grid(table, s) for s in _scales([r for row in side_rows if row for r in row.runs]))
     level = stats.SECOND_LOOK if pc in papers.SECOND_LOOK_CLAIMS and looked else stats.LEVEL
+    under_way = level == stats.SECOND_LOOK and not all(second_look_complete(r, table, keys) for r in side_rows if r)
+    if under_way:  # read at its planned size only: until then, its first look
+        level = stats.LEVEL
     at = "" if level == stats.LEVEL else " (the second look)"
     table_rows = rows  # every run: the table's hours
     if level == stats.LEVEL:
@@ -241,7 +245,8 @@ def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> dict:
     label = row.label if row else "/".join(map(str, c.row))
     res = {"claim": c, "row": row, "label": label, "mean": math.nan, "std": math.nan, "n": 0, "ci": None,
            "other_mean": math.nan, "other_n": 0, "diff": math.nan, "verdict": stats.NOT_RESOLVED, "detail": "",
-           "delta": None, "tests": None, "key": None, "seeds_needed": None, "experiment": "", "level": level}
+           "delta": None, "tests": None, "key": None, "seeds_needed": None, "experiment": "", "level": level,
+           "under_way": under_way}
     res["paper"], res["paper_effect"] = pc is not None, papers.paper_effect(pc) if pc else None
     res["paper_id"] = papers.PAPER_CLAIMS.index(pc) if pc else None
     two_rows = isinstance(c.against, tuple)
@@ -283,8 +288,9 @@ def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> dict:
             res["seeds_needed"], res["need_unit"] = c.trials, "trials"
             run_s = _cpu_run_seconds(row.runs + other.runs)
             if run_s:
-                res["decision"] = stats.decision_cost(c.trials, (res["n"], res["other_n"]), run_s,
-                                                      _table_cpu_seconds(table_rows))
+                have = ([sum(r.status != "missing" for r in s.runs) for s in side_rows] if under_way else
+                        (res["n"], res["other_n"]))  # a second look under way: its runs so far count
+                res["decision"] = stats.decision_cost(c.trials, tuple(have), run_s, _table_cpu_seconds(table_rows))
         return res
     xs = _values(row, c)
     res["mean"], res["std"] = stats.mean_std(xs)
@@ -394,6 +400,8 @@ def claim_line(r: dict) -> str:
             line += (f" ({more} more runs, about {hours:.1f} h on {stats.BUDGET_CORES} cores; the table would then "
                      f"take {total:.1f} h" + (f", beyond the {stats.TABLE_BUDGET_H:g} h a table may take at the cpu "
                                               "scale)" if beyond else ")"))
+    if r.get("under_way"):
+        line += "; its second look (the runs of configs/sweep/<table>/<scale>-second_look.yaml) is under way"
     if r.get("last_look"):
         line += "; its second look has all its runs and was the last: NOT RESOLVED at this scale"
     return line
