@@ -65,6 +65,25 @@ def test_bootstrap_of_the_best_trial_follows_the_exact_order_statistic_law(n):
     assert sum(m >= xs[1] for m in dropped) / len(dropped) == 1.0 != pytest.approx(((n - 1) / n) ** n, abs=0.1)
 
 
+@pytest.mark.parametrize("level", [stats.LEVEL, stats.SECOND_LOOK])
+@pytest.mark.parametrize("side", ["lower", "higher"])
+def test_a_bootstrap_p_value_agrees_with_its_percentile_interval_at_the_edge(level, side):
+    """Of 10,000 resamples, k lie at the threshold's far side (+1 for a claim of "lower", -1 for "higher") and the
+    rest on the claim's side. The nearest-rank interval at `level` excludes the threshold exactly when k <= the
+    tail's count (250 at 95 %, 50 at 99 %); the p-value read at the same level (through a family of one, as the
+    report reads it) must say the same at every k around that edge, in both directions."""
+    n, far = 10000, 1.0 if side == "lower" else -1.0
+    tail = round((1 - level) / 2 * n)
+    for k in range(tail - 2, tail + 3):
+        for sign in (1.0, -1.0):  # the claim's side, then the other side
+            boot = [-far * sign] * (n - k) + [far * sign] * k
+            raw = stats.verdict(stats.percentile_interval(boot, level), side)
+            p = stats.second_look_p(stats.bootstrap_p(boot, 0.0, side), level)
+            assert stats.holm_verdicts([p]) == [raw], (k, sign, raw, p)
+            held = stats.HELD if sign > 0 else stats.NOT_HELD
+            assert raw == (held if k <= tail else stats.NOT_RESOLVED), (k, sign, raw)
+
+
 def test_seeds_needed_inverts_the_welch_half_width():
     """The smallest n per row whose Welch half-width t(df(n)) sqrt((sa^2 + sb^2) / n) falls below |difference| (or
     below delta - |difference|): checked against the half-width of the interval that n values would give."""
@@ -243,7 +262,8 @@ def test_the_second_look_reads_its_runs_at_99_percent_and_the_other_comparisons_
     (tmp_path / "seed=8,variant=tanh_l6" / "metrics.json").unlink()  # a second-look run still training
     md = build_table("ht_placement_scan", load_runs(tmp_path), tmp_path / "scan", {"scale": "cpu"})
     l1_l6 = next(line for line in md.splitlines() if "`tanh_l1` ends lower than tanh_l6" in line)
-    assert "(n 5) vs" in l1_l6 and "95 % CI" in l1_l6 and l1_l6.endswith("second_look.yaml) is under way")
+    assert "(n 5) vs" in l1_l6 and "95 % CI" in l1_l6
+    assert l1_l6.endswith("(the runs of configs/sweep/ht_placement_scan/cpu-second_look.yaml) is under way")
     runs = [r for r in load_runs(tmp_path) if r.get("variant") == "tanh_l1"]
     rows = {("tanh_l1",): Row(("tanh_l1",), "layer 1", runs)}
     assert len(first_look(rows, "ht_placement_scan")[("tanh_l1",)].runs) == 5

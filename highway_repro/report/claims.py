@@ -193,11 +193,7 @@ def bootstrap_test(c: Claim, row: Row, other: Row | None, level: float = stats.L
         boot = [a - b for a, b in zip(boot, stats.bootstrap(ys, f, RESAMPLES, seed=2))]
     out["estimate"] = out["mean"] - out["other_mean"] if other else out["mean"]
     out["ci"] = stats.percentile_interval(boot, level)
-    below = sum(b < threshold for b in boot) / len(boot)
-    above = sum(b > threshold for b in boot) / len(boot)
-    lower = c.side == "lower"
-    out["tests"] = {"p_side": 1 - (below if lower else above), "p_other": 1 - (above if lower else below),
-                    "p_equiv": None}
+    out["tests"] = stats.bootstrap_p(boot, threshold, c.side)
     return out
 
 
@@ -231,8 +227,9 @@ def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> dict:
     tell when a second look has all its runs."""
     pc = paper_claim_of(table, c)
     side_rows = [rows.get(i) for i in (c.row, c.against) if isinstance(i, tuple) and not pooled(i)]
-    looked = any(second_look_grid(table, s) for s in _scales([r for row in side_rows if row for r in row.runs]))
-    level = stats.SECOND_LOOK if pc in papers.SECOND_LOOK_CLAIMS and looked else stats.LEVEL
+    scales = _scales([r for row in side_rows if row for r in row.runs])
+    looks = [s for s in sorted(scales) if second_look_grid(table, s)]
+    level = stats.SECOND_LOOK if pc in papers.SECOND_LOOK_CLAIMS and looks else stats.LEVEL
     under_way = level == stats.SECOND_LOOK and not all(second_look_complete(r, table, keys) for r in side_rows if r)
     if under_way:  # read at its planned size only: until then, its first look
         level = stats.LEVEL
@@ -246,7 +243,7 @@ def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> dict:
     res = {"claim": c, "row": row, "label": label, "mean": math.nan, "std": math.nan, "n": 0, "ci": None,
            "other_mean": math.nan, "other_n": 0, "diff": math.nan, "verdict": stats.NOT_RESOLVED, "detail": "",
            "delta": None, "tests": None, "key": None, "seeds_needed": None, "experiment": "", "level": level,
-           "under_way": under_way}
+           "under_way": under_way and ", ".join(f"configs/sweep/{table}/{s}-second_look.yaml" for s in looks)}
     res["paper"], res["paper_effect"] = pc is not None, papers.paper_effect(pc) if pc else None
     res["paper_id"] = papers.PAPER_CLAIMS.index(pc) if pc else None
     two_rows = isinstance(c.against, tuple)
@@ -401,7 +398,7 @@ def claim_line(r: dict) -> str:
                      f"take {total:.1f} h" + (f", beyond the {stats.TABLE_BUDGET_H:g} h a table may take at the cpu "
                                               "scale)" if beyond else ")"))
     if r.get("under_way"):
-        line += "; its second look (the runs of configs/sweep/<table>/<scale>-second_look.yaml) is under way"
+        line += f"; its second look (the runs of {r['under_way']}) is under way"
     if r.get("last_look"):
         line += "; its second look has all its runs and was the last: NOT RESOLVED at this scale"
     return line

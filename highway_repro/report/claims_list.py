@@ -31,7 +31,8 @@ def _verdict(r: dict) -> str:
     second = " at 99 %, the second look" if float(r.get("level") or 0.95) > 0.95 else ""  # stats.SECOND_LOOK
     ci = (f" [{num(r['ci_low'])}, {num(r['ci_high'])}]{second}" if r["ci_low"] else
           f" ({r['detail']})" if r["detail"].startswith("not testable") else " (no interval)")  # report.spec.UNTESTED
-    need = f"; a decision needs ~{r['seeds_needed']} seeds per row" if r.get("seeds_needed") else ""
+    # runs per row: seeds of a trained row, trials of a random search (its table's line says which)
+    need = f"; a decision needs ~{r['seeds_needed']} runs per row" if r.get("seeds_needed") else ""
     return f"**{r['verdict']}**{ci}{need}"
 
 

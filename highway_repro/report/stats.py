@@ -12,8 +12,8 @@
 - `second_look_p`: the p-values of a comparison at its second look (`SECOND_LOOK`) on the first look's scale;
 - `seeds_needed`: the seeds per row at which a Welch interval would decide, from the measured spread;
   `decision_cost`: the runs and hours that would take, against the cpu scale's budget of a table.
-- `bootstrap`, `percentile_interval`: the statistic of a random search (best trial, mean of the top k) on
-  resamples of all of its trials.
+- `bootstrap`, `percentile_interval`, `bootstrap_p`: the statistic of a random search (best trial, mean of the top
+  k) on resamples of all of its trials, its interval and its one-sided p-values.
 
 The t quantile is computed here (scipy is not a dependency): Student's t CDF through the regularised
 incomplete beta function (continued fraction, Numerical Recipes 6.4), inverted by bisection. The tests
@@ -295,3 +295,17 @@ def percentile_interval(samples: list[float], level: float = LEVEL) -> tuple[flo
     lo = xs[max(0, math.ceil((1 - level) / 2 * len(xs)) - 1)]
     hi = xs[min(len(xs) - 1, math.ceil((1 + level) / 2 * len(xs)) - 1)]
     return lo, hi
+
+
+def bootstrap_p(samples: list[float], threshold: float, side: str) -> dict:
+    """One-sided p-values of a bootstrap against `threshold` for a claim that the statistic lies on `side` of it
+    ("lower" or "higher"): the share of resampled values at or past the threshold on the other side (p_side), and
+    on the claim's side (p_other). Counted, not taken as 1 - share: 1 - 0.975 is 0.025000000000000022 in floating
+    point, which would part the p-value from `percentile_interval` when exactly a tail's count of resamples lies at
+    the threshold or past it."""
+    n = len(samples)
+    at_or_above = sum(x >= threshold for x in samples) / n
+    at_or_below = sum(x <= threshold for x in samples) / n
+    lower = side == "lower"
+    return {"p_side": at_or_above if lower else at_or_below, "p_other": at_or_below if lower else at_or_above,
+            "p_equiv": None}
