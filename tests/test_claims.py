@@ -312,3 +312,19 @@ def test_fig1s_second_look_reads_the_papers_100_trials_and_the_first_look_keeps_
     runs = [r for r in load_runs(tmp_path) if r.get("model.kind") == "highway"]
     first = first_look({("50", "highway"): Row(("50", "highway"), "highway", runs)}, "hn_fig1")
     assert sorted(int(r.get("trial")) for r in first[("50", "highway")].runs) == list(range(26))
+
+
+def test_the_claims_count_names_the_comparisons_whose_second_look_was_the_last():
+    """Of 3 NOT RESOLVED paper claims, one names the seeds a decision needs, one ended its second look (no number:
+    no look follows) and one names neither; a HELD one and a comparison that is not a paper claim count in neither."""
+    from highway_repro.report.claims import LAST_LOOK
+    from highway_repro.report.claims_list import counts
+
+    def row(verdict, paper="yes", seeds="", detail=""):
+        return {"verdict": verdict, "holm_verdict": verdict, "paper_claim": paper, "seeds_needed": seeds,
+                "detail": detail}
+
+    text = counts([row("NOT RESOLVED", seeds="9"), row("NOT RESOLVED", detail=LAST_LOOK), row("NOT RESOLVED"),
+                   row("HELD", detail=LAST_LOOK), row("NOT RESOLVED", paper="no", detail=LAST_LOOK)])
+    assert text.endswith("NOT RESOLVED: 75 %, 1 of the 3 naming the seeds or trials a decision would need, 1 at the "
+                         "end of their second look (no look follows).")

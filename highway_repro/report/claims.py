@@ -144,6 +144,7 @@ def second_look_complete(row: Row, table: str, keys: tuple) -> bool:
     return ended >= planned
 
 
+LAST_LOOK = "its second look has all its runs and was the last: NOT RESOLVED at this scale"  # no look follows
 UNTESTED = "not testable yet"  # a claim's detail when a side has no finished runs (its verdict: NOT RESOLVED)
 RESAMPLES = 10000  # bootstrap resamples of a random search's trials
 
@@ -400,5 +401,5 @@ def claim_line(r: dict) -> str:
     if r.get("under_way"):
         line += f"; its second look (the runs of {r['under_way']}) is under way"
     if r.get("last_look"):
-        line += "; its second look has all its runs and was the last: NOT RESOLVED at this scale"
+        line += f"; {LAST_LOOK}"
     return line

@@ -32,8 +32,13 @@ def _verdict(r: dict) -> str:
     ci = (f" [{num(r['ci_low'])}, {num(r['ci_high'])}]{second}" if r["ci_low"] else
           f" ({r['detail']})" if r["detail"].startswith("not testable") else " (no interval)")  # report.spec.UNTESTED
     # runs per row: seeds of a trained row, trials of a random search (its table's line says which)
-    need = f"; a decision needs ~{r['seeds_needed']} runs per row" if r.get("seeds_needed") else ""
+    need = (f"; a decision needs ~{r['seeds_needed']} runs per row" if r.get("seeds_needed") else
+            "; its second look was the last" if _last_look(r) else "")
     return f"**{r['verdict']}**{ci}{need}"
+
+
+def _last_look(r: dict) -> bool:
+    return r["verdict"] == "NOT RESOLVED" and r["detail"].startswith("its second look")  # report.claims.LAST_LOOK
 
 
 def tally(rows: list[dict], key: str = "verdict") -> str:
@@ -47,8 +52,11 @@ def counts(claims: list[dict]) -> str:
     open_ = sum(r["verdict"] == "NOT RESOLVED" for r in paper)
     share = f"{100 * open_ / len(paper):.0f} %" if paper else "—"
     named = sum(r["verdict"] == "NOT RESOLVED" and bool(r.get("seeds_needed")) for r in paper)
+    last = sum(_last_look(r) for r in paper)
     if open_:
         share += f", {named} of the {open_} naming the seeds or trials a decision would need"
+    if last:
+        share += f", {last} at the end of their second look (no look follows)"
     return (f"{len(claims)} distinct comparisons: {tally(claims)} (Holm within each table: "
             f"{tally(claims, 'holm_verdict')}). Of them {len(paper)} are the papers' claims: {tally(paper)} "
             f"(Holm: {tally(paper, 'holm_verdict')}); NOT RESOLVED: {share}.")

@@ -20,6 +20,7 @@ from pathlib import Path
 from highway_repro.report import papers, stats
 from highway_repro.report.claims_list import claims_list
 from highway_repro.report.forest import forest
+from highway_repro.report.claims import LAST_LOOK
 from highway_repro.report.spec import UNTESTED, Rendered, floor_met
 
 COLUMNS = ["table", "row", "kind", "metric", "split", "n_seeds", "mean", "std", "ci_low", "ci_high", "level", "paper",
@@ -68,7 +69,8 @@ def claim_rows(name: str, t: Rendered, scale: str | None) -> list[dict]:
                     "floor_met": floor_met(r) if c.kind == "floor" else None,
                     "claim": c.text + c.paper_note, "verdict": r["verdict"], "compared_with": against,
                     "compared_mean": _num(r["other_mean"]), "diff": _num(r["diff"]), "paper_claim": r["paper"],
-                    "detail": r["detail"].replace("`", ""), "scale": scale, "delta": _num(r["delta"]),
+                    "detail": (r["detail"] or (LAST_LOOK if r.get("last_look") else "")).replace("`", ""),
+                    "scale": scale, "delta": _num(r["delta"]),
                     "comparison": r["key"], "experiment": r["experiment"], "tests": r["tests"],
                     "family_size": r["family_size"], "holm_verdict": r["holm"],
                     "seeds_needed": r["seeds_needed"], "same_as": _same_as(r["same_as"]),
