@@ -244,7 +244,7 @@ def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> dict:
     res = {"claim": c, "row": row, "label": label, "mean": math.nan, "std": math.nan, "n": 0, "ci": None,
            "other_mean": math.nan, "other_n": 0, "diff": math.nan, "verdict": stats.NOT_RESOLVED, "detail": "",
            "delta": None, "tests": None, "key": None, "seeds_needed": None, "experiment": "", "level": level,
-           "under_way": under_way and ", ".join(f"configs/sweep/{table}/{s}-second_look.yaml" for s in looks)}
+           "under_way": ", ".join(f"configs/sweep/{table}/{s}-second_look.yaml" for s in looks) if under_way else ""}
     res["paper"], res["paper_effect"] = pc is not None, papers.paper_effect(pc) if pc else None
     res["paper_id"] = papers.PAPER_CLAIMS.index(pc) if pc else None
     two_rows = isinstance(c.against, tuple)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from highway_repro.report import stats
-from highway_repro.report.claims import (RESAMPLES, UNTESTED, Claim, bootstrap_test, claim_line, family,
+from highway_repro.report.claims import (LAST_LOOK, RESAMPLES, UNTESTED, Claim, bootstrap_test, claim_line, family,
                                          floor_claim, paper_claim_of, pick_statistic, pooled, run_id, side_row,
                                          test_claim, trials)
 from highway_repro.report.columns import (Column, best, best_key, count, mean_curve, paper, params, ratio_to_baseline,
@@ -38,7 +38,7 @@ from highway_repro.report.runs import Run
 __all__ = ["NA", "Measure", "Row", "interval", "mean_pm", "num", "pct",
            "Column", "best", "best_key", "count", "mean_curve", "paper", "params", "ratio_to_baseline", "reach_steps",
            "rel_change", "stat", "steps_to_reach", "top_mean",
-           "RESAMPLES", "UNTESTED", "Claim", "bootstrap_test", "claim_line", "family", "floor_claim", "paper_claim_of",
+           "LAST_LOOK", "RESAMPLES", "UNTESTED", "Claim", "bootstrap_test", "claim_line", "family", "floor_claim", "paper_claim_of",
            "pick_statistic", "pooled", "run_id", "side_row", "test_claim", "trials",
            "TableSpec", "Rendered", "group", "claims_of", "render", "floor_met"]
 

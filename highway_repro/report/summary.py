@@ -20,8 +20,7 @@ from pathlib import Path
 from highway_repro.report import papers, stats
 from highway_repro.report.claims_list import claims_list
 from highway_repro.report.forest import forest
-from highway_repro.report.claims import LAST_LOOK
-from highway_repro.report.spec import UNTESTED, Rendered, floor_met
+from highway_repro.report.spec import LAST_LOOK, UNTESTED, Rendered, floor_met
 
 COLUMNS = ["table", "row", "kind", "metric", "split", "n_seeds", "mean", "std", "ci_low", "ci_high", "level", "paper",
            "floor", "floor_met", "claim", "verdict", "delta", "family_size", "holm_verdict", "compared_with",
