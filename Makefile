@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-all demo bench bench-cpu-scale bench-precision bench-compile tables reproduce-table reproduce-all estimate-all calibrate parity readme clean
+.PHONY: help setup test test-all demo bench bench-cpu-scale bench-precision bench-compile tables reproduce-table reproduce-all estimate-all calibrate parity readme clean wandb-export wandb-dashboards
 # (not the reproduce-<table> names: make skips pattern rules for .PHONY targets)
 
 help: ## list every target with one line each (the paper tables: reproduce-<table>, from highway_repro/targets.py)
@@ -58,6 +58,12 @@ reproduce-all: setup ## every paper table at SCALE, JOBS runs at once (default 1
 tables: setup ## rebuild every report and results/summary.csv from the kept runs in results/ (no training); fails on a damaged metrics.json unless ALLOW_DAMAGED=1
 	$(BIN)/python -m highway_repro.reproduce --all --scale $(SCALE) --report-only $(if $(ALLOW_DAMAGED),--allow-damaged)
 
+wandb-export: setup ## every kept run as an offline W&B run in runs/wandb_export/ (~1 min on 2 cores; then: wandb sync)
+	$(BIN)/python -m highway_repro.dashboards export --jobs 2
+
+wandb-dashboards: setup ## a W&B dashboard per table: published with WANDB_API_KEY + WANDB_ENTITY (pip install -e ".[wandb]"), else its JSON spec
+	$(BIN)/python -m highway_repro.dashboards dashboards
+
 # folder with checkouts transformer-xl/, Highway-Transformer/, R-transformer/ (empty: clone the pinned commits)
 OFFICIAL_DIR ?=
 parity: setup ## our models vs the official code, weights copied across (results/parity.md, ~1 min): OFFICIAL_DIR=<checkouts>
@@ -89,7 +95,7 @@ bench-compile: setup ## eager vs torch.compile for the benchmark models (results
 	$(BIN)/python -m bench --sections "" --compile --compile-rounds 9 --threads 1 --clock cpu \
 		--out results/bench_compile
 
-# one GPU, no network: carry data/gpu_mirror and .gpu_deps (made here by `python scripts/gpu_check.py --prepare`)
+# one GPU, no network: carry data/gpu_mirror, data/gpu_cache and .gpu_deps (made here by `python scripts/gpu_check.py --prepare`)
 # the venv's Python where there is one (DRY=1: the one `setup` makes), else the machine's (GPU_PYTHON=... to choose)
 GPU_PYTHON ?= $(if $(DRY)$(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 GPU_CHECK_ARGS ?=

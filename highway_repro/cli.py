@@ -1,8 +1,8 @@
 """The command line of `python -m highway_repro.train`: how a job runs, and what the user sees when something is
 wrong.
 
-- `launch` runs the job of a composed config (`run_job`: the recipe guard, a finished run left as it is, then
-  the training function), data-parallel under torchrun.
+- `launch` runs the job of a composed config (`run_job`: the run folder's lock, one writer per run folder, the
+  recipe guard, a finished run left as it is, then the training function), data-parallel under torchrun.
 - A mistake of the user's (`USER_ERRORS`: a config value, a data file, a checkpoint) is one line on stderr and exit
   code 2, no traceback (`user_failure`); HYDRA_FULL_ERROR=1 adds the traceback. Anything else is a bug and keeps
   its traceback. `build` and `with_config` let such errors out of a constructor as they were raised, and make what
@@ -11,15 +11,18 @@ wrong.
   the multirun exits 2 once they have run (`SweepEnd`, the Hydra callback of configs/train.yaml).
 - Hydra's own multi-line errors on the command line (a misspelt group choice, a key not in the config, an override
   it cannot parse, an option's old name) and a run folder it cannot write are one line and exit 2 as well
-  (`prepare`).
+  (`prepare`; `one_line_errors`, through Hydra's documented HYDRA_FULL_ERROR switch, no patch of its internals);
+  so is a stop signal outside training (`stopped`), and `--experimental-rerun` (it unpickles a file) is refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
+import signal
 import sys
 import time
 import traceback
@@ -34,9 +37,10 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from highway_repro import options
-from highway_repro.config import check_group_choices
+from highway_repro.config import check_group_choices, check_targets
 from highway_repro.engine.loggers import write_json_atomic
 from highway_repro.errors import ConfigError, HighwayError, StorageError, storage_error, unwritable
+from highway_repro.lock import RUN_LOCK, Lock, take
 from highway_repro.recipe import check_same_recipe
 
 # What is reported in one line with exit code 2, without a traceback: the project's own error classes, raised for
@@ -56,7 +60,7 @@ def user_failure(e: Exception, done: Path | None, multirun: bool, is_main: bool 
     records the error (the report marks this cell with it), Hydra goes on with the other jobs, and the multirun
     exits 2 once they have run (`SweepEnd`, told through a file in the sweep folder)."""
     msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+    if full_error():
         traceback.print_exception(e)
     if not multirun:
         print(f"error: {msg}", file=sys.stderr)
@@ -106,9 +110,12 @@ class SweepEnd(Callback):
         sys.exit(2)
 
 
-def build(node: DictConfig, **kwargs):
-    """`hydra.utils.instantiate(node)`, the project's own errors as raised: Hydra wraps whatever a constructor
-    raises (a data set's bad option, a checksum mismatch) into an InstantiationException with a traceback."""
+def build(node, at: str, **kwargs):
+    """`hydra.utils.instantiate(node)` of the config node at `at` (`data`, `model`, `optim.optimizer`, ...), once
+    `config.check_targets` allows every `_target_` in it (a config never runs code of its choosing); the project's
+    own errors as raised: Hydra wraps whatever a constructor raises (a data set's bad option, a checksum mismatch)
+    into an InstantiationException with a traceback."""
+    check_targets(node, at=at)
     try:
         return instantiate(node, _convert_="all", **kwargs)
     except InstantiationException as e:
@@ -148,14 +155,44 @@ def launch(cfg: DictConfig, out_dir: Path, multirun: bool, train) -> float | Non
 
 
 def run_job(cfg: DictConfig, out_dir: Path, multirun: bool, train, dist=None) -> float | None:
-    """One job in `out_dir`: the recipe guard, a finished run kept as it is (resume=auto), else
-    `train(cfg, out_dir, dist=dist)` (`highway_repro.train.run`); returns the val/loss (Hydra's job return value).
-    User errors are one line (`user_failure`); a bug keeps its traceback and marks metrics.json failed."""
+    """One job in `out_dir`, the run folder's lock held throughout (`folder_lock`: a second writer is one line and
+    exit code 2, and touches nothing of the folder): the recipe guard, a finished run kept as it is (resume=auto),
+    else `train(cfg, out_dir, dist=dist)` (`highway_repro.train.run`); returns the val/loss (Hydra's job return
+    value). User errors are one line (`user_failure`); a bug keeps its traceback and marks metrics.json failed."""
+    try:
+        lock = folder_lock(out_dir, dist)
+    except HighwayError as e:  # another writer's folder: its metrics.json is left as it is
+        return user_failure(e, None, multirun, dist is None or dist.rank == 0)
+    try:
+        return _job(cfg, out_dir, multirun, train, dist)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def folder_lock(out_dir: Path, dist=None) -> Lock | None:
+    """Rank 0's lock of the run folder (`<out_dir>/.writer.lock`, `highway_repro.lock`), None on the other ranks;
+    under DDP every rank learns whether rank 0 was refused, so that all of them stop."""
+    held, refused = None, None
+    if dist is None or dist.rank == 0:
+        try:
+            held = take(out_dir / RUN_LOCK, f"run folder {out_dir}", "one writer per run folder")
+        except HighwayError as e:
+            refused = e
+    if dist is not None:
+        refused = dist.broadcast_object(refused)
+    if refused is not None:
+        raise refused
+    return held
+
+
+def _job(cfg: DictConfig, out_dir: Path, multirun: bool, train, dist=None) -> float | None:
+    """`run_job` in a run folder this process holds."""
     is_main = dist is None or dist.rank == 0
     done = out_dir / "metrics.json"
     try:
         check_same_recipe(cfg, out_dir)
-    except ConfigError as e:
+    except USER_ERRORS as e:  # another recipe, or a saved config that is not plain data
         return user_failure(e, None, multirun, is_main)
     prev = json.loads(done.read_text()) if cfg.resume == "auto" and done.exists() else {}
     if prev.get("status") == "done":
@@ -223,36 +260,116 @@ def hydra_line(e: Exception) -> str:
     return " ".join(lines)
 
 
-def one_line_errors(report):
-    """Hydra's `run_and_report` (it runs the composition and the job, and prints what they raise), with Hydra's own
-    multi-line errors on the command line (a key not in the config, an override it cannot parse, a config it cannot
-    find) and a run folder it cannot write (a full disk, a read-only folder) as one line and exit code 2, like the
-    project's errors. HYDRA_FULL_ERROR=1 keeps Hydra's report and traceback."""
-    def run_and_report(func):
-        def one_line():
-            try:
-                return func()
-            except Exception as e:
-                if isinstance(e, (ConfigCompositionException, MissingConfigException, OverrideParseException)):
-                    line = hydra_line(e)
-                elif unwritable(e) is not None:
-                    line = str(storage_error(unwritable(e)))
-                else:
-                    raise
-                if os.environ.get("HYDRA_FULL_ERROR") == "1":
-                    raise
-            print(f"error: {line}", file=sys.stderr)
-            sys.exit(2)
-        return report(one_line)
-    return run_and_report
+class RunFolder(Callback):
+    """Hydra callback (configs/train.yaml, hydra.callbacks): notes the folder a run or multirun writes into before
+    Hydra creates it, so that a write Hydra's own files fail on (`.hydra/` on a full disk, past a file-size limit)
+    is named in the one-line error (`one_line_errors`; the OSError of such a write names no file)."""
+
+    folder: str | None = None
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        RunFolder.folder = str(config.hydra.run.dir)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        RunFolder.folder = str(config.hydra.sweep.dir)
+
+
+def _run_dir() -> str | None:
+    """The job's run folder, where Hydra knows it already (None before it composed)."""
+    if HydraConfig.initialized():
+        return HydraConfig.get().runtime.output_dir
+    return RunFolder.folder
+
+
+# The user's HYDRA_FULL_ERROR, kept while a command sets Hydra's own to 1 (`one_line_errors`); the jobs of a
+# multirun inherit both.
+USER_FULL_ERROR = "HIGHWAY_USER_FULL_ERROR"
+
+
+def full_error() -> bool:
+    """Did the user ask for tracebacks (HYDRA_FULL_ERROR=1)?"""
+    return os.environ.get(USER_FULL_ERROR, os.environ.get("HYDRA_FULL_ERROR")) == "1"
+
+
+@contextlib.contextmanager
+def one_line_errors():
+    """Hydra's own multi-line errors on the command line (a key not in the config, an override it cannot parse, a
+    config it cannot find) and a run folder it cannot write (a path under a file, a full disk while it writes
+    `.hydra/`) as one line and exit code 2, like the project's errors. Hydra's documented switch HYDRA_FULL_ERROR=1
+    makes `hydra.main` raise them instead of printing its report; they are caught here. A bug keeps its traceback;
+    the user's own HYDRA_FULL_ERROR=1 keeps every traceback."""
+    before = {k: os.environ.get(k) for k in (USER_FULL_ERROR, "HYDRA_FULL_ERROR")}
+    os.environ.setdefault(USER_FULL_ERROR, os.environ.get("HYDRA_FULL_ERROR", "0"))
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        yield
+    except Exception as e:
+        if full_error():
+            raise
+        if isinstance(e, (ConfigCompositionException, MissingConfigException, OverrideParseException)):
+            line = hydra_line(e)
+        elif unwritable(e) is not None:  # the run folder, or a file Hydra writes into it (.hydra/)
+            cause = unwritable(e)
+            line = str(storage_error(cause, cause.filename if cause.filename is not None else _run_dir()))
+        elif isinstance(e, USER_ERRORS):
+            line = str(e).splitlines()[0] if str(e) else type(e).__name__
+        else:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        sys.exit(2)
+    finally:
+        for k, v in before.items():  # as the command found them (for a caller in the same process)
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class Stopped(BaseException):
+    """A stop signal (SIGINT, SIGTERM, SIGHUP) outside the trainer's `fit`, which handles them itself (it saves a
+    checkpoint and writes metrics.json `interrupted`). A BaseException, as KeyboardInterrupt is: nothing catches it
+    as an error of its own."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def stopped():
+    """From the command's start on, a stop signal outside training (start-up: composing, importing torch, building
+    the data) ends the command with one line and exit code 128 + signal, never a KeyboardInterrupt traceback; what
+    the run folder holds then is whole (every file is written through a rename), and the same command starts the
+    run again (resume=auto)."""
+    def stop(signum, frame):
+        raise Stopped(signum)
+
+    old = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
+    try:
+        yield
+    except (Stopped, KeyboardInterrupt) as e:
+        signum = getattr(e, "signum", signal.SIGINT)
+        print(f"error: stopped by {signal.Signals(signum).name} outside training (start-up or the last writes); "
+              "nothing is half-written, and the same command continues the run", file=sys.stderr)
+        sys.exit(128 + signum)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 def prepare(args: list[str], config_dir) -> None:
-    """Before Hydra's `main` runs: a misspelt config-group choice on the command line is one line and exit 2
-    before Hydra composes (unless the command adds config folders: Hydra checks those); Hydra's own errors on the
-    command line become one line as well (`one_line_errors`)."""
-    import hydra._internal.utils as hydra_utils  # hydra-core 1.3 (pinned): _run_hydra calls run_and_report
-
+    """Before Hydra's `main` runs: `--experimental-rerun` (it unpickles a file) is refused, and a misspelt
+    config-group choice on the command line is one line and exit 2 before Hydra composes (unless the command adds
+    config folders: Hydra checks those)."""
+    rerun = next((a for a in args if a.split("=", 1)[0] == "--experimental-rerun"), None)
+    if rerun is not None:  # Hydra's flag unpickles the file it is given: a file never runs code here
+        print(f"error: {rerun} is not allowed: it unpickles a file (valid: rerun a job from its run folder's "
+              ".hydra/overrides.yaml, e.g. python -m highway_repro.train <those overrides> hydra.run.dir=<folder> "
+              "resume=auto)", file=sys.stderr)
+        sys.exit(2)
     more_configs = any(a.split("=", 1)[0] in ("--config-dir", "-cd", "--config-path", "-cp")
                        or a.lstrip("+").startswith("hydra.searchpath") for a in args)  # other folders: Hydra checks
     try:
@@ -261,4 +378,3 @@ def prepare(args: list[str], config_dir) -> None:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    hydra_utils.run_and_report = one_line_errors(hydra_utils.run_and_report)

@@ -21,6 +21,46 @@ from highway_repro.errors import ConfigError  # noqa: F401  (train.py and the te
 GATE_OPTIONS = ("gate_kind", "gate_layers", "gate_sublayers")
 
 
+# Every callable a config may name in a `_target_`, by the node that holds it: the project's builders and torch's
+# optimizers. A `_target_` anywhere else, or naming anything else (a run folder's YAML asking for `torch.load` of a
+# pickle, say), is refused before anything is built: a config is data, never a way to run code. Hydra's own node
+# (its callbacks) is the command line's and the config files', not a run folder's.
+TARGETS: dict[str, tuple[str, ...]] = {
+    "data": ("highway_repro.data.build",),
+    "model": ("highway_repro.models.mlp.MLP", "highway_repro.models.convnets.MnistHighwayNet",
+              "highway_repro.models.convnets.CifarHighwayNet", "highway_repro.models.transformer_lm.TransformerLM",
+              "highway_repro.models.r_transformer.RTransformer",
+              "highway_repro.models.transformer_xl.TransformerXL"),
+    "optim.optimizer": tuple(f"torch.optim.{n}" for n in ("SGD", "Adam", "AdamW", "Adagrad", "Adadelta", "Adamax",
+                                                          "ASGD", "NAdam", "RAdam", "RMSprop", "Rprop")),
+    "optim.scheduler": ("highway_repro.engine.schedules.build",),
+}
+
+
+def check_targets(cfg, where: str = "the config", at: str = "") -> None:
+    """ConfigError (one line) for a `_target_` that `TARGETS` does not allow at its place, at any depth of `cfg`
+    (a DictConfig or the plain dict of a saved config; `hydra` left out; `at`: the place of `cfg` itself, e.g.
+    `model`). Nothing is resolved: an interpolated `_target_` is refused as it stands."""
+    def walk(node, path: str) -> None:
+        keys = list(node.keys()) if isinstance(node, (dict, DictConfig)) else range(len(node))
+        for k in keys:
+            key = f"{path}.{k}" if path else str(k)
+            if key == "hydra":
+                continue
+            child = node._get_node(k) if isinstance(node, (DictConfig, ListConfig)) else node[k]
+            if k == "_target_":
+                value = child._value() if hasattr(child, "_value") else child
+                if value not in TARGETS.get(path, ()):
+                    allowed = (", ".join(TARGETS[path]) if path in TARGETS
+                               else f"none here; a _target_ belongs to {', '.join(TARGETS)}")
+                    raise ConfigError(f"{key}={value} is not allowed in {where} (valid: {allowed})")
+            elif isinstance(child, (dict, list, DictConfig, ListConfig)) and not (
+                    isinstance(child, (DictConfig, ListConfig)) and (child._is_missing() or child._is_none())):
+                walk(child, key)
+
+    walk(cfg, at)
+
+
 def _get(node, section: str, key: str):
     """node[key] (None when absent); an interpolation that cannot be resolved is a ConfigError naming the field."""
     if node is None or key not in node:
@@ -56,6 +96,9 @@ def validate(cfg: DictConfig) -> None:
 
 
 def _validate(cfg: DictConfig) -> None:
+    for key, rule in options.RUN.items():
+        if key in cfg:
+            rule.check(key, _plain(_get(cfg, "", key)))
     model, data = _get(cfg, "", "model"), _get(cfg, "", "data")
     if not isinstance(model, DictConfig) or "_target_" not in model:
         raise ConfigError("model is not set (choose one with model=<name>, e.g. model=mlp)")
@@ -169,9 +212,14 @@ def check_group_choices(overrides: list[str], config_dir) -> None:
 def check_added_keys(cfg: DictConfig, overrides: list[str], config_dir) -> None:
     """A key added on the command line (`+data.train_limit_tokens=4000`) is an argument of a constructor: it must go
     into a node with a `_target_` (model, data, optim.optimizer, ...), whose constructor checks it; anywhere else
-    (`+optim.lrr=1`) nothing would read it. ConfigError naming it and the nodes that take added keys. Config group
-    choices (`+experiment=x`), Hydra's own keys and `++` (set or add) are left alone."""
+    (`+optim.lrr=1`) nothing would read it. ConfigError naming it and the nodes that take added keys. `++` (set or
+    add) follows the same rule where it adds: `++seed=3` sets the seed, `++seedd=3` is refused (the config composed
+    without the `++` overrides tells which keys exist). Config group choices (`+experiment=x`) and Hydra's own keys
+    are left alone."""
     from pathlib import Path
+
+    forced = [a for a in overrides if a.startswith("++")]
+    base = _compose_without(overrides, forced, config_dir) if forced else None
 
     def targets(node, prefix: str = "") -> list[str]:
         out = []
@@ -182,19 +230,37 @@ def check_added_keys(cfg: DictConfig, overrides: list[str], config_dir) -> None:
         return out
 
     for arg in overrides:
-        if not arg.startswith("+") or arg.startswith("++"):
+        if not arg.startswith("+"):
             continue
-        key, _, value = arg[1:].partition("=")
+        plus = "++" if arg.startswith("++") else "+"
+        key, _, value = arg[len(plus):].partition("=")
         if key.startswith("hydra.") or not key or (Path(config_dir) / key.split("@")[0]).is_dir():
             continue
         parent = key.rpartition(".")[0]
         node = OmegaConf.select(cfg, parent, throw_on_missing=False) if parent else cfg
         if isinstance(node, DictConfig) and "_target_" in node:
             continue
+        if plus == "++":
+            before = OmegaConf.select(base, parent, throw_on_missing=False) if parent else base
+            if isinstance(before, DictConfig) and key.rpartition(".")[2] in before:
+                continue  # it sets a key the config has
         others = [str(k) for k in node if k != key.rpartition(".")[2]] if isinstance(node, DictConfig) else []
         has = f"; {parent or 'the root'} has {', '.join(others)}" if others else ""
-        raise ConfigError(f"+{key}={value} is read by nothing: {parent or 'the config root'} has no _target_ "
+        raise ConfigError(f"{plus}{key}={value} is read by nothing: {parent or 'the config root'} has no _target_ "
                           f"(valid: + adds an argument to {', '.join(targets(cfg)) or 'a node with a _target_'}{has})")
+
+
+def _compose_without(overrides: list[str], left_out: list[str], config_dir) -> DictConfig:
+    """The config the command composes without the overrides `left_out` (Hydra's public compose API, inside the
+    running app or in a context of its own)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    rest = [a for a in overrides if a not in left_out]
+    if GlobalHydra.instance().is_initialized():
+        return compose("train", overrides=rest)
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+        return compose("train", overrides=rest)
 
 
 def check_command(cfg: DictConfig, config_dir, choices: dict, overrides: list[str]) -> None:
@@ -204,6 +270,7 @@ def check_command(cfg: DictConfig, config_dir, choices: dict, overrides: list[st
     check_scale_file(config_dir, choices.get("experiment"), choices.get("scale"))
     settle_variant(cfg, config_dir, any(o.lstrip("+~").startswith("variant=") for o in overrides))
     check_added_keys(cfg, overrides, config_dir)
+    check_targets(cfg)
     validate(cfg)
 
 

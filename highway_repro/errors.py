@@ -16,6 +16,7 @@ What belongs here: the base class and the error classes that several packages ra
 
 from __future__ import annotations
 
+import argparse
 import errno
 
 
@@ -29,8 +30,15 @@ class ConfigError(HighwayError):
     Raised by `highway_repro.options` (so by the model constructors and by `config.validate`)."""
 
 
-# The errno values of a write that the user can fix: a full disk or quota, a read-only file system, no permission.
-UNWRITABLE = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+class BusyError(HighwayError):
+    """A run folder or a table that another process writes (`highway_repro.lock`): `run folder runs/x is in use by
+    pid 1234 on host h since <its start time> (valid: one writer per run folder; wait for it or stop it)`."""
+
+
+# The errno values of a write that the user can fix: a full disk or quota, a file-size limit (`ulimit -f`), a
+# read-only file system, no permission, a path that is a file or lies under one, a name too long, a failing device.
+UNWRITABLE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EEXIST,
+              errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.ELOOP, errno.EIO}
 
 
 class StorageError(HighwayError):
@@ -52,6 +60,14 @@ def unwritable(e: BaseException) -> OSError | None:
 def storage_error(e: OSError, path=None) -> StorageError:
     """The one line for an OSError of `UNWRITABLE`: the path (`path`, else the error's own), what the system said
     and what to do."""
-    where = path if path is not None else e.filename
+    where = path if path is not None else e.filename if e.filename is not None else "the run folder"
     return StorageError(f"cannot write {where}: {e.strerror or e} (valid: a writable folder with free space; free "
                         "some space, fix the permissions or choose another hydra.run.dir)")
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose errors are one line and exit code 2, like every other user error of the project
+    (argparse's own prints the usage first): `error: --jobs=0: runs at once, at least 1 (see --help)`."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")

@@ -271,6 +271,11 @@ TRAINER = {"gate_stats_every": NON_NEGATIVE_INT, "max_bad_steps": NON_NEGATIVE_I
            "eval_max_batches": optional(POSITIVE_INT), "final_max_batches": optional(POSITIVE_INT),
            "device": Rule("auto, cpu, cuda, cuda:N", lambda v: isinstance(v, str))}  # torch.device parses it
 
+# The run's own keys (configs/train.yaml), checked before anything is built: numpy seeds take 0 .. 2**32 - 1.
+RUN = {"seed": Rule("an integer in [0, 2**32)", lambda v: is_int(v) and 0 <= v < 2**32),
+       "threads": Rule("an integer >= 0 (0: torch's default)", lambda v: is_int(v) and v >= 0),
+       "deterministic": BOOL}
+
 _TYPES = {"int": INT, "float": NUMBER, "str": STR, "bool": BOOL, "list": LIST}
 
 

@@ -1,10 +1,12 @@
 """The recipe guard: is a run folder's run the run that a config would make now?
 
 A finished run is reused (resume=auto, the table runner's kept runs) only when its config_resolved.yaml holds the
-same recipe as the config about to run. `recipe_diff` names the keys whose values differ, leaving out the keys of
-`NOT_RECIPE` and the keys only one side has (an option added since, whose default keeps the old behaviour). A
-saved config's renamed model options (`options.RENAMED`, e.g. `norm` -> `norm_position`) are read under their new
-names, so a run kept before a rename still counts, and still has those keys compared.
+same recipe as the config about to run. `recipe_diff` names the keys whose values differ and the keys only the
+saved config has (a file is read as data, and a key nothing here would set, a planted `_target_` say, is never
+waved through), leaving out the keys of `NOT_RECIPE` and the keys only the config about to run has (an option added
+since, whose default keeps the old behaviour). A saved config's renamed model options (`options.RENAMED`, e.g.
+`norm` -> `norm_position`) are read under their new names, so a run kept before a rename still counts, and still
+has those keys compared.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from highway_repro.errors import ConfigError
 from highway_repro.options import RENAMED
+from highway_repro.report.runs import read_yaml
 
 # Keys that do not change what a run computes (speed, logging, bookkeeping): a run folder written with other values
 # of these is the same run. The run-folder name's exclude_keys (configs/train.yaml), plus the device, the scale
@@ -39,12 +42,13 @@ def flat(d: dict, prefix: str = "") -> dict:
 
 def recipe_diff(there: dict, here: dict) -> list[str]:
     """The recipe keys whose values differ between a run folder's config_resolved.yaml (`there`) and the config
-    about to run (`here`), as 'key: value there, value here'. Keys of NOT_RECIPE, and keys only one side has, are
-    not compared; with `match_params` set, neither is model.d_ff (the saved config holds the widened width)."""
-    a, b = flat(there), flat(here)
+    about to run (`here`), as 'key: value there, value here', and the keys only `there` has ('key: value there,
+    absent here'). Keys of NOT_RECIPE, and keys only `here` has, are not compared; with `match_params` set, neither
+    is model.d_ff (the saved config holds the widened width)."""
+    a, b = flat(there if isinstance(there, dict) else {}), flat(here)
     skip = NOT_RECIPE + (("model.d_ff",) if here.get("match_params") else ())
-    return [f"{k}: {a[k]!r} there, {b[k]!r} here" for k in sorted(a.keys() & b.keys())
-            if a[k] != b[k] and not any(k == s or k.startswith(s + ".") for s in skip)]
+    return [f"{k}: {a[k]!r} there, {repr(b[k]) if k in b else 'absent'} here" for k in sorted(a)
+            if (k not in b or a[k] != b[k]) and not any(k == s or k.startswith(s + ".") for s in skip)]
 
 
 def check_same_recipe(cfg: DictConfig, out_dir: Path) -> None:
@@ -54,7 +58,7 @@ def check_same_recipe(cfg: DictConfig, out_dir: Path) -> None:
     saved = out_dir / "config_resolved.yaml"
     if cfg.get("resume") != "auto" or not saved.exists():
         return
-    diff = recipe_diff(OmegaConf.to_container(OmegaConf.load(saved)), OmegaConf.to_container(cfg, resolve=True))
+    diff = recipe_diff(read_yaml(saved), OmegaConf.to_container(cfg, resolve=True))
     if diff:
         more = f"; and {len(diff) - 3} more" if len(diff) > 3 else ""
         raise ConfigError(f"resume=auto: the run folder {out_dir} holds a run of another recipe ({'; '.join(diff[:3])}"

@@ -20,14 +20,13 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 # No torch (nor numpy, the engine, the data or the models) at import time: import them inside functions.
 from highway_repro import resolvers  # noqa: F401  (registers the `hp` resolver of the config files)
-from highway_repro.cli import build, launch, prepare, user_failure, with_config
+from highway_repro.cli import build, launch, one_line_errors, prepare, stopped, user_failure, with_config
 from highway_repro.config import ConfigError, check_command, validate_against_data
-from highway_repro.engine.loggers import build_logger, now, write_run_info
+from highway_repro.engine.loggers import build_logger, now, write_run_info, write_text_atomic
 from highway_repro.runtime import configure
 
 log = logging.getLogger("highway_repro")
@@ -45,8 +44,8 @@ def build_optimizer(cfg: DictConfig, model):
         params = [p for p in model.parameters() if p.requires_grad]
     else:
         raise ConfigError(f"optim.param_groups={groups!r} is not known (valid: default, caffe)")
-    optimizer = with_config("optim.optimizer", instantiate(cfg.optim.optimizer), params)
-    schedule = with_config("optim.scheduler", instantiate(cfg.optim.scheduler), optimizer,
+    optimizer = with_config("optim.optimizer", build(cfg.optim.optimizer, "optim.optimizer"), params)
+    schedule = with_config("optim.scheduler", build(cfg.optim.scheduler, "optim.scheduler"), optimizer,
                             max_steps=cfg.trainer.max_steps)
     return optimizer, schedule
 
@@ -61,10 +60,10 @@ def match_params(cfg: DictConfig, meta: dict) -> int:
     from highway_repro.models.gates import matched_d_ff
 
     with torch.device("meta"):
-        gated = build(cfg.model, gate_kind=cfg.match_params, **meta)
+        gated = build(cfg.model, "model", gate_kind=cfg.match_params, **meta)
     d_ff, cfg.model.d_ff = cfg.model.d_ff, matched_d_ff(gated, int(cfg.model.d_ff))
     for over in ({"gate_kind": cfg.match_params, "d_ff": d_ff}, {"d_ff": d_ff}, {"d_ff": d_ff + 1}, {}):
-        build(OmegaConf.merge(cfg.model, over), **meta)  # dropped: only their draws count
+        build(OmegaConf.merge(cfg.model, over), "model", **meta)  # dropped: only their draws count
     log.info("match_params=%s: model.d_ff %d -> %d", cfg.match_params, d_ff, cfg.model.d_ff)
     return int(cfg.model.d_ff)
 
@@ -78,16 +77,16 @@ def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
 
     configure(cfg.get("threads"), cfg.seed, cfg.deterministic)
     is_main = dist is None or dist.rank == 0
-    data = build(cfg.data)
+    data = build(cfg.data, "data")
     validate_against_data(cfg, data, 1 if dist is None else dist.world_size)
     if cfg.get("match_params"):
         match_params(cfg, data.meta)  # before the config is written: config_resolved.yaml has the widened d_ff
-    model = build(cfg.model, **data.meta)
+    model = build(cfg.model, "model", **data.meta)
     optimizer, schedule = build_optimizer(cfg, model)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     n_params = sum(p.numel() for p in model.parameters())
     if is_main:
-        (out_dir / "config_resolved.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(resolved)))
+        write_text_atomic(out_dir / "config_resolved.yaml", OmegaConf.to_yaml(OmegaConf.create(resolved)))
         log.info("data: %s", data.describe() if hasattr(data, "describe") else cfg.data.name)
         log.info("model: %s, %s parameters", type(model).__name__, f"{n_params:,}")
     logger_kwargs = OmegaConf.to_container(cfg.logger, resolve=True)
@@ -136,9 +135,10 @@ def main(cfg: DictConfig):
 
 def cli():
     """The command (`python -m highway_repro.train`, `highway-train`): command-line errors are one line and exit 2
-    (`cli.prepare`), then Hydra's `main`."""
-    prepare(sys.argv[1:], CONFIG_DIR)
-    main()
+    (`cli.prepare`, `cli.one_line_errors`), then Hydra's `main`; a stop signal outside training too (`cli.stopped`)."""
+    with stopped(), one_line_errors():
+        prepare(sys.argv[1:], CONFIG_DIR)
+        main()
 
 
 if __name__ == "__main__":

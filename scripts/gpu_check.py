@@ -2,7 +2,8 @@
 """`make gpu-check`: one prepared run that proves the paper-scale configs on one GPU.
 
     python scripts/gpu_check.py --prepare                  # on the CPU box: the data subset and the pure-Python
-                                                           # dependencies to carry (data/gpu_mirror, .gpu_deps)
+                                                           # dependencies to carry (data/gpu_mirror,
+                                                           # data/gpu_cache, .gpu_deps)
     python scripts/gpu_check.py --data data/gpu_mirror     # on the GPU: about 6 min, hard stop at --budget-s
     python scripts/gpu_check.py --dry-run                  # on CPU at tiny sizes (< 1 min): the same code path
     make gpu-check [DRY=1]

@@ -7,6 +7,7 @@ Markers (pyproject.toml, `--strict-markers`): `slow` (subprocess pipelines, mult
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from pathlib import Path
@@ -77,6 +78,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture
+def allow_nan_data(monkeypatch):
+    """`conftest.nan_data` may stand as the data's `_target_` (config.TARGETS allows only the project's builders)."""
+    from highway_repro import config
+
+    monkeypatch.setitem(config.TARGETS, "data", (*config.TARGETS["data"], "conftest.nan_data"))
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _one_thread():
     """Tiny models run faster on one thread, and tests do not fight over the cores (module fixtures included)."""
@@ -88,19 +97,37 @@ def _one_thread():
 
 @pytest.fixture
 def tmp_mirror(tmp_path, monkeypatch):
-    """An empty mirror folder + an empty cache folder; returns (mirror, cache)."""
+    """An empty mirror folder + an empty cache folder, and a copy of the registry `sources.FILES` that `write_sums`
+    commits the test's files into; returns (mirror, cache)."""
+    from highway_repro.data import sources
+
     mirror, cache = tmp_path / "mirror", tmp_path / "cache"
     mirror.mkdir()
     cache.mkdir()
     monkeypatch.setenv("HIGHWAY_DATA_MIRROR", str(mirror))
+    monkeypatch.setattr(sources, "FILES", dict(sources.FILES))
     return mirror, cache
 
 
-def write_sums(mirror: Path) -> None:
-    """A SHA256SUMS file for every file of a test mirror (as the real mirror has)."""
+def write_mirror_sums(mirror: Path) -> None:
+    """A SHA256SUMS file for every file of a test mirror (as the real mirror has); it commits nothing."""
     lines = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  ./{p.relative_to(mirror).as_posix()}"
              for p in sorted(mirror.rglob("*")) if p.is_file() and p.name != "SHA256SUMS"]
     (mirror / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+
+
+def write_sums(mirror: Path) -> None:
+    """The test mirror's SHA256SUMS, and its sha256s committed for this test in the copy of the registry
+    `sources.FILES` that `tmp_mirror` gives each test: the test's files are the committed version (they are not the
+    real data, so their published checksums are dropped)."""
+    from highway_repro.data import sources
+
+    write_mirror_sums(mirror)
+    for p in sorted(mirror.rglob("*")):
+        rel = p.relative_to(mirror).as_posix()
+        if rel in sources.FILES and p.is_file():
+            sources.FILES[rel] = dataclasses.replace(sources.FILES[rel], check=None,
+                                                     sha256=hashlib.sha256(p.read_bytes()).hexdigest())
 
 
 def nan_data(nan_steps=(), **kwargs):

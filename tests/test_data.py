@@ -3,7 +3,9 @@
 Tests decorated with ``needs_mirror`` (conftest) read the offline data mirror named by
 ``$HIGHWAY_DATA_MIRROR`` (CI: ../shared/data relative to the repo) and are
 skipped without it; they use the normal cache dir, so later runs are fast.
-All other tests build small files in the canonical formats in tmp folders.
+All other tests build small files in the canonical formats in tmp folders;
+``write_sums`` (conftest) commits their sha256s for the test (in the copy of
+``sources.FILES`` that ``tmp_mirror`` gives it).
 No test touches the network: ``sources.download`` is replaced by a function
 that raises.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import logging
 import os
 import pickle
@@ -26,8 +29,8 @@ import torch
 from highway_repro import data
 from highway_repro.data import sources, text, vision
 from highway_repro.data.tokenizers import EOS, ByteTokenizer, CharTokenizer, SentencePieceTokenizer, WordTokenizer
-from highway_repro.errors import ConfigError
-from conftest import mirror, needs_mirror, write_sums
+from highway_repro.errors import ConfigError, HighwayError
+from conftest import mirror, needs_mirror, write_mirror_sums, write_sums
 
 MIRROR = mirror()
 
@@ -39,6 +42,16 @@ def no_network(monkeypatch):
 
     monkeypatch.setattr(sources, "download", refuse)
     monkeypatch.delenv("HIGHWAY_DATA_OFFLINE", raising=False)
+
+
+def flip_a_byte(path: Path, offset: int = 10) -> None:
+    """Change one byte and restore the size and times (as `touch -r` does): only a checksum can tell."""
+    st = path.stat()
+    blob = bytearray(path.read_bytes())
+    blob[offset] ^= 0x01
+    path.write_bytes(bytes(blob))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
 
 
 class FakeTok:
@@ -155,15 +168,16 @@ def test_enwik8_prefix_mirror():
 
 @needs_mirror
 def test_second_build_reads_the_prepared_cache(monkeypatch):
-    """A second build loads the prepared arrays: no raw file is fetched, read or tokenised again."""
-    def refuse(relpath, cache=None):
-        raise AssertionError(f"{relpath} was fetched again: the prepared cache was not used")
+    """A second build verifies the raw files and loads the prepared arrays: no raw file is read or tokenised again."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a raw file was read again: the prepared cache was not used")
 
     for name in ("mnist", "ptb_word", "ptb_char"):
         first = data.build(name)
         with monkeypatch.context() as m:
-            m.setattr(sources, "fetch", refuse)
-            m.setattr(sources, "fetch_archive", refuse)
+            for module, fn in ((vision, "read_idx"), (text, "_read_utf8"), (CharTokenizer, "fit"),
+                               (WordTokenizer, "fit")):
+                m.setattr(module, fn, refuse)
             again = data.build(name)
         assert again.meta == first.meta and again.steps_per_epoch == first.steps_per_epoch, name
         assert all(torch.equal(a, b) for a, b in zip(again.train_batch(3), first.train_batch(3))), name
@@ -178,15 +192,26 @@ def test_lm_eval_scores_every_token_once_mirror():
 
 
 @needs_mirror
-def test_corrupt_cache_is_rebuilt(tmp_path, caplog):
+def test_committed_sums_are_those_of_the_mirror():
+    """The committed sha256s are the real mirror's files, the mirror lists the same, and its copies pass every check
+    that applies to them (PTB's md5s, MNIST's md5s of the decompressed idx files) through fetch."""
+    committed = sources._read_sums(sources.SUMS_FILE.read_text())
+    assert committed == sources._read_sums((MIRROR / "SHA256SUMS").read_text())
+    for rel, sha in committed.items():
+        assert hashlib.sha256((MIRROR / rel).read_bytes()).hexdigest() == sha, rel
+        assert sources.FILES[rel].sha256 == sha and sources.fetch(rel) == MIRROR / rel
+        sources.verify(MIRROR / rel, rel, sources.FILES[rel].check, "the committed sum is wrong")  # published too
+    assert sum(f.check is not None for f in map(sources.FILES.get, committed)) == 7  # 3 PTB + 4 MNIST md5s
+
+
+@needs_mirror
+def test_changed_prepared_array_of_the_mirror_data_is_refused(tmp_path):
     d = data.build("ptb_word", cache_dir=tmp_path)
     (npy,) = list(tmp_path.glob("prepared/ptb_word-*/train.npy"))
-    npy.write_bytes(npy.read_bytes()[:1000])
-    with caplog.at_level(logging.WARNING):
-        d2 = data.build("ptb_word", cache_dir=tmp_path)
-    assert "rebuilding" in caplog.text
-    assert np.array_equal(d.streams["train"], d2.streams["train"])
-    assert data.build("ptb_word", cache_dir=tmp_path).num_tokens("train") == 929589
+    np.save(npy, d.streams["train"][::-1].copy())  # same shape and dtype, other tokens
+    with pytest.raises(sources.ChecksumError) as e:
+        data.build("ptb_word", cache_dir=tmp_path)
+    assert f"checksum mismatch for prepared train.npy at {npy}" in str(e.value) and "\n" not in str(e.value)
 
 
 # ----------------------------------------------------------------------------- checksums and missing files
@@ -197,20 +222,73 @@ def test_wrong_checksum_message(tmp_path, monkeypatch):
     (tmp_path / "ptb" / "ptb.train.txt").write_text("not the treebank\n")
     with pytest.raises(sources.ChecksumError) as e:
         sources.fetch("ptb/ptb.train.txt", tmp_path)
-    msg = str(e.value)
-    assert "ptb/ptb.train.txt" in msg and "f26c4b92c5fdc7b3f8c7cdcb991d8420" in msg
-    assert hashlib.md5(b"not the treebank\n").hexdigest() in msg and "delete" in msg and "\n" not in msg
+    msg = str(e.value)  # the committed sha256 decides: its bytes are the ones the published md5 f26c4b92... names
+    assert "ptb/ptb.train.txt" in msg and sources.FILES["ptb/ptb.train.txt"].sha256 in msg
+    assert hashlib.sha256(b"not the treebank\n").hexdigest() in msg and "delete" in msg and "\n" not in msg
 
 
-def test_mirror_sha256sums_checked(tmp_mirror):
+def test_a_mirror_with_regenerated_sums_does_not_replace_the_committed_ones(tmp_mirror):
+    """A changed mirror file whose SHA256SUMS entry was regenerated to match: the committed sha256 decides."""
     mirror, cache = tmp_mirror
-    (mirror / "enwik8").mkdir()
-    (mirror / "enwik8" / "enwik8.prefix").write_bytes(b"abc\n" * 100)
-    write_sums(mirror)
-    assert sources.fetch("enwik8/enwik8.prefix", cache) == mirror / "enwik8" / "enwik8.prefix"
-    (mirror / "enwik8" / "enwik8.prefix").write_bytes(b"abd\n" * 100)
-    with pytest.raises(sources.ChecksumError, match="enwik8/enwik8.prefix.*sha256 expected"):
+    prefix = mirror / "enwik8" / "enwik8.prefix"
+    prefix.parent.mkdir()
+    prefix.write_bytes(b"abc\n" * 100)
+    write_mirror_sums(mirror)  # the mirror vouches for it; the committed sums (the real data's) do not
+    with pytest.raises(sources.ChecksumError) as e:
         sources.fetch("enwik8/enwik8.prefix", cache)
+    assert str(e.value) == (
+        f"checksum mismatch for enwik8/enwik8.prefix at {prefix}: sha256 expected "
+        f"{sources.FILES['enwik8/enwik8.prefix'].sha256} (committed in highway_repro/data/SHA256SUMS), got "
+        f"{hashlib.sha256(prefix.read_bytes()).hexdigest()}; the file is corrupt or another version: the mirror at "
+        f"{mirror} holds another version; fix it or unset HIGHWAY_DATA_MIRROR")
+    (mirror / "ptb").mkdir()
+    (mirror / "ptb" / "ptb.valid.txt").write_text(" a b \n")
+    write_mirror_sums(mirror)
+    with pytest.raises(sources.ChecksumError, match=f"ptb.valid.txt.*sha256 expected "
+                                                    f"{sources.FILES['ptb/ptb.valid.txt'].sha256}"):
+        sources.fetch("ptb/ptb.valid.txt", cache)  # the bytes the published md5 aa0affc0... names
+
+
+def test_a_flipped_byte_with_size_and_mtime_restored_is_refused(tmp_mirror):
+    """Every use hashes the raw files: a same-size change with the old mtime is refused, the prepared arrays of the
+    old file are not used and nothing is rebuilt."""
+    mirror, cache = tmp_mirror
+    make_small_ptb(mirror)
+    data.build("ptb_word", cache_dir=cache, batch_size=2, seq_len=8)
+    valid = mirror / "ptb" / "ptb.valid.txt"
+    expected = hashlib.sha256(valid.read_bytes()).hexdigest()
+    flip_a_byte(valid)
+    with pytest.raises(data.ChecksumError) as e:
+        data.build("ptb_word", cache_dir=cache, batch_size=2, seq_len=8)
+    msg = str(e.value)
+    assert msg.startswith(f"checksum mismatch for ptb/ptb.valid.txt at {valid}: sha256 expected {expected} "
+                          f"(committed in highway_repro/data/SHA256SUMS), got "
+                          f"{hashlib.sha256(valid.read_bytes()).hexdigest()}") and "\n" not in msg
+    assert isinstance(e.value, HighwayError) and len(list(cache.glob("prepared/*"))) == 1
+
+
+def test_a_changed_prepared_array_is_refused_not_rebuilt(tmp_mirror):
+    mirror, cache = tmp_mirror
+    make_small_ptb(mirror)
+    good = data.build("ptb_word", cache_dir=cache, batch_size=2, seq_len=8)
+    (folder,) = list((cache / "prepared").glob("ptb_word-*"))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    np.save(folder / "val.npy", good.streams["val"][::-1].copy())  # same shape and dtype, other tokens
+    changed = (folder / "val.npy").read_bytes()
+    with pytest.raises(data.ChecksumError) as e:
+        data.build("ptb_word", cache_dir=cache, batch_size=2, seq_len=8)
+    assert str(e.value) == (
+        f"checksum mismatch for prepared val.npy at {folder / 'val.npy'}: sha256 expected "
+        f"{manifest['sha256']['val.npy']} (its manifest), got {hashlib.sha256(changed).hexdigest()}; it changed after "
+        f"it was written: delete the folder {folder} to rebuild it from the raw files")
+    assert (folder / "val.npy").read_bytes() == changed  # not rebuilt
+    (folder / "manifest.json").write_text("{not json")
+    with pytest.raises(data.ChecksumError, match=r"manifest.json is unreadable \(JSONDecodeError: .*delete the folder"):
+        data.build("ptb_word", cache_dir=cache, batch_size=2, seq_len=8)
+    (folder / "manifest.json").unlink()  # a writer killed before its manifest: built again
+    again = data.build("ptb_word", cache_dir=cache, batch_size=2, seq_len=8)
+    assert np.array_equal(again.streams["val"], good.streams["val"])
+    assert json.loads((folder / "manifest.json").read_text())["sha256"] == manifest["sha256"]
 
 
 def test_missing_file_without_network(tmp_path, monkeypatch):
@@ -268,7 +346,19 @@ def test_archive_download_and_extract(tmp_path, monkeypatch):
     d = data.build("cifar10", cache_dir=tmp_path, batch_size=10)
     assert d.num_examples("train") == 100 and d.num_examples("test") == 20
     assert calls == [wrong.urls[0]] * 2  # once refused, once accepted; then extracted from the cache
-    assert (tmp_path / "cifar10/cifar-10-batches-py/data_batch_5").is_file()
+    # no checksum is published for a batch: its sha256 is recorded at extraction and checked on every use
+    batch = tmp_path / "cifar10/cifar-10-batches-py/data_batch_5"
+    record = batch.with_name("data_batch_5.sha256")
+    assert record.read_text() == f"{hashlib.sha256(batch.read_bytes()).hexdigest()}  data_batch_5\n"
+    flip_a_byte(batch, 100)
+    with pytest.raises(sources.ChecksumError, match=f"data_batch_5 at {batch}: sha256 expected [0-9a-f]{{64}} \\("
+                                                    f"recorded in {record}\\), got [0-9a-f]{{64}}; .*delete {batch}"):
+        data.build("cifar10", cache_dir=tmp_path, batch_size=10)
+    record.unlink()
+    with pytest.raises(sources.ChecksumError, match=f"data_batch_5 at {batch} cannot be verified: no checksum of it "
+                                                    f"is published or committed .*{record} is missing"):
+        sources.fetch("cifar10/cifar-10-batches-py/data_batch_5", tmp_path)
+    assert calls == [wrong.urls[0]] * 2  # refused, never fetched again
 
 
 # ----------------------------------------------------------------------------- readers
@@ -476,7 +566,8 @@ def test_ptb_word_sentencepiece_and_datasets_reader(tmp_mirror):
         assert np.array_equal(plain.streams[s], hf.streams[s])
     assert plain.tokenizer.words == hf.tokenizer.words
     sp = data.build("ptb_word", cache_dir=cache, tokenizer="sentencepiece", vocab_size=60, batch_size=2, seq_len=8)
-    assert sp.meta["vocab_size"] == 60 and (cache / "tokenizers" / "ptb_word-sp60-unigram.model").is_file()
+    (model,) = list(cache.glob("prepared/ptb_word-*/tokenizer.model"))  # covered by the folder's manifest
+    assert sp.meta["vocab_size"] == 60 and sp.tokenizer.model_file == str(model)
     assert sp.tokenizer.decode(sp.streams["val"]).split() == (mirror / "ptb/ptb.valid.txt").read_text().split()
     again = data.build("ptb_word", cache_dir=cache, tokenizer="sentencepiece", vocab_size=60, batch_size=2, seq_len=8)
     assert np.array_equal(again.streams["train"], sp.streams["train"])
@@ -495,6 +586,9 @@ def make_enwik8_zip(folder: Path, n: int, seed=0) -> bytes:
     (folder / "enwik8").mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(folder / "enwik8" / "enwik8.zip", "w", zipfile.ZIP_STORED) as z:
         z.writestr("enwik8", raw)
+    # no checksum of enwik8.zip is published: a copy put in the cache by hand is vouched for by its record
+    sha = hashlib.sha256((folder / "enwik8" / "enwik8.zip").read_bytes()).hexdigest()
+    (folder / "enwik8" / "enwik8.zip.sha256").write_text(f"{sha}  enwik8.zip\n")
     return raw
 
 

@@ -133,27 +133,59 @@ def test_cudnn_rnn_flop_formula_counts_what_the_cpu_formula_counts():
 
 
 @needs_mirror
-def test_prepared_subset_is_a_mirror_the_data_layer_reads(tmp_path, monkeypatch):
-    """--prepare: the files the check reads, CIFAR-10 cut to its first images, SHA256SUMS the data layer verifies."""
+def test_prepared_subset_is_data_the_data_layer_verifies(tmp_path, monkeypatch):
+    """--prepare: the files the check reads as they are in a mirror, CIFAR-10 cut to its first images in a data
+    cache with the `.sha256` records the data layer checks them against (the committed sums know no cut); only files
+    that match the committed sums are copied or cut."""
+    import dataclasses
+
     from highway_repro import data
     from highway_repro.data.vision import read_cifar_pickle
 
-    dst = tmp_path / "gpu_mirror"
-    prepare_data(mirror(), dst, n_train=50, n_test=20)
+    full, dst, cache = mirror(), tmp_path / "gpu_mirror", tmp_path / "gpu_cache"
+    prepare_data(full, dst, cache, n_train=50, n_test=20)
     sums = (dst / "SHA256SUMS").read_text().splitlines()
-    assert sorted(x.split("  ./")[1] for x in sums) == sorted(cases.ENWIK8 + cases.PTB + cases.MNIST + cases.CIFAR)
+    assert sorted(x.split("  ./")[1] for x in sums) == sorted(cases.ENWIK8 + cases.PTB + cases.MNIST + cases.CIFAR[2:])
+    assert sorted(p.relative_to(cache).as_posix() for p in cache.rglob("*") if p.is_file()) == sorted(
+        f"{rel}{suffix}" for rel in cases.CIFAR[:2] for suffix in ("", ".sha256"))
     monkeypatch.setenv("HIGHWAY_DATA_MIRROR", str(dst))
-    monkeypatch.setenv("HIGHWAY_DATA_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HIGHWAY_DATA_DIR", str(cache))
     monkeypatch.setenv("HIGHWAY_DATA_OFFLINE", "1")
     d = data.build("cifar10", allow_partial=True, batch_size=10, eval_batch_size=10, augment=False)
     assert d.num_examples("train") == 50 and d.num_examples("test") == 20
-    src, labels = read_cifar_pickle(mirror() / cases.CIFAR[0], b"labels")
-    cut, cut_labels = read_cifar_pickle(dst / cases.CIFAR[0], b"labels")
+    src, labels = read_cifar_pickle(full / cases.CIFAR[0], b"labels")
+    cut, cut_labels = read_cifar_pickle(cache / cases.CIFAR[0], b"labels")
     assert (cut == src[:50]).all() and (cut_labels == labels[:50]).all()
     assert data.build("enwik8_prefix", batch_size=4, seq_len=16).meta["vocab_size"] > 100  # checksum verified
     (dst / cases.ENWIK8[0]).write_bytes(b"x" * 100)  # a damaged file is refused by name
     with pytest.raises(data.ChecksumError, match="enwik8.prefix"):
         data.sources.fetch(cases.ENWIK8[0])
+    cut_test = bytearray((cache / cases.CIFAR[1]).read_bytes())
+    cut_test[1000] ^= 1  # one pixel
+    (cache / cases.CIFAR[1]).write_bytes(bytes(cut_test))  # a changed cut is refused too
+    with pytest.raises(data.ChecksumError, match=f"test_batch at {cache / cases.CIFAR[1]}: sha256 expected .* "
+                                                 f"\\(recorded in {cache / cases.CIFAR[1]}.sha256\\)"):
+        data.sources.fetch(cases.CIFAR[1])
+    other = dataclasses.replace(data.sources.FILES[cases.CIFAR[0]], sha256="0" * 64)
+    monkeypatch.setitem(data.sources.FILES, cases.CIFAR[0], other)  # the mirror's file is not the committed one
+    with pytest.raises(data.ChecksumError, match=f"data_batch_1 at {full / cases.CIFAR[0]}: sha256 expected 0+ "):
+        prepare_data(full, dst, cache, n_train=50, n_test=20)
+
+
+def test_the_check_reads_the_prepared_cache_beside_the_prepared_mirror(tmp_path, monkeypatch):
+    """With data/gpu_mirror as its mirror (the default), the check reads data/gpu_cache as its data cache."""
+    found = {m: f"/site/{m}" for m in common.MODULES} | {"torch": None}
+    monkeypatch.setattr(cli, "setup_paths", lambda: found)
+    monkeypatch.setattr(cli, "GPU_MIRROR", tmp_path / "gpu_mirror")
+    monkeypatch.setattr(cli, "GPU_CACHE", tmp_path / "gpu_cache")
+    (tmp_path / "gpu_mirror").mkdir(), (tmp_path / "gpu_cache").mkdir()
+    for name in ("HIGHWAY_DATA_MIRROR", "HIGHWAY_DATA_DIR"):  # restored after the test, whether set or not
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HIGHWAY_DATA_OFFLINE", "1")
+    assert cli.main(["--out", str(tmp_path / "gpu_check")]) == 2  # no torch: the report, then a stop
+    assert os.environ["HIGHWAY_DATA_MIRROR"] == str(tmp_path / "gpu_mirror")
+    assert os.environ["HIGHWAY_DATA_DIR"] == str(tmp_path / "gpu_cache")
 
 
 def test_missing_torch_stops_at_once_with_a_report(tmp_path, monkeypatch):

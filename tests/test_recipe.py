@@ -27,12 +27,21 @@ def test_a_renamed_option_is_compared_under_its_new_name():
     assert flat({"data": {"norm": 1}}) == {"data.norm": 1}  # only the model's options were renamed
 
 
-def test_keys_of_not_recipe_and_keys_of_one_side_are_not_compared():
+def test_keys_of_not_recipe_and_keys_only_the_new_config_has_are_not_compared():
     there = {"threads": 1, "trainer": {"device": "cpu", "max_steps": 4}, "model": {"d_ff": 8}}
     here = {"threads": 2, "trainer": {"device": "cuda", "max_steps": 4, "tf32": True}, "model": {"d_ff": 8}}
     assert "threads" in NOT_RECIPE and "trainer.tf32" not in NOT_RECIPE
     assert recipe_diff(there, here) == []
     assert recipe_diff({**there, "trainer": {"tf32": False}}, here) == ["trainer.tf32: False there, True here"]
+
+
+def test_a_key_only_the_saved_config_has_is_another_recipe():
+    """A saved config is data: a key nothing here sets (a planted node with a `_target_`) is never waved through."""
+    here = {"model": {"d_ff": 8}, "data": {"name": "mnist"}}
+    there = {"model": {"d_ff": 8}, "data": {"name": "mnist", "x": {"_target_": "torch.load", "f": "p.pt"}}}
+    assert recipe_diff(there, here) == ["data.x._target_: 'torch.load' there, absent here",
+                                        "data.x.f: 'p.pt' there, absent here"]
+    assert recipe_diff({**here, "threads": 1}, here) == []  # NOT_RECIPE keys still are not compared
 
 
 def _job_configs(folders: list[Path]):

@@ -30,6 +30,7 @@ import logging
 import math
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -399,7 +400,9 @@ def test_checkpoint_of_another_format_version_or_missing_is_named(tmp_path):
     with pytest.raises(ck.CheckpointError, match=r"checkpoint .*nope.pt does not exist"):
         ck.load(tmp_path / "nope.pt")
     ck.save(tmp_path, "last", {"model": {}, "step": 1})
-    (tmp_path / ".last.pt.tmp1").write_bytes(b"partial")  # left by a writer killed mid-write
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / f".last.pt.tmp{dead.pid}").write_bytes(b"partial")  # left by a writer killed mid-write
     ck.save(tmp_path, "last", {"model": {}, "step": 2})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt", "prev.pt"]
 
@@ -961,6 +964,11 @@ def test_a_full_disk_during_training_is_one_line(multirun, tmp_path, capsys, mon
 
 # ============================================================================ 4. numerical faults
 
+@pytest.fixture(autouse=True)
+def _faults_through_the_config(allow_nan_data):
+    """The numerical faults come through `data._target_=conftest.nan_data`."""
+
+
 NAN = ["experiment=demo", "scale=smoke", "model.depth=3", "trainer.max_steps=8", "trainer.checkpoint_every=2",
        "trainer.log_every=1", "trainer.eval_every=0", "logger=jsonl", "threads=1",
        "data._target_=conftest.nan_data"]
@@ -1138,9 +1146,14 @@ def test_a_text_file_that_is_not_utf8_is_named(offline_mirror):
 
 
 KILLED_CACHE_WRITER = """
-import os, signal, sys
+import dataclasses, json, os, signal, sys
 import numpy as np
 from highway_repro import data
+from highway_repro.data import sources
+
+# the test's files are the committed version, as write_sums commits them in the test's process
+sources.FILES.update({rel: dataclasses.replace(sources.FILES[rel], check=None, sha256=sha)
+                      for rel, sha in json.loads(sys.argv[2]).items()})
 
 real_save = np.save
 def dying_save(f, arr, allow_pickle=False):
@@ -1161,8 +1174,10 @@ def test_a_killed_cache_writer_leaves_no_temp_file_after_the_next_build(offline_
     writer is dead) and writes the cache: no temp file left, the arrays those of an uninterrupted build."""
     mirror, cache = offline_mirror
     _ptb(mirror)
-    r = subprocess.run([sys.executable, "-c", KILLED_CACHE_WRITER, str(cache)], cwd=REPO, capture_output=True,
-                       text=True, timeout=120, env={**os.environ, "HIGHWAY_DATA_MIRROR": str(mirror)})
+    committed = json.dumps({rel: src.sha256 for rel, src in sources.FILES.items() if (mirror / rel).is_file()})
+    r = subprocess.run([sys.executable, "-c", KILLED_CACHE_WRITER, str(cache), committed], cwd=REPO,
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "HIGHWAY_DATA_MIRROR": str(mirror)})
     assert r.returncode == -signal.SIGKILL, r.stderr[-2000:]
     (folder,) = list((cache / "prepared").glob("ptb_word-*"))
     assert [p.name for p in folder.glob("*.tmp")], "the killed writer left no temp file"
@@ -1171,7 +1186,9 @@ def test_a_killed_cache_writer_leaves_no_temp_file_after_the_next_build(offline_
     assert d.num_tokens("val") == 30 * 9
 
 
-def test_corrupt_data_cache_is_rebuilt_from_the_source(offline_mirror, caplog):
+def test_a_corrupt_data_cache_is_refused_in_one_line_until_its_folder_is_deleted(offline_mirror):
+    """A prepared folder changed after it was written is refused in one line naming the file and the folder to
+    delete, never rebuilt in its place; once the folder is deleted, the next build writes it again from the source."""
     mirror, cache = offline_mirror
     _ptb(mirror)
     good = data.build("ptb_word", cache_dir=cache, batch_size=2, seq_len=8)
@@ -1181,16 +1198,14 @@ def test_corrupt_data_cache_is_rebuilt_from_the_source(offline_mirror, caplog):
                  ("val.npy", lambda p: np.save(p, np.zeros(3, np.int64)))]         # wrong shape and dtype
     for name, damage in breakages:
         damage(folder / name)
-        caplog.clear()
-        with caplog.at_level(logging.WARNING):
-            again = data.build("ptb_word", cache_dir=cache, batch_size=2, seq_len=8)
-        assert f"data cache {folder} is unreadable" in caplog.text and "rebuilding it from the source" in caplog.text
+        with pytest.raises(data.ChecksumError) as e:
+            data.build("ptb_word", cache_dir=cache, batch_size=2, seq_len=8)
+        _one_line_naming(e, f"{folder / name}")
+        assert str(e.value).endswith(f"delete the folder {folder} to rebuild it from the raw files"), name
+        shutil.rmtree(folder)
+        again = data.build("ptb_word", cache_dir=cache, batch_size=2, seq_len=8)
         for s in ("train", "val", "test"):
             assert np.array_equal(again.streams[s], good.streams[s]), (name, s)
-    caplog.clear()
-    with caplog.at_level(logging.WARNING):
-        data.build("ptb_word", cache_dir=cache, batch_size=2, seq_len=8)
-    assert "rebuilding" not in caplog.text  # repaired for good
 
 
 def test_interrupted_cache_write_leaves_no_partial_file(offline_mirror, monkeypatch):

@@ -138,7 +138,7 @@ def test_matched_baseline_widens_the_ffn_to_the_sdu_parameter_count():
         gated_cfg = compose("train", overrides=["experiment=ht_char_ptb", "scale=cpu", "variant=sdu_tanh"])
     meta = {"vocab_size": 50}
     assert cfg.model.d_ff == 512 and match_params(cfg, meta) == 512 + 257 == cfg.model.d_ff
-    count = lambda c: sum(p.numel() for p in build(c.model, **meta).parameters())  # noqa: E731
+    count = lambda c: sum(p.numel() for p in build(c.model, "model", **meta).parameters())  # noqa: E731
     assert count(cfg) - count(gated_cfg) == cfg.model.n_layers  # one parameter a layer over, as computed above
 
 
@@ -178,11 +178,11 @@ def test_the_matched_model_draws_what_the_kept_matched_runs_drew():
     meta, d = {"vocab_size": 50}, int(cfg.model.d_ff)
     torch.manual_seed(0)
     match_params(cfg, meta)
-    ours = build(cfg.model, **meta).state_dict()
+    ours = build(cfg.model, "model", **meta).state_dict()
     torch.manual_seed(0)
     for over in ({"gate_kind": "sdu_tanh", "d_ff": d}, {"d_ff": d}, {"d_ff": d + 1}, {"d_ff": cfg.model.d_ff}):
-        build(OmegaConf.merge(cfg.model, over), **meta)
-    reference = build(cfg.model, **meta).state_dict()
+        build(OmegaConf.merge(cfg.model, over), "model", **meta)
+    reference = build(cfg.model, "model", **meta).state_dict()
     assert ours.keys() == reference.keys() and all(torch.equal(ours[k], reference[k]) for k in ours)
 
 

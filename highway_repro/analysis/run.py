@@ -11,32 +11,41 @@ without the checkpoint. Analyses use the full training set, as the paper does.
 
 from __future__ import annotations
 
-import argparse
+import sys
 import time
 from pathlib import Path
 
 import torch
-import yaml
-from hydra.utils import instantiate
 
 from highway_repro.analysis import gates as ga
+from highway_repro.cli import build
+from highway_repro.config import check_targets
 from highway_repro.engine import checkpoint as ckpt_lib
+from highway_repro.errors import ArgumentParser, HighwayError
 from highway_repro.report import build_table, findings_path, load_runs
+from highway_repro.report.runs import RunFolderError, read_yaml
 from highway_repro.targets import scale_files
 
 
 def load_trained(run_dir: Path):
-    """(resolved config, data, model with the weights of ckpt/last.pt) of a run folder."""
-    cfg = yaml.safe_load((run_dir / "config_resolved.yaml").read_text())
-    data = instantiate(cfg["data"], _convert_="all")
-    model = instantiate(cfg["model"], _convert_="all", **data.meta)
+    """(resolved config, data, model with the weights of ckpt/last.pt) of a run folder. The folder's config is read
+    as plain data (`read_yaml`) and builds only what `config.TARGETS` allows (`cli.build`): a file never chooses
+    the code that runs."""
+    path = run_dir / "config_resolved.yaml"
+    cfg = read_yaml(path)
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("data"), dict) or not isinstance(cfg.get("model"), dict):
+        raise RunFolderError(f"{path} holds no run's config (valid: the config_resolved.yaml of a finished run, "
+                             "with its data and model)")
+    check_targets(cfg, where=str(path))
+    data = build(cfg["data"], "data")
+    model = build(cfg["model"], "model", **data.meta)
     ckpt = ckpt_lib.load(run_dir / "ckpt" / "last.pt")
     ckpt_lib.load_model_state(model, ckpt["model"], str(run_dir / "ckpt" / "last.pt"))
     return cfg, data, model
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m highway_repro.analysis.run", description=__doc__.split("\n")[0])
+    ap = ArgumentParser(prog="python -m highway_repro.analysis.run", description=__doc__.split("\n")[0])
     ap.add_argument("run_dir")
     ap.add_argument("--out", required=True, help="output prefix")
     ap.add_argument("--command", action="append", default=None, help="the command(s) that made the run (repeatable)")
@@ -47,7 +56,11 @@ def main(argv=None) -> int:
     run_dir, out = Path(args.run_dir), Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    cfg, data, model = load_trained(run_dir)
+    try:
+        cfg, data, model = load_trained(run_dir)
+    except HighwayError as e:  # the user's to fix (a folder, its config, its checkpoint, the data): one line
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     xs, ys = zip(*data.eval_batches("train"))
     x, y = torch.cat(xs), torch.cat(ys)
     if args.max_examples:

@@ -4,7 +4,9 @@ Classification (``kind == "classification"``): ``mnist``, ``cifar10``, ``cifar10
 (see :mod:`highway_repro.data.vision`). Language modelling (``kind == "lm"``):
 ``ptb_word``, ``ptb_char``, ``ptb_char_raw``, ``enwik8``, ``enwik8_prefix`` (see
 :mod:`highway_repro.data.text`). Raw files come from ``$HIGHWAY_DATA_MIRROR``,
-the cache dir or the public sources (see :mod:`highway_repro.data.sources`).
+the cache dir or the public sources, and every use checks them and the prepared
+arrays against their sha256s (see :mod:`highway_repro.data.sources` and
+:mod:`highway_repro.data.prepared`).
 
 Every returned object has ``kind``, ``meta``, ``splits``, ``train_batch(step)``,
 ``steps_per_epoch``, ``eval_batches(split)`` and ``describe()``; LM data also

@@ -51,7 +51,7 @@ import zipfile
 import numpy as np
 import torch
 
-from . import sources
+from . import prepared, sources
 from .tokenizers import ByteTokenizer, CharTokenizer, SentencePieceTokenizer, WordTokenizer, from_state
 
 log = logging.getLogger(__name__)
@@ -196,12 +196,12 @@ def _text_stream_data(name: str, folder: str, pattern: str, *, tokenizer: str, v
         raise sources.DataError(f"{name}: vocab_size is only for tokenizer=sentencepiece (the {tokenizer} vocabulary "
                          f"is fixed by the data)")
     relpaths = {s: f"{folder}/{pattern.format(f)}" for s, f in SPLIT_FILES.items()}
-    key = {"tokenizer": tokenizer, "reader": reader, "files": sources.fingerprint(relpaths.values(), cache_dir)}
+    key = {"tokenizer": tokenizer, "reader": reader}
     if tokenizer == "sentencepiece":
         key.update(vocab_size=int(vocab_size), sp_model_type=sp_model_type)
 
-    def build():
-        paths = {s: sources.fetch(r, cache_dir) for s, r in relpaths.items()}
+    def build(verified, folder):
+        paths = {s: verified[r] for s, r in relpaths.items()}
         if reader == "datasets":
             texts = {s: _read_lines_datasets(p, cache_dir) for s, p in paths.items()}
         else:
@@ -214,18 +214,12 @@ def _text_stream_data(name: str, folder: str, pattern: str, *, tokenizer: str, v
         elif tokenizer == "word":
             tok = WordTokenizer.fit(texts["train"])
         else:
-            model = sources.cache_dir(cache_dir) / "tokenizers" / f"{name}-sp{int(vocab_size)}-{sp_model_type}.model"
+            model = folder / "tokenizer.model"  # in the prepared folder: its manifest's sha256 covers it
             tok = SentencePieceTokenizer.train(texts["train"], model, int(vocab_size), sp_model_type)
         return {s: tok.encode(t) for s, t in texts.items()}, {"tokenizer": tok.state()}
 
-    streams, info = sources.load_or_build(name, key, build, cache_dir)
-    try:
-        tok = from_state(info["tokenizer"])
-    except OSError:  # the sentencepiece model file went missing: rebuild everything
-        log.warning("%s: tokenizer model %s is missing; rebuilding", name, info["tokenizer"].get("model_file"))
-        streams, info = build()
-        tok = from_state(info["tokenizer"])
-    return LMData(name, streams, tok, **lm)
+    streams, info = prepared.load_or_build(name, key, relpaths.values(), build, cache_dir)
+    return LMData(name, streams, from_state(info["tokenizer"]), **lm)
 
 
 def ptb_word(*, tokenizer="word", reader="plain", vocab_size=None, sp_model_type="unigram", cache_dir=None, **lm):
@@ -249,22 +243,20 @@ def ptb_char_raw(*, tokenizer="char", cache_dir=None, **lm):
 def _byte_data(name: str, relpath: str, read, split_sizes, *, newlines="drop", tokenizer="byte", cache_dir=None, **lm):
     _check_choice(name, "tokenizer", tokenizer, ("byte",))
     _check_choice(name, "newlines", newlines, ("drop", "keep"))
-    key = {"newlines": newlines, "files": sources.fingerprint([relpath], cache_dir)}
 
-    def build():
-        raw = read(cache_dir)
+    def build(verified, folder):
+        raw = read(verified[relpath])
         n_val, n_test = split_sizes(len(raw))
         parts = {"train": raw[: len(raw) - n_val - n_test], "val": raw[len(raw) - n_val - n_test: len(raw) - n_test],
                  "test": raw[len(raw) - n_test:]}
         tok = ByteTokenizer.fit(list(parts.values()), newlines)
         return {s: tok.encode(p) for s, p in parts.items()}, {"tokenizer": tok.state()}
 
-    streams, info = sources.load_or_build(name, key, build, cache_dir)
+    streams, info = prepared.load_or_build(name, {"newlines": newlines}, [relpath], build, cache_dir)
     return LMData(name, streams, from_state(info["tokenizer"]), **lm)
 
 
-def _read_enwik8(cache_dir) -> np.ndarray:
-    path = sources.fetch_archive("enwik8/enwik8.zip", cache_dir)
+def _read_enwik8(path) -> np.ndarray:
     try:
         with zipfile.ZipFile(path) as z:
             raw = np.frombuffer(z.read("enwik8"), dtype=np.uint8)
@@ -283,8 +275,8 @@ def enwik8(*, newlines="drop", tokenizer="byte", cache_dir=None, **lm):
 
 def enwik8_prefix(*, newlines="drop", tokenizer="byte", cache_dir=None, **lm):
     """The mirror's 4,154,399-byte enwik8 prefix, split 90/5/5; ``newlines='drop'`` (default) or ``'keep'``."""
-    def read(cache):
-        raw = np.fromfile(sources.fetch("enwik8/enwik8.prefix", cache), dtype=np.uint8)
+    def read(path):
+        raw = np.fromfile(path, dtype=np.uint8)
         if len(raw) == 0:
             raise sources.DataError("enwik8/enwik8.prefix is empty")
         return raw

@@ -36,7 +36,7 @@ import pickle
 import numpy as np
 import torch
 
-from . import sources
+from . import prepared, sources
 
 log = logging.getLogger(__name__)
 
@@ -267,15 +267,15 @@ def mnist(*, normalize: str = "scale", cache_dir=None, **kw) -> ImageData:
     files = {f"{s}_{k}": f"mnist/{p}-{k if k == 'labels' else 'images'}-idx{1 if k == 'labels' else 3}-ubyte.gz"
              for s, p in (("train", "train"), ("test", "t10k")) for k in ("images", "labels")}
 
-    def build():
-        arrays = {k: read_idx(sources.fetch(r, cache_dir)) for k, r in files.items()}
+    def build(paths, folder):
+        arrays = {k: read_idx(paths[r]) for k, r in files.items()}
         for s in ("train", "test"):
             if arrays[f"{s}_images"].ndim != 3 or len(arrays[f"{s}_images"]) != len(arrays[f"{s}_labels"]):
                 raise sources.DataError(f"mnist: {files[s + '_images']} and {files[s + '_labels']} do not match")
             arrays[f"{s}_images"] = arrays[f"{s}_images"][:, None]
         return arrays, {}
 
-    a, _ = sources.load_or_build("mnist", {"files": sources.fingerprint(files.values(), cache_dir)}, build, cache_dir)
+    a, _ = prepared.load_or_build("mnist", {}, files.values(), build, cache_dir)
     return ImageData("mnist", (a["train_images"], a["train_labels"]), (a["test_images"], a["test_labels"]), 10,
                      normalize=normalize, normalizations=("scale", "caffe"), **kw)
 
@@ -297,15 +297,15 @@ def _cifar(name: str, train_files: list[str], test_file: str, label_key: bytes, 
         raise failed
     files = present + [test_file]
 
-    def build():
+    def build(paths, folder):
         out = {}
         for key, rels in (("train", present), ("test", [test_file])):
-            parts = [read_cifar_pickle(sources.fetch(r, cache_dir), label_key) for r in rels]
+            parts = [read_cifar_pickle(paths[r], label_key) for r in rels]
             out[f"{key}_images"] = np.concatenate([p[0] for p in parts])
             out[f"{key}_labels"] = np.concatenate([p[1] for p in parts])
         return out, {}
 
-    a, _ = sources.load_or_build(name, {"files": sources.fingerprint(files, cache_dir)}, build, cache_dir)
+    a, _ = prepared.load_or_build(name, {}, files, build, cache_dir)
     if missing:
         log.warning("%s: allow_partial: using %d of %d training files (%d training images); missing: %s",
                     name, len(present), len(train_files), len(a["train_images"]), ", ".join(missing))

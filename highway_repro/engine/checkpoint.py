@@ -11,8 +11,8 @@ what it asks for; it is never taken for a corrupt file (nothing falls back from 
 `resume=auto` loads `ckpt/last.pt`; if that file is truncated or corrupt it is reported by name, renamed to
 `last.pt.corrupt` (so that the next save does not rotate it into prev.pt) and the previous good one
 (`ckpt/prev.pt`, the last.pt before the latest write) is used instead. A writer killed mid-write leaves only a
-`.<name>.pt.tmp<pid>` file, removed by the next save; a write that fails (a full disk: `StorageError`) removes its
-own.
+`.<name>.pt.tmp<pid>` file, removed by the next save once that pid is dead (`save`); a write that fails (a full
+disk: `StorageError`) removes its own.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import torch
 
 from highway_repro.engine.loggers import discard
 from highway_repro.errors import HighwayError, storage_error, unwritable
+from highway_repro.lock import pid_alive
 
 FORMAT_VERSION = 1
 log = logging.getLogger(__name__)
@@ -113,12 +114,18 @@ def set_rng_state(state: dict) -> None:
 
 
 def save(ckpt_dir: Path, name: str, payload: dict) -> Path:
-    """Write ckpt_dir/name.pt atomically; for `last`, the previous last.pt is kept as prev.pt."""
+    """Write ckpt_dir/name.pt atomically; for `last`, the previous last.pt is kept as prev.pt.
+
+    A temp file `.<name>.pt.tmp<pid>` whose writer is dead (killed mid-write) is removed; one of a live process is
+    left to it. The run folder's lock (`highway_repro.lock`, taken by `cli.run_job`) already keeps a second trainer
+    out; the pid check keeps a save that runs without it (a script, a test) from deleting a live writer's file. A
+    dead writer's pid taken by a new process keeps its file until that process ends: a stray file, never a loss."""
     ckpt_dir = Path(ckpt_dir)
     path = ckpt_dir / f"{name}.pt"
     payload = {"format_version": FORMAT_VERSION, **payload}
-    for stale in ckpt_dir.glob(".*.pt.tmp*"):  # left by a writer killed mid-write (one writer per run folder)
-        if not stale.name.endswith(f".tmp{os.getpid()}"):
+    for stale in ckpt_dir.glob(".*.pt.tmp*"):
+        pid = stale.name.rpartition(".tmp")[2]
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             stale.unlink(missing_ok=True)
     if name == "last" and path.exists():
         os.replace(path, ckpt_dir / "prev.pt")

@@ -33,12 +33,18 @@ def discard(tmp: Path) -> None:
 
 
 def write_json_atomic(path: Path, obj) -> None:
-    """Write `path` through a temp file and a rename; a write that fails (a full disk, a read-only folder:
-    `StorageError` naming `path`) leaves no temp file."""
+    """`obj` as JSON into `path`, atomically (`write_text_atomic`)."""
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `path` through a temp file and a rename, so a reader sees the old file or the whole new one; a write
+    that fails (a full disk, a read-only folder: `StorageError` naming `path`) or is cut by a signal leaves no temp
+    file."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
+        tmp.write_text(text)
         os.replace(tmp, path)
     except BaseException as e:
         discard(tmp)
@@ -161,10 +167,13 @@ class WandbLogger(JsonlLogger):
         super().__init__(out_dir)
         import wandb
 
+        from highway_repro.dashboards.identity import identity
+
         self.wandb = wandb
-        self.run = wandb.init(project=project, group=group, name=name, tags=list(tags or ()), mode=mode,
-                              dir=str(out_dir), config=config, id=resume_id, resume="allow" if resume_id else None,
-                              reinit="finish_previous")
+        who = identity(config or {}, name or "")  # the id, name and config columns the export of kept runs gives it
+        self.run = wandb.init(project=project, group=group or who["group"], name=who["name"], tags=list(tags or ()),
+                              mode=mode, dir=str(out_dir), config=who["config"], id=resume_id or who["id"],
+                              resume="allow" if resume_id else None, reinit="finish_previous")
         self.run_id = self.run.id
 
     def log(self, metrics: dict, step: int) -> None:

@@ -25,7 +25,7 @@ the processes that trained the run.
 Resume: `ckpt/last.pt` holds model, optimizer, scheduler, step, best_val, RNG
 states, the memory of a memory model and the resolved config; a resumed run
 continues with results identical to an uninterrupted one (CPU, deterministic
-mode). SIGTERM / SIGINT finish the current step, save `last` and exit cleanly; during the final evaluation
+mode). SIGTERM / SIGINT / SIGHUP finish the current step, save `last` and exit cleanly; during the final evaluation
 they stop it at the next batch (at the next split under DDP), save `last` as it was before the evaluation and
 write metrics.json with `status: interrupted`: the handlers stay until metrics.json is written, and
 `resume=auto` redoes the final evaluation.
@@ -210,7 +210,7 @@ class Trainer:
     def _install_signals(self):
         if threading.current_thread() is not threading.main_thread():
             return {}
-        return {s: signal.signal(s, self._request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        return {s: signal.signal(s, self._request_stop) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
 
     def fit(self) -> dict:
         old_handlers = self._install_signals()

@@ -10,8 +10,10 @@ Failed jobs keep their row: the cell says why instead of being dropped.
 
 from __future__ import annotations
 
-import argparse
+import sys
 from pathlib import Path
+
+from highway_repro.errors import ArgumentParser, HighwayError
 
 from highway_repro.report.header import header
 from highway_repro.report.plots import Panel, plot
@@ -36,7 +38,15 @@ def generic_spec(group_by: list[str], metrics: list[str]) -> TableSpec:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m highway_repro.report", description=__doc__.split("\n")[0])
+    try:
+        return _main(argv)
+    except HighwayError as e:  # a run folder's file that is not plain data, say: one line, no traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _main(argv=None) -> int:
+    ap = ArgumentParser(prog="python -m highway_repro.report", description=__doc__.split("\n")[0])
     ap.add_argument("runs", nargs="*", help="sweep or run folders")
     ap.add_argument("--table", choices=sorted(TABLES), help="a paper table (paper values, claims, floors)")
     ap.add_argument("--group-by", default=None, help="comma-separated config keys (default: the overrides that "
@@ -67,6 +77,10 @@ def main(argv=None) -> int:
     else:
         group_by = args.group_by.split(",") if args.group_by else varying_keys(runs)
         metrics = args.metrics.split(",")
+        damaged = [r for r in runs if r.status == "damaged"]
+        if damaged and all(r.status in ("damaged", "missing") for r in runs):  # nothing to report: say which file
+            ap.error(f"{len(damaged)} run folder(s) hold a damaged metrics.json, no run a readable one: "
+                     f"{damaged[0].error}")
         for key in [k for k in group_by if all(r.get(k) is None for r in runs)]:  # a typo would pool every run
             ap.error(f"--group-by {key}: no run has this config key (e.g. model.kind, model.depth, variant)")
         for key in [k for k in metrics if all(k not in r.final for r in runs)]:

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import yaml
 
+from highway_repro.errors import HighwayError
+
 
 def _read_json(path: Path) -> dict:
     try:
@@ -30,8 +32,24 @@ def _read_json(path: Path) -> dict:
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where PyYAML has it: ~10x faster
 
 
-def _read_yaml(path: Path):
-    return yaml.load(path.read_text(), Loader=YAML_LOADER) if path.exists() else None
+class RunFolderError(HighwayError):
+    """A run folder's YAML file that is not plain data (a `!!python/...` tag, say) or not YAML at all."""
+
+
+def read_yaml(path: Path):
+    """A run folder's YAML file as plain data (None when absent), read with the safe loader: a tag that would build
+    an object (`!!python/object/apply:os.system`) is refused as RunFolderError, one line naming the file. Every
+    reader of run folders goes through here: the report, the recipe guard, the runner and the gate analyses."""
+    if not path.exists():
+        return None
+    try:
+        return yaml.load(path.read_text(), Loader=YAML_LOADER)
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        why = " ".join(str(e).split())
+        raise RunFolderError(f"{path} is not a plain YAML file ({type(e).__name__}: {why[:160]}) (valid: the "
+                             "config a run wrote, plain values only; move the folder away)") from None
+
+
 
 
 def parse_overrides(lines) -> dict[str, str]:
@@ -135,8 +153,8 @@ def _read_metrics(path: Path) -> tuple[dict, str | None]:
 
 def load_run(path: Path) -> Run:
     path = Path(path)
-    overrides = parse_overrides(_read_yaml(path / ".hydra" / "overrides.yaml"))
-    config = _read_yaml(path / "config_resolved.yaml") or _read_yaml(path / ".hydra" / "config.yaml") or {}
+    overrides = parse_overrides(read_yaml(path / ".hydra" / "overrides.yaml"))
+    config = read_yaml(path / "config_resolved.yaml") or read_yaml(path / ".hydra" / "config.yaml") or {}
     final, damage = _read_metrics(path / "metrics.json")
     status = "damaged" if damage else str(final.get("status", "unknown")) if final else "missing"
     error = f"{path / 'metrics.json'} cannot be parsed ({damage})" if damage else final.get("error")

@@ -15,18 +15,24 @@ Finished runs are kept: their small files (metrics.json, metrics.jsonl, config_r
 .hydra/overrides.yaml; no checkpoints) are copied to `results/<paper>/runs/<table>-<scale>/<overrides>/`, which
 is committed. Before a sweep starts, the kept runs are put back into the sweep folder, so a sweep on a fresh
 clone trains only what is missing, and `--report-only` rebuilds every table from the repository alone.
+
+One runner per table and scale (`hold_tables`: a lock under `<runs>/.locks/`, taken before anything is planned):
+a second one stops at once with one line naming the first, exit code 2; `--report-only` leaves a table whose runner
+is at work to it (a warning line), since that runner writes the same report files when the table ends; each run
+folder has its own lock as well (`highway_repro.lock`).
 """
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 
 from highway_repro.config import check_group_choices
-from highway_repro.errors import ConfigError, HighwayError
+from highway_repro.errors import ArgumentParser, BusyError, ConfigError, HighwayError
+from highway_repro.lock import take
 from highway_repro.report.header import duration
 from highway_repro.runner.estimate import CALIBRATION_FILE, PROBE_STEPS, calibrate, run_seconds, wall_s
 from highway_repro.runner.keep import (other_recipe, read_record, reused_folders, table_runs, trained_for,
@@ -123,12 +129,35 @@ def _report(name: str, scale: str, runs_root: Path, results: Path) -> int:
         return 1
 
 
+def hold_tables(tables, scale: str, runs_root: Path) -> ExitStack:
+    """The runner's lock of each table at `scale` (`<runs root>/.locks/<table>-<scale>.lock`, `highway_repro.lock`),
+    all taken at once: BusyError naming the holder when another runner (or report) has one of them, none then
+    held. Released when the returned stack closes."""
+    held = ExitStack()
+    try:
+        for t in dict.fromkeys(tables):
+            held.enter_context(take(runs_root / ".locks" / f"{t}-{scale}.lock", f"table {t} at scale {scale}",
+                                    "one runner per table and scale"))
+    except BaseException:
+        held.close()
+        raise
+    return held
+
+
 def train(names: list[str], args, results: Path, runs_root: Path) -> int:
     """Train what is missing of the tables `names` (a target with parts: each part) in one queue, each table's
-    report as soon as its runs end. The plan of every table and its cost first. A table that reuses the runs of
-    another one named here (a study) waits for it: it is planned, and its runs queued, once that table ends, so
-    that runs of the same folder name are restored, not trained twice."""
+    report as soon as its runs end. The lock of every table first (`hold_tables`: a second runner on one of them
+    stops with one line, exit code 2, before it plans or writes anything; an estimate writes nothing and takes
+    none), then the plan of every table and its cost. A table that reuses the runs of another one named here (a
+    study) waits for it: it is planned, and its runs queued, once that table ends, so that runs of the same folder
+    name are restored, not trained twice."""
     tables = list(dict.fromkeys(p for n in names for p in TARGETS[n].parts or (n,)))
+    with ExitStack() if args.estimate else hold_tables(tables, args.scale, runs_root):
+        return _train(names, tables, args, results, runs_root)
+
+
+def _train(names: list[str], tables: list[str], args, results: Path, runs_root: Path) -> int:
+    """`train` once the tables are this runner's."""
     first = [n for n in tables if not set(TARGETS[n].reuse) & set(tables)]
     stages = [first, [n for n in tables if n not in first]]
 
@@ -177,7 +206,7 @@ def train(names: list[str], args, results: Path, runs_root: Path) -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m highway_repro.reproduce", description=__doc__.split("\n")[0])
+    ap = ArgumentParser(prog="python -m highway_repro.reproduce", description=__doc__.split("\n")[0])
     ap.add_argument("args", nargs="*", metavar="table | key=value",
                     help="one or more tables (see --list; their runs share one queue), then Hydra overrides for all")
     ap.add_argument("--all", action="store_true", help="every paper table, in order")
@@ -217,6 +246,15 @@ def main(argv=None) -> int:
     names = (REPORTS if args.report_only else PAPER_TABLES) if args.all else tables
     results = Path(args.results or ("runs/smoke_results" if args.scale == "smoke" else "results"))
     runs_root = Path(args.runs)
+    try:
+        return _run(names, args, results, runs_root)
+    except HighwayError as e:  # a user mistake (a run folder's file, a config, a data file): one line, no traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(names: list[str], args, results: Path, runs_root: Path) -> int:
+    """The reports (--report-only), or the training of the tables, their reports, then results/summary.csv."""
     status = 0
     if args.report_only:
         for name in names:
@@ -224,20 +262,22 @@ def main(argv=None) -> int:
             if args.all and not any(any((results / runs_folder(n, args.scale)).glob("*/metrics.json"))
                                     or reused_folders(n, args.scale, results) for n in parts or (name,)):
                 continue  # make tables: only the tables that have kept runs (not only the record of a stopped start)
-            for part in parts if not args.all else ():  # (--all reports the parts under their own names)
-                status = report_table(part, args.scale, runs_root, results) or status
-            status = report_table(name, args.scale, runs_root, results, echo=not args.all) or status
+            try:  # the report's files are written in place, as the runner holding the table writes them at its end
+                held = hold_tables(parts or (name,), args.scale, runs_root)
+            except BusyError as e:  # that runner writes this report from the same files: the others go on
+                print(f"warning: [{name}] not reported now: {e}", file=sys.stderr)
+                continue
+            with held:
+                for part in parts if not args.all else ():  # (--all reports the parts under their own names)
+                    status = report_table(part, args.scale, runs_root, results) or status
+                status = report_table(name, args.scale, runs_root, results, echo=not args.all) or status
         status = _damaged(results, args.scale, args.allow_damaged) or status
     else:
-        try:
-            if args.calibrate:
-                calibrate([p for n in names for p in TARGETS[n].parts or (n,)], args.scale, runs_root / "calibration",
-                          results / CALIBRATION_FILE)
-                args.estimate = True
-            status = train(names, args, results, runs_root)
-        except HighwayError as e:  # a user mistake: one line, no traceback
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+        if args.calibrate:
+            calibrate([p for n in names for p in TARGETS[n].parts or (n,)], args.scale, runs_root / "calibration",
+                      results / CALIBRATION_FILE)
+            args.estimate = True
+        status = train(names, args, results, runs_root)
     if not args.estimate:
         from highway_repro.report import write_summary
 

@@ -123,13 +123,13 @@ def other_recipe(part: str, scale: str, folders: list[Path]) -> dict[str, str]:
     from omegaconf import OmegaConf
 
     from highway_repro.recipe import recipe_diff
-    from highway_repro.report.runs import YAML_LOADER as loader
+    from highway_repro.report.runs import read_yaml
     out, cells = {}, {}  # one composition per grid cell; a run's seed / trial is set on a copy of it
     for folder in folders:
         saved, ov = folder / "config_resolved.yaml", folder / ".hydra" / "overrides.yaml"
         if not (saved.exists() and ov.exists()):
             continue
-        job = [o for o in yaml.load(ov.read_text(), Loader=loader)
+        job = [o for o in read_yaml(ov) or []
                if override_key(o) not in ("experiment", "scale", "sweep") and not o.startswith("hydra")]
         repeat = [o for o in job if override_key(o) in REPEAT_KEYS]
         cell = tuple(o for o in job if o not in repeat)
@@ -140,7 +140,7 @@ def other_recipe(part: str, scale: str, folders: list[Path]) -> dict[str, str]:
         for o in repeat:
             key, value = o.split("=", 1)
             OmegaConf.update(cfg, key, yaml.safe_load(value))
-        diff = recipe_diff(yaml.load(saved.read_text(), Loader=loader), OmegaConf.to_container(cfg, resolve=True))
+        diff = recipe_diff(read_yaml(saved), OmegaConf.to_container(cfg, resolve=True))
         if diff:
             out[folder.name] = "; ".join(diff)
     return out

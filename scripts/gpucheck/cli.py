@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from .cases import CASE_BY_KEY, CASES
-from .common import GPU_MIRROR, REPO, elapsed, preflight, restart_clock, say, setup_paths
+from .common import GPU_CACHE, GPU_MIRROR, REPO, elapsed, preflight, restart_clock, say, setup_paths
 from .cuda_tests import cuda_tests
 from .curve import curve_need, curve_run, curves_png, plot_curves
 from .data import data_check, prepare
@@ -40,7 +40,8 @@ def parse(argv):
                     + ",".join(c.key for c in CASES))
     ap.add_argument("--skip", default="", help="phases to skip, comma-separated: peak,nan,throughput,curve,ddp,tests,"
                                                 "tables")
-    ap.add_argument("--prepare", action="store_true", help="write data/gpu_mirror and .gpu_deps here (CPU), then exit")
+    ap.add_argument("--prepare", action="store_true", help="write data/gpu_mirror, data/gpu_cache and .gpu_deps "
+                                                           "here (CPU), then exit")
     ap.add_argument("--from", dest="prepare_from", help="--prepare: the full offline mirror (default "
                                                         "$HIGHWAY_DATA_MIRROR, else /work/shared/data)")
     ap.add_argument("--test-deps", action="store_true", help="--prepare: carry yaml, pytest and their helpers too "
@@ -77,6 +78,9 @@ def main(argv=None) -> int:
         os.environ["HIGHWAY_DATA_MIRROR"] = str(Path(args.data).resolve())
     elif not os.environ.get("HIGHWAY_DATA_MIRROR") and GPU_MIRROR.is_dir():
         os.environ["HIGHWAY_DATA_MIRROR"] = str(GPU_MIRROR)
+    mirror = os.environ.get("HIGHWAY_DATA_MIRROR")
+    if mirror and Path(mirror).resolve() == GPU_MIRROR.resolve() and GPU_CACHE.is_dir():
+        os.environ.setdefault("HIGHWAY_DATA_DIR", str(GPU_CACHE))  # the CIFAR-10 cut --prepare made beside that mirror
     os.environ.setdefault("HIGHWAY_DATA_OFFLINE", "1")  # no network on the GPU machine: never wait for a download
     if args.ddp_worker:
         return ddp_worker(args)

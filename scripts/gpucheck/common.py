@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 ENTRY = REPO / "scripts" / "gpu_check.py"  # the command (torchrun starts it again as the worker)
 DEPS = REPO / ".gpu_deps"  # pure-Python packages carried to a bare GPU machine (--prepare)
 GPU_MIRROR = REPO / "data" / "gpu_mirror"  # the data subset carried to the GPU machine (--prepare)
+GPU_CACHE = REPO / "data" / "gpu_cache"  # its CIFAR-10 cut, a data cache beside it (--prepare)
 
 # modules: (what needs it, required)
 MODULES = {

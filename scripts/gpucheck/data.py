@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 from .cases import CASES, CIFAR, ENWIK8, MNIST, PTB
-from .common import DEPS, GPU_MIRROR, REPO, say
+from .common import DEPS, GPU_CACHE, GPU_MIRROR, REPO, say
 from .phases import Ctx
 from .report import md_table
 
@@ -59,7 +59,7 @@ def data_check(ctx: Ctx) -> None:
     if any(ctx.missing.values()):
         say("data missing for: " + ", ".join(k for k, v in ctx.missing.items() if v)
             + " (set HIGHWAY_DATA_MIRROR or --data to a folder laid out like the offline mirror; "
-              "`python scripts/gpu_check.py --prepare` makes data/gpu_mirror)")
+              "`python scripts/gpu_check.py --prepare` makes data/gpu_mirror and data/gpu_cache)")
 
 
 CONFIG_DEPS = ("hydra", "omegaconf", "antlr4")  # what a CUDA PyTorch image lacks: the config stack
@@ -67,10 +67,25 @@ TEST_DEPS = ("yaml", "tqdm", "pytest", "_pytest", "pluggy", "iniconfig", "packag
              "tomli", "py")  # `--test-deps`: for a bare Python (7 MiB, most of it pygments)
 
 
-def prepare_data(src: Path, dst: Path, n_train: int = 3000, n_test: int = 1000) -> dict:
-    """A mirror-layout folder with what the check reads: enwik8 prefix, PTB, MNIST as they are; CIFAR-10 cut to
-    the first n_train / n_test images of data_batch_1 / test_batch (canonical pickle layout); SHA256SUMS of
-    every file (the data layer checks the mirror against it) and PREPARED.json."""
+def _committed(path: Path, rel: str) -> str:
+    """The sha256 of `path`, the mirror file `rel`, if it is the one committed in the data layer's SHA256SUMS."""
+    import hashlib
+
+    from highway_repro.data import sources
+
+    sha, expected = hashlib.sha256(path.read_bytes()).hexdigest(), sources.FILES[rel].sha256
+    if sha != expected:
+        raise sources.ChecksumError(f"checksum mismatch for {rel} at {path}: sha256 expected {expected} (committed in "
+                                    f"{sources.SUMS_NAME}), got {sha}; --from must be the offline mirror")
+    return sha
+
+
+def prepare_data(src: Path, dst: Path, cache: Path, n_train: int = 3000, n_test: int = 1000) -> dict:
+    """What the check reads, each source file verified against the committed sums first: the enwik8 prefix, PTB,
+    MNIST and CIFAR-10's batches.meta as they are, in the mirror-layout folder `dst` (with the committed SHA256SUMS
+    lines of its files and PREPARED.json); CIFAR-10 cut to the first n_train / n_test images of data_batch_1 /
+    test_batch (canonical pickle layout) in the data cache folder `cache`, each with the `<file>.sha256` record the
+    data layer checks a file with no committed sum against (as it records the batches it extracts)."""
     import hashlib
     import pickle
 
@@ -78,23 +93,27 @@ def prepare_data(src: Path, dst: Path, n_train: int = 3000, n_test: int = 1000) 
 
     from highway_repro.data.vision import read_cifar_pickle
 
-    if dst.exists():
-        shutil.rmtree(dst)
-    for rel in ENWIK8 + PTB + MNIST + CIFAR[2:]:
-        if not (src / rel).is_file():
-            raise FileNotFoundError(f"{src / rel} is missing: --from must be a folder laid out like the offline mirror")
-        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src / rel, dst / rel)
+    for folder in (dst, cache):
+        if folder.exists():
+            shutil.rmtree(folder)
     for rel, n in ((CIFAR[0], n_train), (CIFAR[1], n_test)):
+        _committed(src / rel, rel)
         images, labels = read_cifar_pickle(src / rel, b"labels")
         d = {b"batch_label": f"first {n} images of {Path(rel).name}".encode(),
              b"labels": [int(v) for v in labels[:n]], b"data": np.ascontiguousarray(images[:n].reshape(n, 3072)),
              b"filenames": [f"{i}.png".encode() for i in range(n)]}
-        with open(dst / rel, "wb") as f:
-            pickle.dump(d, f, protocol=2)
-    files = sorted(p for p in dst.rglob("*") if p.is_file())
-    sums = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  ./{p.relative_to(dst).as_posix()}" for p in files]
-    (dst / "SHA256SUMS").write_text("\n".join(sums) + "\n")
+        blob = pickle.dumps(d, protocol=2)
+        (cache / rel).parent.mkdir(parents=True, exist_ok=True)
+        (cache / rel).write_bytes(blob)
+        (cache / f"{rel}.sha256").write_text(f"{hashlib.sha256(blob).hexdigest()}  {Path(rel).name}\n")
+    sums = []
+    for rel in ENWIK8 + PTB + MNIST + CIFAR[2:]:
+        if not (src / rel).is_file():
+            raise FileNotFoundError(f"{src / rel} is missing: --from must be a folder laid out like the offline mirror")
+        sums.append(f"{_committed(src / rel, rel)}  ./{rel}")
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / rel, dst / rel)
+    (dst / "SHA256SUMS").write_text("\n".join(sums) + "\n")  # for `sha256sum -c`; the data layer reads its own
     commit = ""
     with contextlib.suppress(Exception):
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
@@ -102,8 +121,10 @@ def prepare_data(src: Path, dst: Path, n_train: int = 3000, n_test: int = 1000) 
     info = {"commit": commit or "unknown", "prepared": datetime.datetime.now(datetime.timezone.utc).isoformat(
         timespec="seconds"), "from": str(src),
         "note": f"Prepared subset of the offline mirror (`scripts/gpu_check.py --prepare`): enwik8 prefix, PTB and MNIST "
-                f"as they are; CIFAR-10 cut to the first {n_train:,} training and {n_test:,} test images."}
+                f"as they are; CIFAR-10 cut to the first {n_train:,} training and {n_test:,} test images (in the data "
+                f"cache `{cache.name}`, vouched for by their `.sha256` records)."}
     (dst / "PREPARED.json").write_text(json.dumps(info, indent=1))
+    files = sorted(p for folder in (dst, cache) for p in folder.rglob("*") if p.is_file())
     return {"files": len(files), "bytes": sum(p.stat().st_size for p in files)}
 
 
@@ -136,8 +157,8 @@ def prepare(args) -> int:
     src = Path(args.prepare_from or os.environ.get("HIGHWAY_DATA_MIRROR") or "/work/shared/data")
     if src.resolve() == GPU_MIRROR.resolve():
         raise SystemExit(f"--from {src}: that is the folder --prepare writes; give the full offline mirror")
-    d = prepare_data(src, GPU_MIRROR, args.cifar_train, args.cifar_test)
-    say(f"data: {d['files']} files, {d['bytes'] / 2 ** 20:.1f} MiB in {GPU_MIRROR}")
+    d = prepare_data(src, GPU_MIRROR, GPU_CACHE, args.cifar_train, args.cifar_test)
+    say(f"data: {d['files']} files, {d['bytes'] / 2 ** 20:.1f} MiB in {GPU_MIRROR} and {GPU_CACHE}")
     p = prepare_deps(DEPS, CONFIG_DEPS + (TEST_DEPS if args.test_deps else ()))
     say(f"packages: {', '.join(p['copied'])} ({p['bytes'] / 2 ** 20:.1f} MiB) in {DEPS}"
         + (f"; not in this interpreter (fine if the GPU's Python is >= 3.11): {', '.join(p['absent'])}"
@@ -146,6 +167,6 @@ def prepare(args) -> int:
     tree = sum((REPO / t.decode()).stat().st_size for t in tracked if t and (REPO / t.decode()).is_file())
     total = (d["bytes"] + p["bytes"] + tree) / 2 ** 20
     say(f"with the tracked files ({tree / 2 ** 20:.1f} MiB): {total:.1f} MiB to carry (limit 64 MiB)")
-    print("carry: data/gpu_mirror .gpu_deps\n"
+    print("carry: data/gpu_mirror data/gpu_cache .gpu_deps\n"
           "run:   python3 scripts/gpu_check.py --data data/gpu_mirror --out \"$OUT/gpu_check\"")
     return 0 if total < 64 else 1

@@ -1,0 +1,140 @@
+"""A table's W&B dashboard as plain JSON: a pure function of the committed files (kept runs, results/summary.csv).
+
+One spec per table and scale (every report of `targets.REPORTS` that has kept runs):
+
+- `filter`: the runs tagged `table:<name>` (the export tags each run with every table that reads it), grouped by
+  the config column `row` (`identity.row_of`; the gate zoo, whose rows repeat across its models: by `name`, the
+  experiment, then `row`);
+- `panels`: the table's metric over the steps (validation, then training), each row's mean with a band from the
+  lowest to the highest of its runs (no standard deviation band: the report's intervals are in the table panel), with
+  the paper's number of each row it reports as a flat line (`paper/<split>_<metric>/<row>`, logged by the table's
+  report run); the metric at the end of each run, the row's mean; the report's rows, intervals and verdicts
+  (`report/claims`, a W&B Table of the table's lines of results/summary.csv);
+- `references` and `claims`: what the table's report run logs (`export.py` writes it from the spec).
+
+No wandb import here: `publish.py` turns a spec into W&B objects, and only when publishing.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+from highway_repro.runner.keep import reused_folders
+from highway_repro.runner.plan import SCALES
+from highway_repro.targets import REPORTS, TARGETS, runs_folder
+
+METRICS = ("acc", "bpc", "ppl", "loss")  # a summary.csv metric names one of these (`mean bpc over evaluations`)
+CLAIMS_KEY = "report/claims"
+# summary.csv columns that hold numbers (empty: None); the others are text
+NUMERIC = {"n_seeds", "mean", "std", "ci_low", "ci_high", "level", "paper", "floor", "delta", "family_size",
+           "compared_mean", "diff", "paper_effect", "runs", "runs_planned"}
+
+
+def table_folders(name: str, scale: str, results: Path) -> list[Path]:
+    """The kept run folders that table `name`'s report reads at `scale`: its own, the cells of its grid that the
+    tables it reuses hold (`runner.keep.reused_folders`), or, for a target made of parts, its parts'."""
+    t = TARGETS[name]
+    if t.parts:
+        return [f for part in t.parts for f in table_folders(part, scale, results)]
+    own = sorted(p.parent for p in (results / runs_folder(name, scale)).glob("*/metrics.json"))
+    names = {f.name for f in own}
+    return own + [f for f in reused_folders(name, scale, results) if f.name not in names]
+
+
+def logged_keys(folders: list[Path]) -> tuple[dict[str, int], set[str]]:
+    """What the runs log: {history key: most points one run has of it} (metrics.jsonl) and the metrics.json keys."""
+    history: dict[str, int] = {}
+    final: set[str] = set()
+    for folder in folders:
+        counts: dict[str, int] = {}
+        for line in (folder / "metrics.jsonl").read_text().splitlines():
+            try:
+                for k in json.loads(line):
+                    counts[k] = counts.get(k, 0) + 1
+            except json.JSONDecodeError:  # a line cut by a kill
+                continue
+        for k, n in counts.items():
+            history[k] = max(history.get(k, 0), n)
+        final |= set(json.loads((folder / "metrics.json").read_text()))
+    history.pop("step", None)
+    return history, final
+
+
+def summary_lines(results: Path) -> list[dict]:
+    """results/summary.csv as dicts (empty without one)."""
+    path = results / "summary.csv"
+    if not path.exists():
+        return []
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _number(text: str):
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def claims_table(lines: list[dict]) -> dict:
+    """The table's lines of summary.csv as a W&B Table's columns and rows (numbers as numbers, empty cells None)."""
+    columns = [c for c in (lines[0] if lines else {}) if c != "table"]
+    rows = [[None if line[c] == "" else _number(line[c]) if c in NUMERIC else line[c] for c in columns]
+            for line in lines]
+    return {"key": CLAIMS_KEY, "columns": columns, "rows": rows}
+
+
+def _slug(row: str) -> str:
+    """A summary row label as a key part: `SDU tanh, all layers (sdu_tanh)` -> `sdu_tanh`."""
+    named = re.search(r"\(([\w.-]+)\)$", row)
+    return named.group(1) if named else re.sub(r"[^\w.-]+", "_", row).strip("_")
+
+
+def table_spec(name: str, scale: str, folders: list[Path], lines: list[dict]) -> dict:
+    """The dashboard of table `name` at `scale` from its kept run folders and its lines of summary.csv."""
+    history, final = logged_keys(folders)
+    main = next(line for line in lines if line["kind"] == "row")
+    metric = next((m for m in METRICS if re.search(rf"\b{m}\b", main["metric"])), main["metric"])
+    split = main["split"]
+    last = max(int(json.loads((f / "metrics.json").read_text()).get("step") or 0) for f in folders)
+    references = [{"row": line["row"], "key": f"paper/{split}_{metric}/{_slug(line['row'])}",
+                   "value": float(line["paper"]), "steps": [0, last]}
+                  for line in lines if line["kind"] == "row" and line["paper"]]
+    curves = [f"{s}/{metric}" for s in ("val", "train") if history.get(f"{s}/{metric}", 0) > 1]
+    experiments = {TARGETS[p].experiment for p in TARGETS[name].parts or (name,)}
+    panels = []
+    for i, key in enumerate(curves):
+        refs = references if i == 0 else []
+        title = f"{key} by row: the mean of the row's runs, band from its lowest to its highest run"
+        if refs:
+            title += f"; flat lines: the paper's {split} {metric} of the rows it reports"
+        panels.append({"kind": "line", "title": title, "x": "Step", "y": [key] + [r["key"] for r in refs],
+                       "aggregate": "mean", "band": "minmax", "log_y": metric == "loss"})
+    end = f"{split}/{metric}"
+    if end in final:
+        panels.append({"kind": "bar", "title": f"{end} at the end of each run: the mean of the row's runs "
+                       "(the report's intervals: the table below)", "metric": end, "aggregate": "mean",
+                       "band": "none"})
+    panels.append({"kind": "table", "title": "the report's rows, intervals and verdicts (results/summary.csv)",
+                   "key": CLAIMS_KEY})
+    return {"table": name, "scale": scale, "name": f"{name} ({scale})", "description": TARGETS[name].help,
+            "filter": {"tags": [f"table:{name}"]},
+            "group_by": ["name", "row"] if len(experiments) > 1 else ["row"],
+            "columns": ["config:row", f"summary:{end}", "summary:status"], "runs": len(folders),
+            "panels": panels, "references": references, "claims": claims_table(lines)}
+
+
+def build_specs(results: Path) -> list[dict]:
+    """Every table's dashboard at every scale it has kept runs and summary lines of (`targets.REPORTS` order)."""
+    lines = summary_lines(results)
+    specs = []
+    for name in REPORTS:
+        for scale in SCALES:
+            mine = [line for line in lines if line["table"] == name and line["scale"] == scale]
+            folders = table_folders(name, scale, results)
+            if folders and any(line["kind"] == "row" for line in mine):
+                specs.append(table_spec(name, scale, folders, mine))
+    return specs

@@ -1,0 +1,97 @@
+"""The prepared-array cache: arrays built once from verified raw files, kept as ``.npy`` files in
+``<cache dir>/prepared/<name>-<hash>/`` with a ``manifest.json`` that records their sha256s.
+
+Every use verifies the raw files (the checks of :mod:`highway_repro.data.sources`) and, on a hit, every file of
+the folder against its manifest; a mismatch is a one-line :class:`~highway_repro.data.sources.ChecksumError` naming
+the folder to delete, never a silent rebuild. Files are written atomically, the manifest last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .sources import ChecksumError, _digest, _get, _save_atomic, cache_dir
+
+CACHE_VERSION = 2
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _sweep_temp_files(folder: Path) -> None:
+    """Remove the temp files (`<name>.<pid>.<random>.tmp`) that a killed writer left in a cache folder; those of a
+    writer that still runs (another process building the same cache) are left to it."""
+    for tmp in folder.glob("*.tmp"):
+        parts = tmp.name.split(".")
+        pid = int(parts[-3]) if len(parts) >= 4 and parts[-3].isdigit() else None
+        if pid is None or (pid != os.getpid() and not _alive(pid)):
+            tmp.unlink(missing_ok=True)
+
+
+def load_or_build(name: str, key: dict, files, build, cache: str | os.PathLike | None = None):
+    """Arrays prepared from the raw files ``files`` (``sources.FILES`` or ``sources.ARCHIVES`` paths), cached as
+    ``.npy`` under ``<cache>/prepared/<name>-<hash>/``; the hash is that of ``key`` and of the raw files' sha256s.
+
+    ``build(paths, folder)`` gets ``{relpath: verified path}`` and the folder (for files of its own, e.g. a
+    tokenizer model) and returns ``(arrays: dict[str, np.ndarray], info: dict)`` (info JSON-able).
+    Every call verifies the raw files (:func:`sources.fetch`'s checks), and a cache hit every file of the folder
+    against the sha256s of its manifest: a mismatch, or a manifest that cannot be read, raises
+    :class:`ChecksumError`; the folder is never rebuilt in its place. Every file is written atomically (temp file +
+    os.replace), the manifest last, so a folder without one (its writer was killed) is built again; the temp files
+    of a killed writer are removed then.
+    """
+    raw = {rel: _get(rel, cache_dir(cache)) for rel in files}
+    blob = json.dumps({"v": CACHE_VERSION, "name": name, **key, "files": {r: s for r, (_, s) in raw.items()}},
+                      sort_keys=True, default=str)
+    folder = cache_dir(cache) / "prepared" / f"{name}-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
+    if (folder / "manifest.json").is_file():
+        return _load_prepared(folder, json.loads(blob))
+    folder.mkdir(parents=True, exist_ok=True)
+    _sweep_temp_files(folder)
+    arrays, info = build({r: p for r, (p, _) in raw.items()}, folder)
+    for k, arr in arrays.items():
+        _save_atomic(folder / f"{k}.npy", lambda f, a=arr: np.save(f, a, allow_pickle=False))
+    sums = {p.name: _digest(p, "sha256") for p in sorted(folder.iterdir())
+            if p.is_file() and p.name != "manifest.json" and p.suffix != ".tmp"}
+    man = {"key": json.loads(blob), "info": info, "sha256": sums,
+           "arrays": {k: [list(a.shape), str(a.dtype)] for k, a in arrays.items()}}
+    _save_atomic(folder / "manifest.json", lambda f: f.write(json.dumps(man, indent=1).encode()))
+    return arrays, info
+
+
+def _load_prepared(folder: Path, key: dict):
+    """(arrays, info) of a prepared folder whose files all match the sha256s of its manifest."""
+    manifest, fix = folder / "manifest.json", f"delete the folder {folder} to rebuild it from the raw files"
+    try:
+        man = json.loads(manifest.read_text())
+        sums, names, info = dict(man["sha256"]), list(man["arrays"]), man["info"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ChecksumError(f"prepared data {manifest} is unreadable ({type(e).__name__}: {e}); {fix}") from None
+    if man.get("key") != key or not {f"{k}.npy" for k in names} <= set(sums):
+        raise ChecksumError(f"prepared data {manifest} does not describe its folder (other key or files); {fix}")
+    arrays = {}
+    for file, expected in sums.items():
+        try:
+            blob = (folder / file).read_bytes()
+            actual = hashlib.sha256(blob).hexdigest()
+        except OSError as e:
+            blob, actual = b"", f"unreadable ({type(e).__name__}: {e.strerror})"
+        if actual != expected:
+            raise ChecksumError(f"checksum mismatch for prepared {file} at {folder / file}: sha256 expected {expected} "
+                                f"(its manifest), got {actual}; it changed after it was written: {fix}")
+        if file.endswith(".npy") and file[:-4] in names:
+            arrays[file[:-4]] = np.load(io.BytesIO(blob), allow_pickle=False)
+    return arrays, info

@@ -1,0 +1,291 @@
+"""The kept runs on W&B (highway_repro/dashboards): the offline export read back through wandb's own record format,
+one run id rule for the export and `logger=wandb`, a second export that duplicates nothing, every table's dashboard
+spec naming only keys its runs log, and a sweep job's W&B group and config columns equal to the export's. No network:
+W&B runs offline into tmp_path."""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+
+import pytest
+
+from conftest import REPO
+
+RESULTS = REPO / "results"
+RUNS = RESULTS / "highway_transformer" / "runs"
+# a run three tables read (ht_char_ptb, its gate-zoo part and the gate zoo), a diverged random-search trial, and a
+# single-run table's run (kept as `run`, its job name empty)
+THREE = [RUNS / "ht_char_ptb-cpu" / "seed=0,variant=baseline",
+         RESULTS / "highway_networks" / "runs" / "hn_fig1-cpu" / "model.depth=20,model.kind=residual,trial=10",
+         RESULTS / "highway_networks" / "runs" / "hn_analysis-cpu" / "run"]
+
+
+def offline(mp: pytest.MonkeyPatch, tmp) -> None:
+    mp.setenv("WANDB_MODE", "offline")
+    mp.setenv("WANDB_SILENT", "true")
+    mp.setenv("WANDB_DIR", str(tmp))
+    for key in ("WANDB_API_KEY", "WANDB_ENTITY", "WANDB_PROJECT"):
+        mp.delenv(key, raising=False)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """THREE exported once (one process), into a module-wide folder: (export folder, what export returned)."""
+    from highway_repro.dashboards.export import export
+
+    out = tmp_path_factory.mktemp("wandb_export")
+    with pytest.MonkeyPatch.context() as mp:
+        offline(mp, out)
+        return out, export(RESULTS, out, jobs=1, folders=THREE)
+
+
+@pytest.fixture(scope="module")
+def specs():
+    from highway_repro.dashboards.spec import build_specs
+
+    return build_specs(RESULTS)
+
+
+def records(path):
+    """The records of an offline run's `.wandb` file as wandb's own protobuf `Record`s. The file is W&B's
+    LevelDB-style log: a 7-byte header (`:W&B`, magic, version), then 32 KiB blocks of chunks, each with a 7-byte
+    header (checksum, length, type: 1 full, 2 first, 3 middle, 4 last)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data, block = path.read_bytes(), 32768
+    assert data[:4] == b":W&B"
+    out, buf, pos = [], b"", 7
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # a block's tail too short for a header is padding
+            pos += block - pos % block
+            continue
+        _, n, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if kind == 0:
+            break
+        buf, pos = buf + data[pos + 7:pos + 7 + n], pos + 7 + n
+        if kind in (1, 4):
+            record = pb.Record()
+            record.ParseFromString(buf)
+            out.append(record)
+            buf = b""
+    return out
+
+
+def read_offline_run(folder) -> dict:
+    """An offline run folder as {"run": its run record, "config", "history": {step: {key: value}}, "summary"}."""
+    (file,) = folder.glob("run-*.wandb")
+    out = {"config": {}, "history": {}, "summary": {}}
+
+    def items(updates):
+        return {(u.key or "/".join(u.nested_key)): json.loads(u.value_json) for u in updates}
+
+    for r in records(file):
+        kind = r.WhichOneof("record_type")
+        if kind == "run":
+            out["run"] = r.run
+            out["config"].update(items(r.run.config.update))
+        elif kind == "config":
+            out["config"].update(items(r.config.update))
+        elif kind == "history":
+            row = items(r.history.item)
+            out["history"][row["_step"]] = {k: v for k, v in row.items() if not k.startswith("_")}
+        elif kind == "summary":
+            out["summary"].update(items(r.summary.update))
+    out["config"].pop("_wandb", None)
+    return out
+
+
+def same(a, b) -> bool:
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+
+
+def test_three_kept_runs_export_as_their_folders_say(exported):
+    """Each exported run, read back from its .wandb file: the id, group, name and config `logger=wandb` gives the
+    same run, a tag per table that reads it plus scale and device, metrics.jsonl as the history at its own steps,
+    metrics.json as the summary."""
+    from highway_repro.dashboards.export import excluded_keys
+    from highway_repro.dashboards.identity import identity, job_name
+    from highway_repro.report.runs import read_yaml
+
+    out, summary = exported
+    index = json.loads((out / "exported.json").read_text())
+    assert summary["written"] == summary["runs"] == len(index) == 3
+    tags = {}
+    for folder in THREE:
+        config = read_yaml(folder / "config_resolved.yaml")
+        who = identity(config, job_name(read_yaml(folder / ".hydra" / "overrides.yaml"), excluded_keys()))
+        rec = index[who["id"]]
+        got = read_offline_run(out / rec["run"])
+        run = got["run"]
+        tags[folder.parent.name] = {t for t in run.tags if t.startswith("table:")}
+        assert (run.run_id, run.run_group, run.display_name) == (who["id"], who["group"], who["name"])
+        assert rec["run"].endswith(who["id"]) and got["config"] == json.loads(json.dumps(who["config"]))
+        assert "logger" not in got["config"] and got["config"]["seed"] == config["seed"]
+        assert {"scale:cpu", "device:cpu"} <= set(run.tags)
+        lines = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+        assert sorted(got["history"]) == sorted({line["step"] for line in lines})
+        for line in lines:
+            assert all(same(got["history"][line["step"]][k], v) for k, v in line.items() if k != "step")
+        final = json.loads((folder / "metrics.json").read_text())
+        assert all(got["summary"][k] == v for k, v in final.items() if isinstance(v, (int, float, str)))
+    assert tags == {"ht_char_ptb-cpu": {"table:ht_char_ptb", "table:ht_zoo_char_ptb", "table:ht_gate_zoo"},
+                    "hn_fig1-cpu": {"table:hn_fig1"}, "hn_analysis-cpu": {"table:hn_analysis"}}
+    assert run.display_name == "hn_analysis" and run.config.update  # the single run: named by its experiment
+
+
+def test_a_second_export_duplicates_nothing(exported, monkeypatch):
+    from highway_repro.dashboards.export import export
+
+    out, _ = exported
+    offline(monkeypatch, out)
+    before = sorted(p.name for p in (out / "wandb").glob("offline-run-*"))
+    again = export(RESULTS, out, jobs=1, folders=THREE)
+    assert (again["written"], again["skipped"]) == (0, 3)
+    assert sorted(p.name for p in (out / "wandb").glob("offline-run-*")) == before and len(before) == 3
+
+
+def test_a_table_report_run_holds_the_paper_lines_and_the_claims_table(tmp_path, monkeypatch, specs):
+    from highway_repro.dashboards.export import report_items, write_chunk
+
+    offline(monkeypatch, tmp_path)
+    spec = next(s for s in specs if s["table"] == "ht_char_ptb")
+    (item,) = report_items([spec])
+    got = read_offline_run(tmp_path / write_chunk([item], tmp_path, "highway-repro")[item.id]["run"])
+    assert got["run"].display_name == "report: ht_char_ptb" and "table:ht_char_ptb" in got["run"].tags
+    assert sorted(got["history"]) == [0, 3000] and got["config"]["row"] == "paper"
+    for ref in spec["references"]:
+        assert all(got["history"][step][ref["key"]] == ref["value"] for step in (0, 3000))
+    assert got["summary"]["report/claims/_type"] == "table-file"
+    assert got["summary"]["report/claims/nrows"] == len(spec["claims"]["rows"]) == 14
+
+
+def test_the_run_id_is_one_deterministic_rule():
+    from highway_repro.dashboards.identity import REPEAT_KEYS, identity, row_of, run_id
+    from highway_repro.runner.plan import REPEAT_KEYS as GRID_REPEAT_KEYS
+
+    assert REPEAT_KEYS == GRID_REPEAT_KEYS
+    a = run_id("ht_char_ptb", "cpu", "seed=1,variant=sdu_tanh")
+    assert a == run_id("ht_char_ptb", "cpu", "seed=1,variant=sdu_tanh") and len(a) == 16 and a.isalnum()
+    assert len({a, run_id("ht_char_ptb", "paper", "seed=1,variant=sdu_tanh"),
+                run_id("ht_char_ptb", "cpu", "seed=2,variant=sdu_tanh"),
+                run_id("ht_char_ptb_rt", "cpu", "seed=1,variant=sdu_tanh")}) == 4
+    assert identity({"name": "ht_char_ptb", "scale_name": "cpu"}, "seed=1,variant=sdu_tanh")["id"] == a
+    assert row_of("model.gate_layers=[3,4],seed=2,variant=x") == "model.gate_layers=[3,4],variant=x"
+    assert row_of("model.depth=10,model.kind=plain,trial=3") == "model.depth=10,model.kind=plain"
+    assert row_of("") == "default"
+
+
+def test_every_kept_job_is_named_as_hydra_named_its_folder():
+    """The job name from a kept run's overrides is its folder's name (Hydra's override_dirname), for every kept
+    sweep job: the id the export derives is the one the training job had."""
+    from highway_repro.dashboards.export import excluded_keys
+    from highway_repro.dashboards.identity import job_name
+    from highway_repro.report.runs import read_yaml
+
+    exclude = excluded_keys()
+    folders = [p.parent for p in RESULTS.glob("*/runs/*/*/metrics.json") if p.parent.name != "run"]
+    assert len(folders) > 600
+    wrong = [f for f in folders if job_name(read_yaml(f / ".hydra" / "overrides.yaml"), exclude) != f.name]
+    assert not wrong, wrong[:3]
+
+
+def test_every_table_spec_names_only_keys_its_runs_log(specs):
+    from highway_repro.dashboards.spec import table_folders
+    from highway_repro.targets import REPORTS
+
+    assert {s["table"] for s in specs} == set(REPORTS)
+    for spec in specs:
+        folders = table_folders(spec["table"], spec["scale"], RESULTS)
+        logged = set()
+        for f in folders:
+            logged |= set(json.loads((f / "metrics.json").read_text()))
+            for line in (f / "metrics.jsonl").read_text().splitlines():
+                logged |= set(json.loads(line))
+        reported = {r["key"] for r in spec["references"]} | {spec["claims"]["key"]}
+        keys = [k for p in spec["panels"] for k in p.get("y", []) + [p[x] for x in ("metric", "key") if x in p]]
+        assert any(p["kind"] == "line" for p in spec["panels"]), spec["table"]
+        assert set(keys) <= logged | reported, (spec["table"], set(keys) - logged - reported)
+        assert all(k in logged for k in keys if not k.startswith(("paper/", "report/"))), spec["table"]
+        assert {c.split(":", 1)[1] for c in spec["columns"] if c.startswith("summary:")} <= logged
+        assert set(spec["group_by"]) <= {"name", "row"} and spec["runs"] == len(folders)
+        json.dumps(spec)
+    char = next(s for s in specs if s["table"] == "ht_char_ptb")
+    assert {r["key"]: r["value"] for r in char["references"]}["paper/test_bpc/sdu_tanh"] == 1.364
+    assert next(s for s in specs if s["table"] == "ht_gate_zoo")["group_by"] == ["name", "row"]
+
+
+def test_a_sweep_job_lands_in_the_group_and_columns_the_export_gives(tmp_path, monkeypatch):
+    """A multirun job with logger=wandb, composed as Hydra composes it (its override_dirname resolved): the W&B run
+    WandbLogger starts has the export's id, group, name and config columns for the same kept run."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from highway_repro.dashboards.export import excluded_keys, run_item
+    from highway_repro.engine.loggers import WandbLogger
+    from highway_repro.report.runs import read_yaml
+
+    offline(monkeypatch, tmp_path)
+    folder = RUNS / "ht_char_ptb-cpu" / "seed=1,variant=sdu_tanh"
+    job = [o for o in read_yaml(folder / ".hydra" / "overrides.yaml") if not o.startswith("sweep=")]
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        cfg = compose("train", overrides=job + ["sweep=ht_char_ptb/cpu", "logger=wandb"], return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    try:  # as train.run resolves them inside the job
+        kwargs = OmegaConf.to_container(cfg.logger, resolve=True)
+        resolved = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True)
+    finally:
+        HydraConfig.instance().cfg = None
+    kwargs.pop("kind")
+    logger = WandbLogger(tmp_path, config=resolved, **kwargs)
+    try:
+        run, config = logger.run, dict(logger.run.config)
+        item = run_item(folder, excluded_keys())
+        assert (run.id, run.group, run.name) == (item.id, item.group, item.name)
+        assert item.name == "seed=1,variant=sdu_tanh" and item.group == "ht_char_ptb"
+        for key in ("row", "seed", "variant", "name", "scale_name"):
+            assert config[key] == item.config[key], key
+        assert config["row"] == "variant=sdu_tanh" and "logger" not in config and "logger" not in item.config
+    finally:
+        logger.run.finish()
+    assert [p.name.split("-")[3] for p in (tmp_path / "wandb").glob("offline-run-*")] == [item.id]
+
+
+def test_the_dashboards_command_offline_writes_the_specs_in_one_line(tmp_path, monkeypatch, capsys, specs):
+    from highway_repro.dashboards import __main__ as cli
+
+    offline(monkeypatch, tmp_path)
+    monkeypatch.setattr(cli, "build_specs", lambda results: specs)
+    assert cli.main(["dashboards", "--out", str(tmp_path)]) == 0
+    said = capsys.readouterr().out.strip().splitlines()
+    assert len(said) == 1 and said[0].startswith("W&B offline (WANDB_MODE=offline)"), said
+    written = sorted(p.name for p in (tmp_path / "dashboards").glob("*.json"))
+    assert written == sorted(f"{s['table']}-{s['scale']}.json" for s in specs)
+    assert cli.main(["export", "--jobs", "0", "--out", str(tmp_path)]) == 2
+    assert "--jobs=0 is not allowed" in capsys.readouterr().err
+
+
+def test_each_spec_makes_a_saved_view_without_the_network(specs):
+    pytest.importorskip("wandb_workspaces")
+    from highway_repro.dashboards.publish import view_name, workspace
+
+    names = set()
+    for spec in specs:
+        view = workspace(spec, "an-entity", "highway-repro")._to_model()
+        assert view.display_name == spec["name"] and view.name == view_name(spec)
+        names.add(view.name)
+    assert len(names) == len(specs)
+
+
+@pytest.mark.slow  # every kept run: about a minute on 2 cores
+def test_the_whole_export_is_one_run_per_distinct_kept_run(tmp_path, monkeypatch, specs):
+    from highway_repro.dashboards.export import export, kept_items
+
+    offline(monkeypatch, tmp_path)
+    distinct = len(kept_items(RESULTS))
+    first = export(RESULTS, tmp_path, jobs=2)
+    assert first["written"] == first["runs"] == distinct + len(specs)
+    assert len(list((tmp_path / "wandb").glob("offline-run-*"))) == first["runs"]
+    assert export(RESULTS, tmp_path, jobs=2)["written"] == 0
