@@ -89,9 +89,17 @@ def make_target(name: str) -> str:
     return f"reproduce-{name.replace('_', '-')}"
 
 
-def runs_folder(name: str, scale: str) -> str:
-    """Where the finished runs of a table are kept, relative to the results root: <paper>/runs/<name>-<scale>."""
-    return f"{TARGETS[name].results.split('/')[0]}/runs/{name}-{scale}"
+def runs_folder(name: str, scale: str, apart: bool = False) -> str:
+    """Where the finished runs of a table are kept, relative to the results root: <paper>/runs/<name>-<scale>; with
+    `apart`, <name>-<scale>-gpu, where the runs made on a GPU at a scale made for CPUs (every scale but the paper's)
+    are kept (`runner.keep.keep`): a CPU twin of such a run, same folder name, never collides with it, and a
+    report compares the runs of one device only (`report.runs.one_device`)."""
+    return f"{TARGETS[name].results.split('/')[0]}/runs/{name}-{scale}{'-gpu' if apart else ''}"
+
+
+def kept_apart(scale: str) -> bool:
+    """Whether runs made on a GPU at `scale` are kept apart from its CPU runs: at every scale but the paper's."""
+    return scale != "paper"
 
 
 def scale_files(name: str, scale: str) -> list[tuple[str, str]]:

@@ -1,8 +1,9 @@
 """README.md's "Results at a glance" from results/summary.csv (`make readme`; standard library only).
 
-The claims picture results/claims.png, the counts of verdicts, then one line per table (a study's parts counted in
-the study's line): its headline number against the paper's and how many of its distinct comparisons each verdict
-got. The headline is the table's reference row (the row of its first floor, else its first row with a paper
+The claims picture results/claims.png, the counts of verdicts (each claim type apart), then one line per table (a
+study's parts counted in the study's line): its headline number against the paper's and how many of its distinct
+comparisons each verdict got (a level claim of the paper at another scale than the paper's gets none: its scale
+cell counts it). The headline is the table's reference row (the row of its first floor, else its first row with a paper
 number, else its first row) on the metric that row reports. The full list of comparisons and floors is in
 results/README.md (`highway_repro/report/claims_list.py`, loaded here by path). results/summary.csv,
 results/claims.png and results/README.md are written by `make tables`.
@@ -22,6 +23,7 @@ _spec = importlib.util.spec_from_file_location("claims_list", ROOT / "highway_re
 claims_list = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(claims_list)
 num, counts, scale, VERDICTS = claims_list.num, claims_list.counts, claims_list.scale, claims_list.VERDICTS
+counted, PAPER_SCALE_ONLY = claims_list.counted, claims_list.PAPER_SCALE_ONLY
 SHORT = {"HELD": "held", "DID NOT HOLD": "did not hold", "NO DIFFERENCE": "no difference",
          "NOT RESOLVED": "not resolved"}
 
@@ -57,10 +59,11 @@ def compact(rows: list[dict], results: Path) -> str:
              "|---|---|" + "---|" * len(VERDICTS) + "---|"]
     for file, mine in groups.items():
         main = [r for r in mine if r["file"] == file]
-        claims = [r for r in mine if r["kind"] == "claim"]
+        claims = [r for r in mine if r["kind"] == "claim" and counted(r)]
+        apart = sum(r["kind"] == "claim" and not counted(r) for r in mine)
         lines.append(f"| [{_title(results, file, main[0]['table'])}](results/{file}) | {headline(main)} | "
                      + " | ".join(str(sum(r["verdict"] == v for r in claims)) for v in VERDICTS)
-                     + f" | {scale(main[0])} |")
+                     + f" | {scale(main[0])}{f'; {apart} {PAPER_SCALE_ONLY}' if apart else ''} |")
     return "\n".join(lines)
 
 

@@ -68,7 +68,8 @@ def test_the_grid_keeps_every_kept_run_and_the_planned_names():
     for name, names in pinned.items():
         planned = plan(name, "cpu", [])[2]
         assert sorted(planned) == names, name
-        kept = [p.parent.name for p in (REPO / "results" / runs_folder(name, "cpu")).glob("*/metrics.json")]
+        kept = [p.parent.name for apart in (False, True)  # the runs made on a GPU are kept apart
+                for p in (REPO / "results" / runs_folder(name, "cpu", apart)).glob("*/metrics.json")]
         assert set(kept) <= set(planned), (name, sorted(set(kept) - set(planned)))
         assert kept or name in ("demo",), name  # the check reads real folders
 

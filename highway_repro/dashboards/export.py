@@ -73,8 +73,9 @@ def run_item(folder: Path, exclude: list[str]) -> Item:
     """The W&B run of one kept run folder (no table tags yet)."""
     config = read_yaml(folder / "config_resolved.yaml") or {}
     overrides = read_yaml(folder / ".hydra" / "overrides.yaml")
-    who = identity(config, job_name(overrides, exclude) if overrides is not None else folder.name)
     info = json.loads((folder / "run_info.json").read_text()) if (folder / "run_info.json").exists() else {}
+    who = identity(config, job_name(overrides, exclude) if overrides is not None else folder.name,
+                   on_gpu=bool(info.get("cuda_device")))
     device = info.get("cuda_device") or "cpu"
     notes = (f"kept run {shown(folder)}: trained on {device} ({info.get('cpu_model')}, {info.get('threads')} "
              f"threads), commit {str(info.get('git_commit'))[:12]}, {info.get('start_time')} to {info.get('end_time')}")

@@ -41,9 +41,11 @@ def run_id(experiment: str, scale: str, job: str) -> str:
     return hashlib.sha256(f"{experiment}\n{scale}\n{job}".encode()).hexdigest()[:16]
 
 
-def identity(config: dict, job: str) -> dict:
+def identity(config: dict, job: str, on_gpu: bool = False) -> dict:
     """The W&B run of a run with saved config `config` (config_resolved.yaml: `name` is the experiment, `scale_name`
-    the scale) and job name `job`: {"id", "group", "name", "config"}."""
+    the scale) and job name `job`: {"id", "group", "name", "config"}. A run made on a GPU at a scale other than the
+    paper's (`on_gpu`) is another run than its CPU twin of the same job (`targets.runs_folder`: kept apart)."""
     experiment, scale = str(config.get("name", "adhoc")), str(config.get("scale_name", ""))
+    scale += "-gpu" if on_gpu and scale != "paper" else ""
     return {"id": run_id(experiment, scale, job), "group": experiment, "name": job or experiment,
             "config": {**{k: v for k, v in config.items() if k != "logger"}, "row": row_of(job)}}

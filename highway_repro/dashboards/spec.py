@@ -35,13 +35,15 @@ NUMERIC = {"n_seeds", "mean", "std", "ci_low", "ci_high", "level", "paper", "flo
 
 def table_folders(name: str, scale: str, results: Path) -> list[Path]:
     """The kept run folders that table `name`'s report reads at `scale`: its own, the cells of its grid that the
-    tables it reuses hold (`runner.keep.reused_folders`), or, for a target made of parts, its parts'."""
+    tables it reuses hold (`runner.keep.reused_folders`), and its runs made on a GPU (kept apart: the device tag
+    tells them apart), or, for a target made of parts, its parts'."""
     t = TARGETS[name]
     if t.parts:
         return [f for part in t.parts for f in table_folders(part, scale, results)]
     own = sorted(p.parent for p in (results / runs_folder(name, scale)).glob("*/metrics.json"))
     names = {f.name for f in own}
-    return own + [f for f in reused_folders(name, scale, results) if f.name not in names]
+    apart = sorted(p.parent for p in (results / runs_folder(name, scale, apart=True)).glob("*/metrics.json"))
+    return own + [f for f in reused_folders(name, scale, results) if f.name not in names] + apart
 
 
 def logged_keys(folders: list[Path]) -> tuple[dict[str, int], set[str]]:

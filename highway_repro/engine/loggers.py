@@ -170,7 +170,10 @@ class WandbLogger(JsonlLogger):
         from highway_repro.dashboards.identity import identity
 
         self.wandb = wandb
-        who = identity(config or {}, name or "")  # the id, name and config columns the export of kept runs gives it
+        import torch
+
+        on_gpu = torch.cuda.is_available() and str((config or {}).get("trainer", {}).get("device", "auto")) != "cpu"
+        who = identity(config or {}, name or "", on_gpu)  # the id, name and config columns the export gives it
         self.run = wandb.init(project=project, group=group or who["group"], name=who["name"], tags=list(tags or ()),
                               mode=mode, dir=str(out_dir), config=who["config"], id=resume_id or who["id"],
                               resume="allow" if resume_id else None, reinit="finish_previous")

@@ -1,8 +1,9 @@
 """Claims and their tests: a `Claim` (a row's measure on one side of another row or of a number), tested by a 95 %
 interval (`stats.py`; 99 % at a comparison's second look, `stats.SECOND_LOOK`, and every other comparison on the
 runs of its first look, `first_look`): two rows by Welch's difference of means with the equivalence margin delta,
-a row against a number by a one-sample t-interval, a random search's best trial or top-k mean by a bootstrap over
-all of its trials; the family of a table's tests, Holm-adjusted (`family`); floors as claims (`floor_claim`)."""
+a row against a number by a one-sample t-interval, a quantile of a random search's trials (or two searches'
+difference) by exact order-statistic intervals (`stats.quantile_test`); the family of a table's tests, Holm-adjusted
+(`family`); floors as claims (`floor_claim`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from highway_repro.report import papers, stats
+from highway_repro.report.claims_list import PAPER_SCALE_ONLY, counted
 from highway_repro.report.columns import reach_steps
 from highway_repro.report.measures import Measure, Row, interval, mean_pm, num
 from highway_repro.report.papers import Floor
@@ -24,9 +26,9 @@ from highway_repro.report.runs import Run
 class Claim:
     """`row`'s `measure` lies on `side` of `against`: another row (difference of means, Welch; the difference is
     compared with `threshold`, 0 for "lower / higher than") or a number (one-sample). `row` / `against` may pool
-    several rows (a tuple of row ids: their runs together). pick: all runs | "best" trial | "top" (mean of the
-    `top_k` best trials, as many on both sides); best and top are a random search's statistics, tested by a
-    bootstrap over all trials of the row (`bootstrap_test`)."""
+    several rows (a tuple of row ids: their runs together). pick: all runs | "best" run (a floor on a random search:
+    a single value) | "quantile": the `q`-quantile of a random search's trials, failures included
+    (`stats.quantile_test`)."""
     text: str
     row: tuple
     measure: Measure
@@ -34,8 +36,7 @@ class Claim:
     against: tuple | float
     threshold: float = 0.0  # the difference the claim is about: 0, or -2 on log10 for "100x lower"
     pick: str = "all"
-    top_k: int = 10
-    trials: int = 0  # best / top: the trials per row of the paper's random search (0: not stated)
+    q: float = 0.0  # pick "quantile": which quantile of the trials
     kind: str = "claim"  # claim | floor
     paper_value: float | None = None
     paper_note: str = ""
@@ -43,8 +44,8 @@ class Claim:
 
     @property
     def statistic(self) -> str:
-        """As papers.PaperClaim names it: "test/bpc", "auc(val/bpc)", "best log10(train/loss) x100"."""
-        pick = {"best": "best ", "top": f"top{self.top_k} "}.get(self.pick, "")
+        """As papers.PaperClaim names it: "test/bpc", "auc(val/bpc)", "q20 log10(train/loss) x100"."""
+        pick = {"best": "best ", "quantile": f"q{self.q * 100:g} "}.get(self.pick, "")
         factor = f" x{10 ** abs(self.threshold):g}" if self.threshold and self.measure.how == "log10" else ""
         return f"{pick}{self.measure.name}{factor}"
 
@@ -146,7 +147,6 @@ def second_look_complete(row: Row, table: str, keys: tuple) -> bool:
 
 LAST_LOOK = "its second look has all its runs and was the last: NOT RESOLVED at this scale"  # no look follows
 UNTESTED = "not testable yet"  # a claim's detail when a side has no finished runs (its verdict: NOT RESOLVED)
-RESAMPLES = 10000  # bootstrap resamples of a random search's trials
 
 
 def run_id(r: Run) -> str:
@@ -164,37 +164,6 @@ def trials(row: Row, m: Measure, worst: float) -> list[float]:
             continue
         v = m(r) if r.done else math.nan
         out.append(v if math.isfinite(v) else worst)
-    return out
-
-
-def pick_statistic(c: Claim, k: int):
-    """The random search's statistic of a list of trial values: the best, or the mean of the k best."""
-    best_first = (lambda xs: sorted(xs)) if c.measure.lower_is_better else (lambda xs: sorted(xs, reverse=True))
-    if c.pick == "best":
-        return min if c.measure.lower_is_better else max
-    return lambda xs: statistics.fmean(best_first(xs)[:k])
-
-
-def bootstrap_test(c: Claim, row: Row, other: Row | None, level: float = stats.LEVEL) -> dict:
-    """A random search's best trial or top-k mean, against another row's or a number: the statistic on all trials
-    (failures at the worst value that a finished trial of the compared rows reached), and its percentile interval
-    at `level` (of the difference for two rows) over RESAMPLES bootstrap resamples of the trials of each row.
-    One-sided p-values: the share of resampled values on the wrong side of the threshold."""
-    m = c.measure
-    finished = row.values(m) + (other.values(m) if other else [])
-    worst = (max if m.lower_is_better else min)(finished)
-    xs = trials(row, m, worst)
-    ys = trials(other, m, worst) if other else []
-    k = min(c.top_k, len(xs), *([len(ys)] if other else []))
-    f = pick_statistic(c, k)
-    boot = stats.bootstrap(xs, f, RESAMPLES, seed=1)
-    threshold = c.threshold if other else float(c.against)
-    out = {"trials": (len(xs), len(ys)), "k": k, "mean": f(xs), "other_mean": f(ys) if other else math.nan}
-    if other:
-        boot = [a - b for a, b in zip(boot, stats.bootstrap(ys, f, RESAMPLES, seed=2))]
-    out["estimate"] = out["mean"] - out["other_mean"] if other else out["mean"]
-    out["ci"] = stats.percentile_interval(boot, level)
-    out["tests"] = stats.bootstrap_p(boot, threshold, c.side)
     return out
 
 
@@ -247,6 +216,7 @@ def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> dict:
            "under_way": ", ".join(f"configs/sweep/{table}/{s}-second_look.yaml" for s in looks) if under_way else ""}
     res["paper"], res["paper_effect"] = pc is not None, papers.paper_effect(pc) if pc else None
     res["paper_id"] = papers.PAPER_CLAIMS.index(pc) if pc else None
+    res["claim_type"], res["scale"] = pc.claim_type if pc else "own", ", ".join(sorted(scales))  # a floor: own
     two_rows = isinstance(c.against, tuple)
     other = side_row(rows, c.against) if two_rows else None
     res["other_label"] = other.label if other else None
@@ -258,37 +228,39 @@ def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> dict:
     used = [r for r in row.runs if r.done] + ([r for r in other.runs if r.done] if other else [])
     res["experiment"] = next((str(r.get("name")) for r in used if r.get("name")), "")
     sides = (sorted(map(run_id, row.runs)), sorted(map(run_id, other.runs)) if other else [repr(c.against)])
-    res["key"] = f"{c.pick}{c.top_k if c.pick == 'top' else ''}|{m.name}|" + "|".join(",".join(s) for s in sides)
+    res["key"] = f"{c.pick}{c.q if c.pick == 'quantile' else ''}|{m.name}|" + "|".join(",".join(s) for s in sides)
     what, d = f"{m.label}{c.paper_note}", m.digits
-    if c.kind == "claim" and c.pick in ("best", "top"):
-        b = bootstrap_test(c, row, other, level)
-        res.update(mean=b["mean"], other_mean=b["other_mean"], n=b["trials"][0], other_n=b["trials"][1],
-                   ci=b["ci"], tests=stats.second_look_p(b["tests"], level))
+    if c.kind == "claim" and c.pick == "quantile":
+        worst = (max if m.lower_is_better else min)(row.values(m) + (other.values(m) if other else []))
+        xs, ys = trials(row, m, worst), trials(other, m, worst) if other else None
         threshold = c.threshold if other else float(c.against)
-        res["verdict"] = stats.verdict(b["ci"], c.side, threshold)
-        stat = "best trial" if c.pick == "best" else f"mean of the best {b['k']}"
-        sci = m.how != "log10" and abs(b["mean"]) < 1e-2
-        must = f" (must be {'<' if c.side == 'lower' else '>'} {threshold:g})" if other else ""
-        diff_text = f"difference {b['estimate']:+.4g}{must}, " if other else ""
-        tested = (f"{diff_text}{interval(b['ci'], level).replace('CI', 'bootstrap interval')}{at} over all trials "
-                  "(failed ones at the worst value)")
+        qt = stats.quantile_test(xs, c.q, threshold, c.side, ys, level)
+        res.update(mean=qt["quantiles"][0], other_mean=qt["quantiles"][1], n=len(xs), other_n=len(ys or []),
+                   ci=qt["ci"], tests=stats.second_look_p(qt["tests"], level))
+        res["verdict"] = stats.verdict(qt["ci"], c.side, threshold)
+        stat, sci = f"{stats.pct(c.q)} quantile of {len(xs)} trials", m.how != "log10" and abs(res["mean"]) < 1e-2
+        how = ("; the rows' exact order-statistic intervals at the Bonferroni level" if other else
+               "; exact, from order statistics")
+        tested = (f"{interval(qt['ci'], level)}{at}{how}, over all trials (failed ones at the worst value)"
+                  .replace("CI", "interval"))
         if other:
-            res["diff"] = b["estimate"]
-            line = (f"{label} {c.text} ({what}): {stat} of {b['trials'][0]} trials {num(b['mean'], d, sci)} vs "
-                    f"{other.label} {num(b['other_mean'], d, sci)} ({b['trials'][1]} trials); {tested}")
+            res["diff"] = qt["estimate"]
+            line = (f"{label} {c.text} ({what}): {stat} {num(res['mean'], d, sci)} vs {other.label} "
+                    f"{num(res['other_mean'], d, sci)} ({len(ys)} trials); difference {qt['estimate']:+.4g} (must be "
+                    f"{'<' if c.side == 'lower' else '>'} {threshold:g}), {tested}")
         else:
-            line = f"{label} {c.text} ({what}): {stat} of {b['trials'][0]} trials {num(b['mean'], d, sci)}; {tested}"
+            line = f"{label} {c.text} ({what}): {stat} {num(res['mean'], d, sci)}; {tested}"
         res["line"] = f"{line}: **{res['verdict']}**"
         res["last_look"] = _last_look(res, row, other, table, keys)
-        if res["verdict"] == stats.NOT_RESOLVED and other and c.trials > max(res["n"], res["other_n"]):
-            # the bootstrap of a best-of-N cannot reach past the best trial measured, so the measured trials give
-            # no projection: the number to name is the paper's own design
-            res["seeds_needed"], res["need_unit"] = c.trials, "trials"
-            run_s = _cpu_run_seconds(row.runs + other.runs)
-            if run_s:
+        if res["verdict"] == stats.NOT_RESOLVED:
+            res["seeds_needed"] = stats.quantile_trials_needed(xs, c.q, threshold, ys)
+            res["need_unit"] = "trials"
+            run_s = _cpu_run_seconds(row.runs + other.runs) if other else None
+            if res["seeds_needed"] and run_s:
                 have = ([sum(r.status != "missing" for r in s.runs) for s in side_rows] if under_way else
                         (res["n"], res["other_n"]))  # a second look under way: its runs so far count
-                res["decision"] = stats.decision_cost(c.trials, tuple(have), run_s, _table_cpu_seconds(table_rows))
+                res["decision"] = stats.decision_cost(res["seeds_needed"], tuple(have), run_s,
+                                                      _table_cpu_seconds(table_rows))
         return res
     xs = _values(row, c)
     res["mean"], res["std"] = stats.mean_std(xs)
@@ -299,7 +271,7 @@ def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> dict:
         res["diff"] = res["mean"] - res["other_mean"]
         res["ci"] = stats.welch_interval(xs, ys, level)
         if c.threshold == 0:
-            res["delta"] = papers.margin(m.metric, res["other_mean"])
+            res["delta"] = papers.margin(m.metric, res["other_mean"], res["paper_effect"])
         res["verdict"] = stats.verdict(res["ci"], c.side, c.threshold, res["delta"])
         se_df = stats.welch_se_df(xs, ys)
         if se_df:
@@ -377,22 +349,23 @@ def family(results: list[dict], elsewhere: Callable | None = None) -> None:
 
 def claim_line(r: dict) -> str:
     """The Markdown line of a claim result: the test, the Holm verdict beside the raw one, the seeds a decision
-    would need; a comparison tested in another table: a link to it."""
+    would need; a comparison tested in another table: a link to it; a level claim of the paper at another scale:
+    its numbers, no verdict."""
     if r.get("same_as"):
         s = r["same_as"]
         return (f"{r['label']} {r['claim'].text}: the same runs, measure and rows as "
                 f"[{s['table']}]({s['file']}) ({s['row']} {s['claim']}): counted there")
+    if not counted(r):
+        return (r["line"].removesuffix(f": **{r['verdict']}**") + f": **{PAPER_SCALE_ONLY}** (an absolute number of "
+                "the paper: a verdict at its models, budgets and data only; these numbers for information)")
     line = r["line"]
     if r.get("holm") is not None:
         line += f" (Holm over the table's {r['family_size']} tests: **{r['holm']}**)"
     if r.get("seeds_needed"):
-        if r.get("need_unit") == "trials":
-            line += (f"; the paper's statistic is over {r['seeds_needed']} trials per row, and a bootstrap of a best "
-                     "trial cannot project past the best trial measured: a decision at the paper's design needs its "
-                     f"{r['seeds_needed']} trials per row, read at the second look's {stats.pct(stats.SECOND_LOOK)}")
-        else:
-            line += (f"; a decision needs about {r['seeds_needed']} seeds per row at the measured spread and the "
-                     f"second look's {stats.pct(stats.SECOND_LOOK)}")
+        per = ("trials per row at the measured distribution of the trials" if r.get("need_unit") == "trials" else
+               "seeds per row at the measured spread")
+        line += f"; a decision needs about {r['seeds_needed']} {per} and the second look's "
+        line += stats.pct(stats.SECOND_LOOK)
         if r.get("decision") and not r.get("last_look"):
             more, hours, total, beyond = r["decision"]
             line += (f" ({more} more runs, about {hours:.1f} h on {stats.BUDGET_CORES} cores; the table would then "

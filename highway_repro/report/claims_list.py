@@ -3,14 +3,19 @@ library only: `scripts/update_readme.py` loads this file without the package).
 
 One line per distinct comparison (kind `claim`: a comparison that several tables hold is shown once, in its home
 table; who makes it: `paper`, or `ours` for a check the papers do not state for that table, such as their general
-claim on a table they did not report; paper value, ours, scale, verdict with its 95 % interval, the Holm verdict
-within the table's family, delta, link to the table), the paper's claims first, then one line per floor of the cpu
-scale (a study's parts, rows with `part_of`, left out). Rows are summary.csv's: every value a string.
+claim on a table they did not report; its type, `papers.CLAIM_TYPES`; paper value, ours, scale, verdict with its
+95 % interval, the Holm verdict within the table's family, delta, link to the table), by type (the papers' trends
+first), then one line per floor of the cpu scale (a study's parts, rows with `part_of`, left out). A level claim
+(an absolute number of the paper) gets a verdict at the paper's scale only: at another its line says "paper scale
+only", with its numbers, and no tally counts it (`counted`). Rows are summary.csv's: every value a string.
 """
 
 from __future__ import annotations
 
 VERDICTS = ("HELD", "DID NOT HOLD", "NO DIFFERENCE", "NOT RESOLVED")
+CLAIM_TYPES = ("trend", "level", "artifact", "own")  # papers.CLAIM_TYPES, in the list's order
+PAPER_SCALE = "paper"  # the scale of the papers' models, budgets and data (configs/scale/paper.yaml)
+PAPER_SCALE_ONLY = "paper scale only"
 EXPLAINED = ("A verdict comes from the 95 % interval of what a claim compares: **HELD** = wholly on the claim's side, "
              "**DID NOT HOLD** = wholly on the other side,\n**NO DIFFERENCE** = it contains 0 and lies within +-delta "
              "(the metric's equivalence margin, `papers.MARGINS`), **NOT RESOLVED** = none of these: too few runs to "
@@ -27,10 +32,17 @@ def num(x: str) -> str:
     return f"{v:.4g}"
 
 
+def counted(r: dict) -> bool:
+    """Whether a claim line's verdict counts: every line but a level claim tested at a scale other than the paper's."""
+    return not (r.get("claim_type") == "level" and r.get("scale") != PAPER_SCALE)
+
+
 def _verdict(r: dict) -> str:
     second = " at 99 %, the second look" if float(r.get("level") or 0.95) > 0.95 else ""  # stats.SECOND_LOOK
     ci = (f" [{num(r['ci_low'])}, {num(r['ci_high'])}]{second}" if r["ci_low"] else
           f" ({r['detail']})" if r["detail"].startswith("not testable") else " (no interval)")  # report.spec.UNTESTED
+    if not counted(r):  # its numbers, for information
+        return f"{PAPER_SCALE_ONLY}{ci}"
     # runs per row: seeds of a trained row, trials of a random search (its table's line says which)
     need = (f"; a decision needs ~{r['seeds_needed']} runs per row" if r.get("seeds_needed") else
             "; its second look was the last" if _last_look(r) else "")
@@ -47,19 +59,39 @@ def tally(rows: list[dict], key: str = "verdict") -> str:
 
 
 def counts(claims: list[dict]) -> str:
-    """The distinct comparisons, the paper's among them, and the verdicts (raw and Holm) of each set."""
-    paper = [r for r in claims if r["paper_claim"] == "yes"]
-    open_ = sum(r["verdict"] == "NOT RESOLVED" for r in paper)
-    share = f"{100 * open_ / len(paper):.0f} %" if paper else "—"
-    named = sum(r["verdict"] == "NOT RESOLVED" and bool(r.get("seeds_needed")) for r in paper)
-    last = sum(_last_look(r) for r in paper)
+    """The distinct comparisons and their verdicts (raw and Holm), then each type apart: the papers' trends with
+    their share NOT RESOLVED, the papers' levels (counted at the paper's scale only), ours, the artifacts."""
+    of = {t: [r for r in claims if r.get("claim_type") == t] for t in CLAIM_TYPES}
+    tested = [r for r in claims if counted(r)]
+    trend = of["trend"]
+    open_ = sum(r["verdict"] == "NOT RESOLVED" for r in trend)
+    share = f"{100 * open_ / len(trend):.0f} %" if trend else "—"
+    named = sum(r["verdict"] == "NOT RESOLVED" and bool(r.get("seeds_needed")) for r in trend)
+    last = sum(_last_look(r) for r in trend)
     if open_:
         share += f", {named} of the {open_} naming the seeds or trials a decision would need"
     if last:
         share += f", {last} at the end of their second look (no look follows)"
-    return (f"{len(claims)} distinct comparisons: {tally(claims)} (Holm within each table: "
-            f"{tally(claims, 'holm_verdict')}). Of them {len(paper)} are the papers' claims: {tally(paper)} "
-            f"(Holm: {tally(paper, 'holm_verdict')}); NOT RESOLVED: {share}.")
+    apart = len(claims) - len(tested)
+    others = []
+    if of["level"]:
+        at_paper = [r for r in of["level"] if counted(r)]
+        rest = len(of["level"]) - len(at_paper)
+        others.append(f"{_are(of['level'])} the papers' level claims (absolute numbers)" + (
+            f": {tally(at_paper)} at the paper's scale" + (f", {rest} {PAPER_SCALE_ONLY}" if rest else "")
+            if at_paper else ", testable at the paper's scale only"))
+    others.append(f"{_are(of['own'])} the project's own: {tally(of['own'])} (Holm: {tally(of['own'], 'holm_verdict')})")
+    if of["artifact"]:
+        others.append(f"{_are(of['artifact'])} on a paper number that is an artifact of the official code: "
+                      f"{tally(of['artifact'])}")
+    return (f"{len(claims)} distinct comparisons: {tally(tested)} (Holm within each table: "
+            f"{tally(tested, 'holm_verdict')})" + (f", and {apart} {PAPER_SCALE_ONLY}" if apart else "")
+            + f". Of them {_are(trend)} the papers' trend claims: {tally(trend)} (Holm: "
+            f"{tally(trend, 'holm_verdict')}); NOT RESOLVED: {share}. " + "; ".join(others) + ".")
+
+
+def _are(rows: list) -> str:
+    return f"{len(rows)} {'is' if len(rows) == 1 else 'are'}"
 
 
 def scale(r: dict) -> str:
@@ -71,15 +103,17 @@ def scale(r: dict) -> str:
 
 def claims_list(rows: list[dict], link: str = "") -> str:
     """Every distinct comparison and every floor, as two Markdown tables; `link` goes before each table's file."""
-    claims = sorted((r for r in rows if r["kind"] == "claim"), key=lambda r: r["paper_claim"] != "yes")  # stable
+    order = {t: i for i, t in enumerate(CLAIM_TYPES)}
+    claims = sorted((r for r in rows if r["kind"] == "claim"), key=lambda r: order.get(r.get("claim_type"), 0))
     floors = [r for r in rows if r["kind"] == "floor" and not r.get("part_of")]  # parts: in the combined table
     lines = [counts(claims), "",
-             "| table | claim | by | paper | ours | vs | scale | verdict, 95 % CI of what is tested | Holm (family) "
-             "| delta | results |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| table | claim | by | type | paper | ours | vs | scale | verdict, 95 % CI of what is tested "
+             "| Holm (family) | delta | results |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in claims:
         by = "paper" if r["paper_claim"] == "yes" else "ours"
-        holm = f"{r['holm_verdict']} ({r['family_size']})" if r.get("holm_verdict") else "—"
-        lines.append(f"| {r['table']} | {r['row']} {r['claim']} | {by} | {num(r['paper'])} | {num(r['mean'])} "
+        holm = f"{r['holm_verdict']} ({r['family_size']})" if r.get("holm_verdict") and counted(r) else "—"
+        lines.append(f"| {r['table']} | {r['row']} {r['claim']} | {by} | {r.get('claim_type') or '—'} | "
+                     f"{num(r['paper'])} | {num(r['mean'])} "
                      f"({r['metric']}, {r['split']}, n {r['n_seeds']}) | {r['compared_with']} "
                      f"{num(r['compared_mean']) if r['compared_mean'] else ''} | {scale(r)} | {_verdict(r)} | "
                      f"{holm} | {num(r.get('delta') or '')} | [{r['file']}]({link}{r['file']}) |")

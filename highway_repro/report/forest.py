@@ -1,7 +1,8 @@
 """`results/claims.png`: a forest plot of every distinct comparison (the `claim` lines of results/summary.csv).
 
-One line per comparison: the difference and its 95 % interval (99 % at a second look, named in its label),
-coloured by verdict, the +-delta band where the comparison has an equivalence margin, and the paper's effect (a
+One line per comparison: the difference and its 95 % interval (99 % at a second look, named in its label, with
+the claim's type where it is the paper's), coloured by verdict (a level claim at another scale than the paper's has
+none: its own colour), the +-delta band where the comparison has an equivalence margin, and the paper's effect (a
 diamond) where papers.py gives one. One panel per unit, since the tables compare different things:
 
 | panel | lines | x |
@@ -19,9 +20,11 @@ import re
 from pathlib import Path
 
 from highway_repro.report import stats
+from highway_repro.report.claims_list import PAPER_SCALE_ONLY, counted
 
 COLORS = {stats.HELD: "tab:green", stats.NOT_HELD: "tab:red", stats.NO_DIFFERENCE: "tab:blue",
           stats.NOT_RESOLVED: "0.55"}
+UNCOUNTED = "tab:purple"  # a level claim at another scale than the paper's: its numbers, no verdict
 PANELS = {"relative": "Highway Transformer: difference, % of the compared row's mean (< 0: the row is lower)",
           "log10 loss": "Highway Networks Fig. 1: log10 final training loss, highway - plain",
           "acc": "Highway Networks: test accuracy, points above the compared row or the paper's threshold",
@@ -76,7 +79,8 @@ def label(r: dict) -> str:
     against = short(str(r.get("compared_with") or "")).split(": ")[-1]  # its model is the row's
     what = f"{short(r['row'])} vs {against}" if two_rows else short(r["row"])
     level = f", {float(r['level']) * 100:g} %" if r.get("level") and float(r["level"]) != 0.95 else ""
-    return f"{r['table']}: {what} ({r['metric']}{', paper' if r.get('paper_claim') in (True, 'yes') else ''}{level})"
+    kind = r.get("claim_type") or "own"
+    return f"{r['table']}: {what} ({r['metric']}{'' if kind == 'own' else ', ' + kind}{level})"
 
 
 def forest(rows: list[dict], path: Path) -> Path | None:
@@ -100,7 +104,7 @@ def forest(rows: list[dict], path: Path) -> Path | None:
                              gridspec_kw={"height_ratios": heights}, squeeze=False)
     for ax, (panel, lines) in zip(axes[:, 0], groups.items()):
         for y, (r, x, lo, hi, delta, paper) in enumerate(reversed(lines)):
-            color = COLORS.get(r["verdict"], "0.55")
+            color = COLORS.get(r["verdict"], "0.55") if counted(r) else UNCOUNTED
             if delta:
                 ax.fill_betweenx([y - 0.35, y + 0.35], -delta, delta, color="tab:blue", alpha=0.12, lw=0)
             if math.isfinite(lo) and math.isfinite(hi):
@@ -119,9 +123,10 @@ def forest(rows: list[dict], path: Path) -> Path | None:
         ax.tick_params(axis="x", labelsize=7)
         ax.grid(axis="x", alpha=0.3)
     handles = [plt.Line2D([], [], color=c, marker="o", lw=1.6, label=v) for v, c in COLORS.items()]
+    handles += [plt.Line2D([], [], color=UNCOUNTED, marker="o", lw=1.6, label=f"{PAPER_SCALE_ONLY} (no verdict)")]
     handles += [plt.Line2D([], [], color="black", marker="D", mfc="none", lw=0, label="the paper's effect"),
                 matplotlib.patches.Patch(color="tab:blue", alpha=0.12, label="+-delta (equivalence margin)")]
-    fig.legend(handles=handles, loc="upper center", ncol=6, fontsize=7, frameon=False)
+    fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=7, frameon=False)
     height = 0.22 * sum(heights) + 1.2
     fig.subplots_adjust(left=0.42, right=0.98, top=1 - 0.6 / height, bottom=0.3 / height, hspace=3.0 * len(groups) / sum(heights))
     path = Path(path)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from highway_repro.report.runs import Run
+from highway_repro.report.runs import Run, device
 
 
 def duration(seconds: float) -> str:
@@ -88,6 +88,13 @@ def header(title: str, runs: list[Run], meta: dict | None = None) -> str:
         lines.append(f"- **{len(other)} kept run{'s' if len(other) > 1 else ''} left out: made with another recipe "
                      f"than the config files now give** ({shown}); move them out of results/ (git history "
                      "keeps committed runs) and train the table again")
+    apart = meta.get("other_device") or []  # made on the other device: not compared (report.runs.one_device)
+    if apart:
+        names = ", ".join(f"`{r.path.name}`" for r in apart[:3]) + (", ..." if len(apart) > 3 else "")
+        lines.append(f"- **{len(apart)} run{'s' if len(apart) > 1 else ''} made on "
+                     f"{'a GPU' if device(apart[0]) == 'gpu' else 'a CPU'} left out** ({names}): a table compares "
+                     f"the runs of one device (the one most of its runs were made on); the device effect, paired by "
+                     f"seed where both exist: docs/gpu.md")
     t = compute_time(runs)
     cpu_h = f"{t['cpu_s'] / 3600:.2f} CPU-hours"
     gpu = [r.metric("time/wall_s") for r in runs if r.run_info.get("cuda_device")]

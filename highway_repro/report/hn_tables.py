@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import math
 
-from highway_repro.report import papers
+from highway_repro.report import papers, stats
 from highway_repro.report.plots import Panel, curve_panel, plot
-from highway_repro.report.spec import (Claim, Measure, TableSpec, best, best_key, count, mean_curve, params, paper,
-                                       stat, top_mean)
+from highway_repro.report.spec import (Claim, Column, Measure, TableSpec, best, best_key, count, mean_curve, num,
+                                       params, paper, stat, top_mean, trials)
 
 # ------------------------------------------------------------------ measures shared by the tables
 TEST_ACC = Measure("test/acc", "test accuracy %", scale=100.0, digits=2, lower_is_better=False)
@@ -38,24 +38,99 @@ def _fig1_figure(t, path):
         best_panels.append(bp)
         top_panels.append(tp)
     best_panels[0].ylabel = "training loss (running mean)"
-    plot(path, best_panels + top_panels, ncols=len(depths), panel_size=(3.2, 3.0))
+    common = _common_k(t)
+    curves = [_expected_best_panel(t, d, colors, common) for d in depths]
+    curves[0].ylabel = "final training loss\n(band: bootstrap, descriptive)"
+    plot(path, best_panels + top_panels + curves, ncols=len(depths), panel_size=(3.2, 3.0))
+
+
+def _depth_trials(t, depth: str) -> dict:
+    """kind -> the final training loss of every trial at `depth`, a failed one at the worst a finished trial of that
+    depth reached (as the claims count failures: `claims.trials`)."""
+    rows = [row for row in t.rows if row.id[0] == depth]
+    finished = [v for row in rows for v in row.values(TRAIN_LOSS)]
+    return {row.id[1]: trials(row, TRAIN_LOSS, max(finished)) for row in rows} if finished else {}
+
+
+def _common_k(t) -> int:
+    """The trials every row has: the k at which rows of different depths compare."""
+    return min((sum(r.status != "missing" for r in row.runs) for row in t.rows), default=0)
+
+
+def _band(xs: list[float], resamples: int = 1000) -> tuple[list[float], list[float]]:
+    """The 2.5 and 97.5 percentiles, pointwise, of the expected-best curve over bootstrap resamples of the trials:
+    descriptive (how far the curve moves with the trials drawn), not a test; at k = N its low end is the best trial."""
+    import numpy as np
+
+    w = np.array(stats.best_of_k_weights(len(xs)))
+    curves = np.sort(np.random.default_rng(0).choice(xs, (resamples, len(xs))), axis=1) @ w.T
+    lo, hi = np.percentile(curves, [2.5, 97.5], axis=0)
+    return lo.tolist(), hi.tolist()
+
+
+def _expected_best_panel(t, depth: str, colors: dict, common: int) -> Panel:
+    """The expected best final training loss of k trials, k = 1..N, per kind (`stats.expected_best`; at k = N the
+    best trial), with its descriptive bootstrap band; a dotted line at the common k where a row has more trials."""
+    p = Panel(f"depth {depth}: expected best of k trials", {}, logy=True, xlabel="trials k")
+    for kind, xs in _depth_trials(t, depth).items():
+        if xs:
+            ks = list(range(1, len(xs) + 1))
+            p.series[kind], p.bands[kind] = (ks, stats.expected_best(xs)), (ks, *_band(xs))
+            p.colors[kind] = colors[kind]
+    if any(len(xs) > common for xs, _ in p.series.values()):
+        p.vlines[common] = f"k = {common}, the common k"
+    return p
+
+
+def expected_best_at_common_k() -> Column:
+    """The expected best final training loss of k trials at the common k (`_common_k`), so that depths with more
+    trials compare with the others at equal k; the best trial where a row has k trials."""
+    def value(row, t):
+        k, xs = _common_k(t), _depth_trials(t, row.id[0]).get(row.id[1])
+        return stats.expected_best(xs)[k - 1] if xs and k else math.nan
+
+    return Column("expected best of k trials (common k)",
+                  lambda row, t: f"{num(value(row, t), TRAIN_LOSS.digits, sci=True)} (k {_common_k(t)})",
+                  lambda row, t: {"expected_best_common_k": value(row, t), "common_k": _common_k(t)})
+
+
+FIG1_TEST = (
+    "How the claims are tested: the paper's statistics, the best of 100 trials and the top-10 mean, have no valid "
+    "interval from a random search's trials (a percentile bootstrap of a minimum never reaches below the best trial "
+    "and errs about twice its level under a true null). Each claim is tested on the "
+    f"{stats.pct(papers.FIG1_QUANTILE)} quantile of a (depth, kind)'s final training loss over all of its trials (the "
+    "loss that one trial in five reaches), by its exact, distribution-free interval from order statistics (ranks "
+    "from the binomial law of the trials below the quantile); highway vs plain, on log10, by the difference of the "
+    "two rows' intervals at the Bonferroni level (each end missing at most (1 - level) / 4), which misses at most "
+    "1 - level whatever the trials' law. The quantile is fixed before any verdict: the lowest multiple of 5 % at "
+    "which every claim can reach both HELD and DID NOT HOLD with 26 trials a row ((1 - q)^26 < 1.25 %: q > 15.5 %). "
+    "It is not the best trial: plain's quantile above 1e-4 says that fewer than a fifth of its trials get there, not "
+    "that none does. The best trial, the top-10 mean and the expected best of k trials (Dodge et al. 2019; the "
+    "figure's bottom row, its band a bootstrap of the curve, descriptive) are shown, not tested; depths compare at "
+    "the common k, the fewest trials of a row (26; depth 50's rows have 100). Simulated under a true null "
+    "(tests/test_random_search.py), a row against a number errs 4.7 % at 95 % (its exact binomial rate: 4.6 %), "
+    "highway vs plain under 0.2 % at one look and over depth 50's two (26 trials at 95 %, then 100 at 99 %: 6 % "
+    "allowed); the price is power: a true 1,000x gap is HELD in about half of the simulated draws of 26 trials a row.")
 
 
 def _fig1_claims(by_id) -> list[Claim]:
-    """Fig. 1 as the paper states it, for both of its statistics (the best trial, the mean of the top 10): at depths
-    50 and 100 highway ends more than FIG1_HIGHWAY_FACTOR below plain (log10 final training loss); plain nets of 10
-    and 20 layers reach FIG1_PLAIN_BELOW. Ours: both kinds train at depth 10."""
+    """Fig. 1's claims: at depths 50 and 100 highway ends more than FIG1_HIGHWAY_FACTOR below plain (log10 final
+    training loss); plain nets of 10 and 20 layers reach FIG1_PLAIN_BELOW. Ours: both kinds train at depth 10.
+    Each is tested on the FIG1_QUANTILE-quantile of a (depth, kind)'s trials (`stats.quantile_test`), not on the
+    paper's best of 100 trials or top-10 mean: a quantile has an exact, distribution-free interval from the trials
+    (order statistics), a best trial has none (its percentile bootstrap cannot reach below the measured best and
+    errs about twice its level); the quantile is the lowest multiple of 5 % at which every claim can reach both
+    verdicts with 26 trials a row (FIG1_TEST, the table's notes, says it in full)."""
+    q, factor = papers.FIG1_QUANTILE, papers.FIG1_HIGHWAY_FACTOR
+    of = f"at the {stats.pct(q)} quantile of the trials"
     log_loss = Measure("train/loss", "log10 final training loss", how="log10", digits=3)
-    factor = papers.FIG1_HIGHWAY_FACTOR
-    out = [Claim(f"is more than {factor:g}x lower than plain ({'best trial' if pick == 'best' else 'top-10 mean'})",
-                 (d, "highway"), log_loss, "lower", (d, "plain"), threshold=-math.log10(factor), pick=pick,
-                 top_k=papers.FIG1_TOP_K, trials=papers.FIG1_TRIALS) for d in ("50", "100") for pick in ("best", "top")]
-    out += [Claim(f"reaches a training loss below {papers.FIG1_PLAIN_BELOW:g} "
-                  f"({'best trial' if pick == 'best' else 'top-10 mean'})", (d, "plain"), TRAIN_LOSS, "lower",
-                  papers.FIG1_PLAIN_BELOW, pick=pick, top_k=papers.FIG1_TOP_K) for d in ("10", "20")
-            for pick in ("best", "top")]
-    out += [Claim(f"trains (best final training loss < {papers.FIG1_TRAINS_BELOW}, a tenth of the initial ln 10)",
-                  ("10", k), TRAIN_LOSS, "lower", papers.FIG1_TRAINS_BELOW, pick="best") for k in ("plain", "highway")]
+    out = [Claim(f"is more than {factor:g}x lower than plain {of}", (d, "highway"), log_loss, "lower", (d, "plain"),
+                 threshold=-math.log10(factor), pick="quantile", q=q) for d in ("50", "100")]
+    out += [Claim(f"reaches a training loss below {papers.FIG1_PLAIN_BELOW:g} {of}", (d, "plain"), TRAIN_LOSS, "lower",
+                  papers.FIG1_PLAIN_BELOW, pick="quantile", q=q) for d in ("10", "20")]
+    out += [Claim(f"trains (final training loss < {papers.FIG1_TRAINS_BELOW}, a tenth of the initial ln 10, {of})",
+                  ("10", k), TRAIN_LOSS, "lower", papers.FIG1_TRAINS_BELOW, pick="quantile", q=q)
+            for k in ("plain", "highway")]
     return out
 
 
@@ -63,19 +138,17 @@ HN_FIG1 = TableSpec(
     "Highway Networks, Fig. 1: FC depth sweep on MNIST (training loss)",
     keys=("model.depth", "model.kind"), order={"model.kind": ("plain", "highway", "residual")},
     columns=(count(trials=True), best(TRAIN_LOSS, "best final training loss", sci=True),
-             *top_mean(TRAIN_LOSS, papers.FIG1_TOP_K, "mean of top-k", sci=True),
+             *top_mean(TRAIN_LOSS, papers.FIG1_TOP_K, "mean of top-k", sci=True), expected_best_at_common_k(),
              best_key(TRAIN_LOSS, "trial", "best trial")),
     primary=TRAIN_LOSS, primary_pick="best", claims=_fig1_claims, floors=tuple(papers.FLOORS["hn_fig1"]),
     measures={"train/loss": TRAIN_LOSS},
     notes="Final training loss = cross-entropy of the final weights on all 60,000 training images; top-k = the "
-          f"k <= {papers.FIG1_TOP_K} best finished trials. The claims test the paper's two statistics, the best trial "
-          f"and the mean of the top {papers.FIG1_TOP_K}, on all trials of a (depth, kind): a trial that diverged "
-          "counts as a failure at the worst final loss a trial of the compared rows reached, never dropped; the "
-          "95 % interval is a percentile bootstrap over the trials (the statistic on resamples of each row's "
-          "trials). Depth 50's highway vs plain is read at its second look: the paper's 100 trials a row (trials "
-          "26-99 added to plain and highway), a 99 % interval; a row's cells count all of its trials (the trials "
-          "column). The plain nets' 'below 1e-4' stands beside our cpu floor (best trial <= 1e-2). "
-          "Paper: 100 random-search runs per (depth, kind), budget unpublished; "
+          f"k <= {papers.FIG1_TOP_K} best finished trials; a trial that diverged counts as a failure at the worst "
+          "final loss a finished trial of the compared rows reached (in the figure and the expected best: of its "
+          f"depth), never dropped.\n\n{FIG1_TEST}\n\nDepth 50's highway vs plain is read at its second look: the "
+          f"paper's {papers.FIG1_TRIALS} trials a row (trials 26-99 added to plain and highway), a 99 % interval; a "
+          "row's cells count all of its trials (the trials column). The plain nets' 'below 1e-4' stands beside our "
+          "cpu floor (best trial <= 1e-2). Paper: 100 random-search runs per (depth, kind), budget unpublished; "
           f"{papers.FIG1_PAPER}. Residual nets were not in the paper.",
     figure=_fig1_figure)
 

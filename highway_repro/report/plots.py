@@ -18,6 +18,8 @@ class Panel:
     colors: dict = field(default_factory=dict)  # label -> colour, to match series across panels
     xlabel: str = "step"
     styles: dict = field(default_factory=dict)  # label -> extra matplotlib line style, e.g. {"marker": "o"}
+    bands: dict = field(default_factory=dict)  # label -> (xs, low, high): a shaded band in the series' colour
+    vlines: dict = field(default_factory=dict)  # x -> legend text: a dotted vertical line
 
 
 def plot(path, panels: list[Panel], ncols: int | None = None, panel_size=(7.0, 4.5)) -> Path:
@@ -35,6 +37,10 @@ def plot(path, panels: list[Panel], ncols: int | None = None, panel_size=(7.0, 4
             style = {"ls": "--", "marker": "o", "ms": 3, "alpha": 0.7} if p.dashed else {"lw": 1.5}
             style |= p.styles.get(label, {})
             ax.plot(xs, ys, label=label, color=p.colors.get(label), **style)
+        for label, (xs, lo, hi) in p.bands.items():
+            ax.fill_between(xs, lo, hi, color=p.colors.get(label), alpha=0.2, lw=0)
+        for x, text in p.vlines.items():
+            ax.axvline(x, color="0.4", ls=":", lw=1, label=text)
         ax.set_xlabel(p.xlabel)
         ax.set_ylabel(p.ylabel)
         if p.logy:

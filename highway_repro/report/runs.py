@@ -167,6 +167,21 @@ def load_run(path: Path) -> Run:
     return Run(path, overrides, config, final, status, error, info)
 
 
+def device(r: Run) -> str:
+    """Where a run was made: "gpu" (its run_info.json names a CUDA device) or "cpu"."""
+    return "gpu" if r.run_info.get("cuda_device") else "cpu"
+
+
+def one_device(runs: list[Run]) -> tuple[list[Run], list[Run]]:
+    """(the runs a table compares, the runs it leaves out): a table compares the runs of one device, the one most
+    of its runs were made on (a tie: the CPU), so that no interval mixes devices: a run made on a GPU differs from
+    its CPU twin by more than the effects the cpu-scale tables test (docs/gpu.md). The cpu-scale tables' own
+    device is the CPU; the paper-size anchor's, the GPU its runs were all made on."""
+    counts = {d: sum(device(r) == d for r in runs) for d in ("cpu", "gpu")}
+    mine = "gpu" if counts["gpu"] > counts["cpu"] else "cpu"
+    return [r for r in runs if device(r) == mine], [r for r in runs if device(r) != mine]
+
+
 def load_runs(folder) -> list[Run]:
     """Every run folder at or below `folder` (one that has metrics.json or .hydra/), sorted by path."""
     folder = Path(folder)

@@ -5,8 +5,8 @@ rendered by `render` into Markdown, CSV rows, claim rows (for results/summary.cs
   read from each run's overrides, else its config (`Run.get`);
 - columns: small named constructors (`stat`, `best`, `paper`, `delta`, ...) over `Measure`s, one number per run;
 - claims: `Claim`s, each tested by a 95 % interval (`stats.py`): two rows (difference of means, Welch) or a
-  row against a number (one-sample t-interval); a random search's best trial or mean of its top k by a bootstrap
-  over all of its trials; two-row comparisons get the equivalence margin delta (`papers.margin`) and the four
+  row against a number (one-sample t-interval); a quantile of a random search's trials by exact order-statistic
+  intervals; two-row comparisons get the equivalence margin delta (`papers.margin`) and the four
   verdicts; a claim is the paper's when `papers.PAPER_CLAIMS` states it (`papers.paper_claim`);
 - the family of a table: its claim tests, Holm-adjusted (`stats.holm_verdicts`) beside the raw verdicts; a test
   on the same runs, measure and rows as a line of another table (a study reusing a table's runs) links to it;
@@ -26,9 +26,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from highway_repro.report import stats
-from highway_repro.report.claims import (LAST_LOOK, RESAMPLES, UNTESTED, Claim, bootstrap_test, claim_line, family,
-                                         floor_claim, paper_claim_of, pick_statistic, pooled, run_id, side_row,
-                                         test_claim, trials)
+from highway_repro.report.claims import (LAST_LOOK, UNTESTED, Claim, claim_line, family, floor_claim, paper_claim_of,
+                                         pooled, run_id, side_row, test_claim, trials)
 from highway_repro.report.columns import (Column, best, best_key, count, mean_curve, paper, params, ratio_to_baseline,
                                           reach_steps, rel_change, stat, steps_to_reach, top_mean)
 from highway_repro.report.measures import NA, Measure, Row, interval, mean_pm, num, pct
@@ -38,8 +37,8 @@ from highway_repro.report.runs import Run
 __all__ = ["NA", "Measure", "Row", "interval", "mean_pm", "num", "pct",
            "Column", "best", "best_key", "count", "mean_curve", "paper", "params", "ratio_to_baseline", "reach_steps",
            "rel_change", "stat", "steps_to_reach", "top_mean",
-           "LAST_LOOK", "RESAMPLES", "UNTESTED", "Claim", "bootstrap_test", "claim_line", "family", "floor_claim", "paper_claim_of",
-           "pick_statistic", "pooled", "run_id", "side_row", "test_claim", "trials",
+           "LAST_LOOK", "UNTESTED", "Claim", "claim_line", "family", "floor_claim", "paper_claim_of",
+           "pooled", "run_id", "side_row", "test_claim", "trials",
            "TableSpec", "Rendered", "group", "claims_of", "render", "floor_met"]
 
 

@@ -12,8 +12,9 @@
 - `second_look_p`: the p-values of a comparison at its second look (`SECOND_LOOK`) on the first look's scale;
 - `seeds_needed`: the seeds per row at which a Welch interval would decide, from the measured spread;
   `decision_cost`: the runs and hours that would take, against the cpu scale's budget of a table.
-- `bootstrap`, `percentile_interval`, `bootstrap_p`: the statistic of a random search (best trial, mean of the top
-  k) on resamples of all of its trials, its interval and its one-sided p-values.
+- `quantile_test`: a random search's q-quantile of its trials (or two searches' difference) against a threshold,
+  by exact order-statistic intervals; `quantile_trials_needed`: the trials per row at which it would decide;
+  `expected_best`: the expected best of k trials, k = 1..N (descriptive).
 
 The t quantile is computed here (scipy is not a dependency): Student's t CDF through the regularised
 incomplete beta function (continued fraction, Numerical Recipes 6.4), inverted by bisection. The tests
@@ -22,6 +23,7 @@ check it against closed forms (1 and 2 degrees of freedom) and published table v
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 
@@ -173,7 +175,7 @@ def point_verdict(value: float, side: str, threshold: float) -> str:
     return verdict((value, value), side, threshold) if value != threshold else NOT_HELD
 
 
-# ------------------------------------------------------------------ p-values, Holm, seeds needed, the bootstrap
+# ------------------------------------------------------------------ p-values, Holm, seeds needed
 def side_p(estimate: float, se: float, df: float, side: str, threshold: float = 0.0) -> float:
     """One-sided p-value of "the true value lies on `side` of `threshold`" from t = (estimate - threshold) / se:
     P(T <= t) for side "lower" (small when the estimate lies far below the threshold), P(T >= t) for "higher".
@@ -227,7 +229,9 @@ def holm_verdicts(tests: list[dict], alpha: float = 1.0 - LEVEL) -> list[str]:
     side, "p_other": of the other side, "p_equiv": of equivalence (the larger of the two one-sided tests against
     +-delta; None without a margin)}, or None for a test without a p-value (no interval: NOT RESOLVED). Each of the
     three lists is adjusted over the family; a verdict is reached when its adjusted p is below alpha / 2 (the
-    one-sided level of a two-sided 95 % interval), so a family of one gives the raw verdicts back."""
+    one-sided level of a two-sided 95 % interval), so a family of one gives the raw verdicts back. NO DIFFERENCE
+    keeps the raw definition: the interval contains the threshold (neither raw one-sided p below alpha / 2), so a
+    difference the raw interval shows is never called no difference once the family widens it."""
     idx = [i for i, t in enumerate(tests) if t is not None]
     adj = {k: holm([tests[i][k] for i in idx]) for k in ("p_side", "p_other")}
     eq = [i for i in idx if tests[i].get("p_equiv") is not None]
@@ -238,7 +242,7 @@ def holm_verdicts(tests: list[dict], alpha: float = 1.0 - LEVEL) -> list[str]:
             out[i] = HELD
         elif adj["p_other"][j] < alpha / 2:
             out[i] = NOT_HELD
-        elif i in adj_eq and adj_eq[i] < alpha / 2:
+        elif i in adj_eq and adj_eq[i] < alpha / 2 and min(tests[i]["p_side"], tests[i]["p_other"]) >= alpha / 2:
             out[i] = NO_DIFFERENCE
     return out
 
@@ -280,32 +284,110 @@ def decision_cost(seeds: int, have: tuple[int, int], run_s: float,
     return more, hours, total, total > TABLE_BUDGET_H
 
 
-def bootstrap(values, statistic, resamples: int = 10000, seed: int = 0) -> list[float]:
-    """The statistic on `resamples` resamples of `values` drawn with replacement, each of the same size as
-    `values` (Efron's bootstrap); seeded, so a report is the same on every build."""
-    import random
-
-    rng, xs = random.Random(seed), list(values)
-    return [statistic(rng.choices(xs, k=len(xs))) for _ in range(resamples)]
-
-
-def percentile_interval(samples: list[float], level: float = LEVEL) -> tuple[float, float]:
-    """The (1 - level) / 2 and (1 + level) / 2 empirical quantiles (nearest rank) of `samples`."""
-    xs = sorted(samples)
-    lo = xs[max(0, math.ceil((1 - level) / 2 * len(xs)) - 1)]
-    hi = xs[min(len(xs) - 1, math.ceil((1 + level) / 2 * len(xs)) - 1)]
-    return lo, hi
+# ------------------------------------------------------------------ a random search: its trials' quantile
+@functools.lru_cache(maxsize=4096)
+def binom_cdf(n: int, q: float) -> tuple[float, ...]:
+    """(P(B <= k) for k = 0..n), B ~ Binomial(n, q), 0 < q < 1 (the pmf by its recurrence, summed in order)."""
+    pmf, total, out = (1.0 - q) ** n, 0.0, []
+    for k in range(n + 1):
+        total += pmf
+        out.append(total)
+        pmf *= (n - k) / (k + 1) * q / (1.0 - q)
+    return tuple(out)
 
 
-def bootstrap_p(samples: list[float], threshold: float, side: str) -> dict:
-    """One-sided p-values of a bootstrap against `threshold` for a claim that the statistic lies on `side` of it
-    ("lower" or "higher"): the share of resampled values at or past the threshold on the other side (p_side), and
-    on the claim's side (p_other). Counted, not taken as 1 - share: 1 - 0.975 is 0.025000000000000022 in floating
-    point, which would part the p-value from `percentile_interval` when exactly a tail's count of resamples lies at
-    the threshold or past it."""
-    n = len(samples)
-    at_or_above = sum(x >= threshold for x in samples) / n
-    at_or_below = sum(x <= threshold for x in samples) / n
-    lower = side == "lower"
-    return {"p_side": at_or_above if lower else at_or_below, "p_other": at_or_below if lower else at_or_above,
-            "p_equiv": None}
+@functools.lru_cache(maxsize=4096)
+def quantile_ranks(n: int, q: float, miss: float) -> tuple[int, int]:
+    """(r, s): the order statistics x_(r) <= Q <= x_(s) of n trials that bound the q-quantile Q of their law, each
+    missing with probability below `miss` whatever the law (P(x_(r) > Q) <= P(B <= r - 1), P(x_(s) < Q) <= P(B >= s),
+    B ~ Binomial(n, q); David & Nagaraja, "Order Statistics", 3rd ed. 2003, sec. 7.1); r = 0: no lower bound, s = n + 1:
+    no upper bound."""
+    cdf = binom_cdf(n, q)
+    return sum(c < miss for c in cdf[:n]), next((k for k in range(1, n + 1) if 1.0 - cdf[k - 1] < miss), n + 1)
+
+
+def quantile(values, q: float) -> float:
+    """The q-quantile of `values`: their order statistic x_(ceil(q n)), the inverse of their distribution function."""
+    xs = sorted(values)
+    return xs[max(1, math.ceil(round(q * len(xs), 9))) - 1]
+
+
+def _bounds(xs: list[float], q: float, miss: float) -> tuple[float, float]:
+    r, s = quantile_ranks(len(xs), q, miss)
+    return xs[r - 1] if r else -math.inf, xs[s - 1] if s <= len(xs) else math.inf
+
+
+def _p_below(xs: list[float], ys: list[float] | None, q: float, t: float) -> float:
+    """p of "Q(xs) - Q(ys) < t" (ys None: "Q(xs) < t"), xs and ys sorted: the least miss over the pairs of bounds
+    x_(i) - y_(j) below t (Bonferroni: twice the larger of the two misses)."""
+    cx = binom_cdf(len(xs), q)
+    if ys is None:
+        k = sum(x < t for x in xs)
+        return 1.0 - cx[k - 1] if k else 1.0
+    cy, best, j = binom_cdf(len(ys), q), 1.0, 0
+    for i, x in enumerate(xs):
+        while j < len(ys) and not x - ys[j] < t:  # the lowest y_(j) that keeps the pair below t: rises with x
+            j += 1
+        if j == len(ys):
+            break
+        best = min(best, 2.0 * max(1.0 - cx[i], cy[j]))
+    return min(1.0, best)
+
+
+def quantile_test(xs, q: float, threshold: float, side: str, ys=None, level: float = LEVEL) -> dict:
+    """A claim on the q-quantile Q of a random search's trials: Q(xs) on `side` of `threshold`, or with `ys` the
+    difference Q(xs) - Q(ys). The interval at `level` is exact and distribution-free: each quantile's order-statistic
+    bounds (`quantile_ranks`, each end missing below (1 - level) / 2), and for a difference the two rows' intervals
+    at the Bonferroni level (each end below (1 - level) / 4: upper of xs minus lower of ys, lower minus upper), so it
+    misses at most 1 - level. One-sided p-values (`holm_verdicts`' input) are the least (1 - level) / 2 at which the
+    interval lies on that side: p < (1 - level) / 2 exactly when it does.
+    -> {"quantiles": (Q(xs), Q(ys) or nan), "estimate", "ci", "tests"}."""
+    if side not in ("lower", "higher"):
+        raise ValueError(f"side={side!r} is not known (valid: lower, higher)")
+    xs, ys = sorted(xs), sorted(ys) if ys is not None else None
+    miss = (1.0 - level) / 2 / (1 if ys is None else 2)
+    (lo, hi), qs = _bounds(xs, q, miss), (quantile(xs, q), quantile(ys, q) if ys is not None else math.nan)
+    if ys is None:
+        below, above = _p_below(xs, None, q, threshold), binom_cdf(len(xs), q)[sum(x <= threshold for x in xs)]
+    else:
+        (ylo, yhi) = _bounds(ys, q, miss)
+        lo, hi = lo - yhi, hi - ylo
+        below, above = _p_below(xs, ys, q, threshold), _p_below(ys, xs, q, -threshold)
+    p_side, p_other = (below, above) if side == "lower" else (above, below)
+    return {"quantiles": qs, "estimate": qs[0] - (qs[1] if ys is not None else 0.0), "ci": (lo, hi),
+            "tests": {"p_side": min(1.0, p_side), "p_other": min(1.0, p_other), "p_equiv": None}}
+
+
+def quantile_trials_needed(xs, q: float, threshold: float, ys=None, level: float = SECOND_LOOK,
+                           cap: int = 1000) -> int | None:
+    """Trials per row at which `quantile_test`'s interval at `level` would decide if each row's trials kept their
+    measured distribution: the smallest n from the trials a row has now whose bounds, read off the measured trials at
+    the same fractions (rank r of n -> the measured trial of rank ceil(r N / n)), exclude `threshold`; None when no
+    n <= cap does."""
+    rows = [sorted(xs)] + ([sorted(ys)] if ys is not None else [])
+    miss = (1.0 - level) / 2 / len(rows)
+    for n in range(max(map(len, rows)), cap + 1):
+        r, s = quantile_ranks(n, q, miss)
+        ends = [(v[-(-r * len(v) // n) - 1] if r else -math.inf, v[-(-s * len(v) // n) - 1] if s <= n else math.inf)
+                for v in rows]
+        lo, hi = ends[0] if len(rows) == 1 else (ends[0][0] - ends[1][1], ends[0][1] - ends[1][0])
+        if hi < threshold or lo > threshold:
+            return n
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def best_of_k_weights(n: int) -> tuple[tuple[float, ...], ...]:
+    """w[k - 1][i - 1] = C(n - i, k - 1) / C(n, k): the chance that the i-th best of n values is the best of k of them
+    drawn at random without replacement (k, i = 1..n; each row sums to 1)."""
+    return tuple(tuple(math.comb(n - i, k - 1) / math.comb(n, k) for i in range(1, n + 1)) for k in range(1, n + 1))
+
+
+def expected_best(values, lower_is_better: bool = True) -> list[float]:
+    """The expected best of k trials of a random search, k = 1..N, from its N trials: sum_i w[k - 1][i - 1] x_(i) over
+    the trials ranked best first (`best_of_k_weights`), the unbiased estimate over the k-subsets of the trials; the
+    mean at k = 1, the best trial at k = N (Dodge et al. 2019, "Show Your Work", EMNLP, sec. 3; they draw the k
+    trials with replacement, which never reaches the best trial; Dodge et al. 2021, "Expected Validation Performance
+    and Estimation of a Random Variable's Maximum", Findings of EMNLP: this unbiased form)."""
+    xs = sorted(values, reverse=not lower_is_better)
+    return [sum(w * x for w, x in zip(row, xs)) for row in best_of_k_weights(len(xs))]

@@ -18,16 +18,17 @@ from collections import Counter
 from pathlib import Path
 
 from highway_repro.report import papers, stats
-from highway_repro.report.claims_list import claims_list
+from highway_repro.report.claims_list import PAPER_SCALE_ONLY, claims_list, counted
 from highway_repro.report.forest import forest
 from highway_repro.report.spec import LAST_LOOK, UNTESTED, Rendered, floor_met
 
 COLUMNS = ["table", "row", "kind", "metric", "split", "n_seeds", "mean", "std", "ci_low", "ci_high", "level", "paper",
            "floor", "floor_met", "claim", "verdict", "delta", "family_size", "holm_verdict", "compared_with",
-           "compared_mean", "diff", "paper_effect", "paper_claim", "seeds_needed", "same_as", "detail", "scale", "runs",
-           "runs_planned", "part_of", "file"]
+           "compared_mean", "diff", "paper_effect", "paper_claim", "claim_type", "seeds_needed", "same_as", "detail",
+           "scale", "runs", "runs_planned", "part_of", "file"]
 # runs, runs_planned: the table's (partial: fewer); part_of: the study whose combined table also holds these rows
-# (README.md's glance shows that one only)
+# (README.md's glance shows that one only); claim_type: papers.CLAIM_TYPES (a level claim is counted at the paper's
+# scale only, claims_list.counted)
 
 
 def _num(x):
@@ -68,6 +69,7 @@ def claim_rows(name: str, t: Rendered, scale: str | None) -> list[dict]:
                     "floor_met": floor_met(r) if c.kind == "floor" else None,
                     "claim": c.text + c.paper_note, "verdict": r["verdict"], "compared_with": against,
                     "compared_mean": _num(r["other_mean"]), "diff": _num(r["diff"]), "paper_claim": r["paper"],
+                    "claim_type": r["claim_type"],
                     "detail": (r["detail"] or (LAST_LOOK if r.get("last_look") else "")).replace("`", ""),
                     "scale": scale, "delta": _num(r["delta"]),
                     "comparison": r["key"], "experiment": r["experiment"], "tests": r["tests"],
@@ -147,6 +149,8 @@ def distinct(rows: list[dict]) -> None:
                     key=lambda r: home_rank(r["table"], r.get("part_of"), r.get("experiment", ""))):
         home = homes.setdefault(r["comparison"], r)
         if home is not r:
+            if r["paper_claim"] and not home["paper_claim"]:
+                home["claim_type"] = r.get("claim_type")
             home["paper_claim"] = home["paper_claim"] or r["paper_claim"]
             r.update(kind="same", same_as=f"{home['file']}: {home['row']} {home['claim']}", family_size=None,
                      holm_verdict=None)
@@ -194,23 +198,28 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
              "seeds, wall time, CPU-hours and machine. `summary.csv` has one line per table row, distinct comparison "
              "(kind `claim`; a table's line on a comparison that another table holds: kind `same`) and floor "
              f"(written by `make tables`); `claims.png` draws every distinct comparison. Verdicts: "
-             f"{stats.VERDICTS_EXPLAINED}.", "",
+             f"{stats.VERDICTS_EXPLAINED}. Each comparison has a type (`claim_type`): "
+             + "; ".join(f"**{k}** = {v}" for k, v in papers.CLAIM_TYPES.items())
+             + f"; a level claim at another scale is shown, marked {PAPER_SCALE_ONLY}, and counted in no verdict.",
+             "",
              "| table | scale | runs | claims held / did not hold / no difference / not resolved (not testable yet) "
              "| Holm | family | linked to another table | floors met |",
              "|---|---|---|---|---|---|---|---|"]
     order = (stats.HELD, stats.NOT_HELD, stats.NO_DIFFERENCE, stats.NOT_RESOLVED)
     for d, rel in tables:
         mine = [r for r in rows if r["file"] == rel]
-        claims = [r for r in mine if r["kind"] == "claim"]
+        claims = [r for r in mine if r["kind"] == "claim" and counted(r)]
+        paper_scale = sum(r["kind"] == "claim" and not counted(r) for r in mine)
         v = Counter(r["verdict"] for r in claims)
         h = Counter(r["holm_verdict"] or r["verdict"] for r in claims)
         untested = sum(1 for r in claims if r.get("detail", "").startswith(UNTESTED))
         fl = [r["floor_met"] for r in mine if r["kind"] == "floor"]
         n, planned = d.get("runs"), d.get("runs_planned")
         runs = "not recorded" if n is None else f"{n} of {planned} (partial)" if planned and planned > n else str(n)
-        size = next((r["family_size"] for r in claims if r.get("family_size")), 0)
+        size = next((r["family_size"] for r in mine if r["kind"] == "claim" and r.get("family_size")), 0)
         lines.append(f"| [{d['title']}]({rel}) | {d.get('scale') or '?'} | {runs} | "
-                     + " / ".join(str(v[k]) for k in order) + f"{f' ({untested})' if untested else ''} | "
+                     + " / ".join(str(v[k]) for k in order) + f"{f' ({untested})' if untested else ''}"
+                     + f"{f'; {paper_scale} {PAPER_SCALE_ONLY}' if paper_scale else ''} | "
                      + " / ".join(str(h[k]) for k in order) + f" | {size} | "
                      f"{sum(r['kind'] == 'same' for r in mine)} | {f'{sum(fl)} of {len(fl)}' if fl else '—'} |")
     missing = missing_paper_claims(rows)

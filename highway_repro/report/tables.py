@@ -11,7 +11,7 @@ from pathlib import Path
 from highway_repro.report.header import header
 from highway_repro.report.hn_tables import DEMO, HN_ANALYSIS, HN_CIFAR, HN_FIG1, HN_TABLE1
 from highway_repro.report.ht_tables import gate_zoo_table, ht_table, paper_anchor_table, placement_panels
-from highway_repro.report.runs import Run
+from highway_repro.report.runs import Run, one_device
 from highway_repro.report.spec import render
 from highway_repro.report.summary import comparisons_elsewhere, write_claims
 
@@ -74,6 +74,9 @@ def build_table(name: str, runs: list[Run], out: Path, meta: dict) -> str:
         raise ValueError(f"table {name!r} is not known (valid: {', '.join(sorted(TABLES))})")
     spec = TABLES[name]
     out = Path(out)
+    runs, left_out = one_device(runs)
+    if left_out:
+        meta = {**meta, "other_device": left_out}
     t, body, csv_text = render(spec, runs, name, comparisons_elsewhere(out, name, meta.get("part_of")))
     text = header(spec.title, runs, meta) + body
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -109,7 +109,8 @@ def _damaged(results: Path, scale: str, allowed: bool) -> int:
     it out of their statistics); 1 when there is one, unless `allowed`."""
     from highway_repro.report.runs import load_run
 
-    runs = [load_run(p.parent) for p in sorted(results.glob(f"*/runs/*-{scale}/*/metrics.json"))]
+    runs = [load_run(p.parent) for kept in (f"*-{scale}", f"*-{scale}-gpu")
+            for p in sorted(results.glob(f"*/runs/{kept}/*/metrics.json"))]
     damaged = [r for r in runs if r.status == "damaged"]
     for r in damaged:
         print(f"{'warning' if allowed else 'error'}: {r.error}: counted as damaged, left out of the statistics",
@@ -259,7 +260,8 @@ def _run(names: list[str], args, results: Path, runs_root: Path) -> int:
     if args.report_only:
         for name in names:
             parts = TARGETS[name].parts
-            if args.all and not any(any((results / runs_folder(n, args.scale)).glob("*/metrics.json"))
+            if args.all and not any(any(any((results / runs_folder(n, args.scale, apart)).glob("*/metrics.json"))
+                                        for apart in (False, True))
                                     or reused_folders(n, args.scale, results) for n in parts or (name,)):
                 continue  # make tables: only the tables that have kept runs (not only the record of a stopped start)
             try:  # the report's files are written in place, as the runner holding the table writes them at its end

@@ -32,14 +32,23 @@ def _runs_in(sweep_dir: Path, single: bool) -> list[Path]:
     return [sweep_dir] if single else sorted(p.parent for p in sweep_dir.glob("*/metrics.json"))
 
 
-def keep(sweep_dir: Path, kept: Path, single: bool = False) -> int:
+def made_on_gpu(run: Path) -> bool:
+    """Whether the run folder's run was made on a GPU (its run_info.json names a CUDA device)."""
+    try:
+        return bool(json.loads((run / "run_info.json").read_text()).get("cuda_device"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def keep(sweep_dir: Path, kept: Path, single: bool = False, apart: Path | None = None) -> int:
     """Copy the small files of every finished run of the sweep folder into the kept-runs folder
-    (a single-run table keeps its run as <kept>/run). Returns the number of files written."""
+    (a single-run table keeps its run as <kept>/run); a run made on a GPU into `apart` instead, where given (the
+    table's <name>-<scale>-gpu: `targets.runs_folder`). Returns the number of files written."""
     n = 0
     for run in _runs_in(sweep_dir, single):
         if run_status(run) not in FINISHED:
             continue
-        dst = kept / ("run" if single else run.name)
+        dst = (apart if apart is not None and made_on_gpu(run) else kept) / ("run" if single else run.name)
         for f in KEPT_FILES:
             if (run / f).exists() and (not (dst / f).exists() or (dst / f).read_bytes() != (run / f).read_bytes()):
                 (dst / f).parent.mkdir(parents=True, exist_ok=True)
@@ -91,7 +100,8 @@ def table_runs(name: str, scale: str, runs_root: Path, results: Path) -> list:
     runs.update({r.path.name: r for r in (load_runs(kept) if kept.is_dir() else [])})
     for folder in reused_folders(name, scale, results):
         runs.setdefault(folder.name, load_run(folder))
-    return sorted(runs.values(), key=lambda r: r.path.name)
+    apart = results / runs_folder(name, scale, apart=True)  # made on a GPU: the report compares one device's runs
+    return sorted(runs.values(), key=lambda r: r.path.name) + (load_runs(apart) if apart.is_dir() else [])
 
 
 def reused_folders(name: str, scale: str, results: Path) -> list[Path]:

@@ -18,7 +18,7 @@ from highway_repro.runner.estimate import (CALIBRATION_FILE, DEFAULT_PEAK_GB, es
 from highway_repro.runner.keep import FINISHED, keep, refuse_other_recipe, restore, run_status
 from highway_repro.runner.plan import REPEAT_KEYS, dirname, job_names, jobs_of, override_key, plan_grids
 from highway_repro.runner.progress import Progress
-from highway_repro.targets import TARGETS, make_target, runs_folder
+from highway_repro.targets import TARGETS, kept_apart, make_target, runs_folder
 
 @dataclass(eq=False)  # one object per table: compared and hashed by identity
 class TablePlan:
@@ -40,6 +40,7 @@ class TablePlan:
     start: float | None = None
     base: dict | None = None  # the table's record as it was when the table started
     left: int = 0  # commands not yet ended
+    apart: Path | None = None  # where runs made on a GPU are kept (`targets.runs_folder(..., apart=True)`)
 
 
 def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Path, results: Path,
@@ -104,10 +105,11 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
         shown = shlex.join(["python", "-m", "highway_repro.reproduce", name, "--scale", scale, *extra])
     if todo and peak_how != "default":
         print(f"[{name}] memory: {peak:.1f} GB a run at its peak ({peak_how})", flush=True)
+    apart = results / runs_folder(name, scale, apart=True) if kept_apart(scale) else None
     p = TablePlan(name, sweep_dir, kept, not t.sweep, fresh, shown, secs=secs if total else [], threads=threads,
-                  todo=todo, peak_gb=peak)
+                  todo=todo, peak_gb=peak, apart=apart)
     if not todo and not estimate_only and sweep_dir.exists():
-        keep(sweep_dir, kept, single=not t.sweep)  # runs that finished after the last keep (a runner killed -9)
+        keep(sweep_dir, kept, single=not t.sweep, apart=apart)  # runs that finished after the last keep (a kill -9)
     if estimate_only or not todo:
         return p
     base = [sys.executable, "-m", "highway_repro.train", f"experiment={t.experiment}", f"scale={scale}",
@@ -135,7 +137,7 @@ def tick(p: TablePlan) -> None:
     """A progress tick: keep the runs finished so far and record the table's time up to now, so that a runner
     killed -9 (a machine that goes away) loses neither its finished runs nor more than a tick of its time."""
     if p.sweep_dir.exists():
-        keep(p.sweep_dir, p.kept, single=p.single)
+        keep(p.sweep_dir, p.kept, single=p.single, apart=p.apart)
     if p.start is not None:
         record_time(p, time.time())
 
@@ -160,7 +162,7 @@ def finish_table(p: TablePlan) -> None:
         p.progress.stop.set()
         p.progress.join()  # a tick may be keeping files right now
     p.sweep_dir.mkdir(parents=True, exist_ok=True)
-    n = keep(p.sweep_dir, p.kept, single=p.single)
+    n = keep(p.sweep_dir, p.kept, single=p.single, apart=p.apart)
     record_time(p, time.time())
     if p.progress is not None:
         print(p.progress.line(), f"- kept files updated: {n}", flush=True)
