@@ -1,6 +1,7 @@
 """The claim statistics beyond the interval: Holm's adjustment on a published example, the order-statistic interval
 of a random search's quantile on a textbook example and its p-values at the interval's edge, the seeds and trials a
-decision needs, and each comparison counted once (a study reusing a table's runs links to the table)."""
+decision needs, each comparison counted once (a study reusing a table's runs links to the table), and two rows
+trained on the same seeds tested paired (Student's sleep data)."""
 
 from __future__ import annotations
 
@@ -420,3 +421,66 @@ def test_a_paper_claim_s_margin_is_at_most_half_the_paper_s_effect():
     assert papers.margin("bpc", 2.154, effect) == pytest.approx(0.5 * 0.0020 / 1.072 * 2.154)
     assert papers.margin("bpc", 2.154, (-0.13, -0.087)) == pytest.approx(0.005 * 2.154)  # a large effect: the rule
     assert papers.margin("log10 loss", -3.0, (-2.0, None)) == 0.5 and papers.margin("x", 1.0, effect) is None
+
+
+def _seed_rows(folder, values: dict, data_seed: bool = True) -> dict:
+    """Rows of fake runs, one a seed: {row: {seed: value}}; `data_seed`: the config has `data.seed` = `seed`."""
+    from highway_repro.report.measures import Row
+
+    rows = {}
+    for v, by_seed in values.items():
+        runs = []
+        for seed, x in by_seed.items():
+            config = {"seed": seed, **({"data": {"seed": seed}} if data_seed else {})}
+            fake_run(folder / f"{v}{seed}", [f"seed={seed}"], config, {"status": "done", "test/hours": x})
+            runs.append(load_runs(folder / f"{v}{seed}")[0])
+        rows[(v,)] = Row((v,), v, runs)
+    return rows
+
+
+def test_a_paired_interval_on_students_sleep_data(tmp_path):
+    """Student's (1908) sleep data (R's `sleep`): extra hours of sleep of 10 patients under two drugs. R's
+    `t.test(extra ~ group, data = sleep, paired = TRUE)`: mean difference -1.58, t = -4.0621, df 9, p = 0.002833,
+    95 % CI [-2.4598858, -0.7001142]; unpaired (Welch): [-3.3654832, 0.2054832]. Patients as seeds, the same
+    `seed` and `data.seed` in both rows: the claim is tested paired and HELD, where Welch's interval contains 0."""
+    from highway_repro.report.claims import Claim, test_claim
+    from highway_repro.report.measures import Measure
+
+    drug1 = [0.7, -1.6, -0.2, -1.2, -0.1, 3.4, 3.7, 0.8, 0.0, 2.0]
+    drug2 = [1.9, 0.8, 1.1, 0.1, -0.1, 4.4, 5.5, 1.6, 4.6, 3.4]
+    rows = _seed_rows(tmp_path, {"drug1": dict(enumerate(drug1)), "drug2": dict(enumerate(drug2))})
+    res = test_claim(Claim("sleeps less", ("drug1",), Measure("test/hours", "hours"), "lower", ("drug2",)), rows)
+    assert res["diff"] == pytest.approx(-1.58) and res["ci"] == pytest.approx((-2.4598858, -0.7001142), abs=1e-6)
+    assert res["ci_unpaired"] == pytest.approx((-3.3654832, 0.2054832), abs=1e-6)
+    assert res["tests"]["p_side"] == pytest.approx(0.002833 / 2, abs=1e-6) and res["verdict"] == stats.HELD
+    assert "difference -1.58, paired 95 % CI [-2.46, -0.7001] over 10 seeds (Welch's: [-3.365, 0.2055])" in res["line"]
+
+
+def test_a_shared_per_seed_component_narrows_the_paired_interval(tmp_path):
+    """Two rows 0.05 apart whose seeds move both by up to +-0.5: the paired interval is a small part of Welch's and
+    decides (HELD) where Welch's cannot; the same runs without `data.seed` in their configs, with a seed one row
+    lacks (different seed counts: Welch uses every run), or with fewer than 2 seeds, keep Welch's test."""
+    from highway_repro.report.claims import Claim, claim_line, test_claim
+    from highway_repro.report.measures import Measure
+
+    shared = [0.0, 0.3, -0.2, 0.5, -0.4]
+    noise = [0.004, -0.003, 0.001, -0.002, 0.0]
+    values = {"a": {k: 2.0 + s + e for k, (s, e) in enumerate(zip(shared, noise))},
+              "b": {k: 2.05 + s - e for k, (s, e) in enumerate(zip(shared, noise))}}
+    claim = Claim("ends lower", ("a",), Measure("test/hours", "hours"), "lower", ("b",))
+    res = test_claim(claim, _seed_rows(tmp_path / "paired", values))
+    (lo, hi), (wlo, whi) = res["ci"], res["ci_unpaired"]
+    assert hi - lo < (whi - wlo) / 20 and res["verdict"] == stats.HELD and res["diff"] == pytest.approx(-0.05)
+    assert stats.verdict(res["ci_unpaired"], "lower") == stats.NOT_RESOLVED
+    assert "over 5 seeds (Welch's: [" in claim_line(res)
+    extra = test_claim(claim, _seed_rows(tmp_path / "extra", {**values, "a": values["a"] | {5: 1.0}}))
+    assert "ci_unpaired" not in extra and ", Welch 95 % CI [" in extra["line"]
+    welch = test_claim(claim, _seed_rows(tmp_path / "unpaired", values, data_seed=False))
+    assert welch["ci"] == res["ci_unpaired"] and "ci_unpaired" not in welch and ", Welch 95 % CI [" in welch["line"]
+    apart = test_claim(claim, _seed_rows(tmp_path / "apart", {"a": {0: 2.0, 1: 2.1, 2: 2.2}, "b": {2: 2.3, 3: 2.4}}))
+    assert "ci_unpaired" not in apart and ", Welch 95 % CI [" in apart["line"]
+    # undecided: the seeds a paired interval at 99 % needs, the first n with t(0.995, n - 1) sd / sqrt(n) < |mean|
+    # (differences -0.05, 0, -0.1: sd 0.05; n 10: 3.250 x 0.05 / sqrt(10) = 0.0514, n 11: 0.0478)
+    rows = _seed_rows(tmp_path / "open", {"a": {0: 2.0, 1: 2.1, 2: 2.2}, "b": {0: 2.05, 1: 2.1, 2: 2.3}})
+    n = next(n for n in range(3, 100) if stats.t_quantile(0.995, n - 1) * 0.05 / math.sqrt(n) < 0.05)
+    assert test_claim(claim, rows)["seeds_needed"] == n == 11

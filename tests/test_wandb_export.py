@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+import time
 
 import pytest
 
@@ -77,6 +78,10 @@ def read_offline_run(folder) -> dict:
     """An offline run folder as {"run": its run record, "config", "history": {step: {key: value}}, "summary"}."""
     (file,) = folder.glob("run-*.wandb")
     out = {"config": {}, "history": {}, "summary": {}}
+    for _ in range(120):  # W&B's service may still be flushing the file on a busy machine (up to a minute)
+        if any(r.WhichOneof("record_type") == "exit" for r in records(file)):
+            break
+        time.sleep(0.5)
 
     def items(updates):
         return {(u.key or "/".join(u.nested_key)): json.loads(u.value_json) for u in updates}

@@ -29,8 +29,8 @@ from highway_repro.targets import REPORTS, TARGETS, runs_folder
 METRICS = ("acc", "bpc", "ppl", "loss")  # a summary.csv metric names one of these (`mean bpc over evaluations`)
 CLAIMS_KEY = "report/claims"
 # summary.csv columns that hold numbers (empty: None); the others are text
-NUMERIC = {"n_seeds", "mean", "std", "ci_low", "ci_high", "level", "paper", "floor", "delta", "family_size",
-           "compared_mean", "diff", "paper_effect", "runs", "runs_planned"}
+NUMERIC = {"n_seeds", "mean", "std", "ci_low", "ci_high", "ci_unpaired_low", "ci_unpaired_high", "level", "paper",
+           "floor", "delta", "family_size", "compared_mean", "diff", "paper_effect", "runs", "runs_planned"}
 
 
 def table_folders(name: str, scale: str, results: Path) -> list[Path]:

@@ -13,13 +13,14 @@
 | `spec.py` | the one table style: `TableSpec` (rows, columns, claims, floors) and `render` |
 | `measures.py` | `Measure` (one number per run), `Row` (the runs of a row), the number formats |
 | `columns.py` | the column constructors (`stat`, `best`, `paper`, ...) and a row's mean learning curve |
-| `claims.py` | `Claim` and its tests (Welch, one-sample t, a quantile of trials), the family with Holm, floors as claims |
+| `claims.py` | `Claim` and its tests (paired by seed or Welch, one-sample t, a quantile of trials), the family with Holm, floors as claims |
 | `tables.py` | `TABLES` (name -> spec), `build_table` and `findings_path` (a follow-up step's kept findings) |
 | `header.py` | the one header writer (command, scale, seeds, runs, times, machine from run_info.json) |
 | `plots.py` | the one plotting helper |
 | `summary.py` | `<table>.claims.json`, `results/summary.csv` (each comparison once), `results/README.md` |
 | `claims_list.py` | the full claims list of `results/README.md` and the counts of verdicts (standard library only) |
 | `forest.py` | `results/claims.png`: every distinct comparison, its interval, delta and the paper's effect |
+| `ledger.py` | `results/preregistration.md` from the append-only ledger, and the check of the definitions against it |
 | `cli.py` | `python -m highway_repro.report` (generic tables of any sweep) |
 
 This package reads files only: it imports neither torch nor the models, the trainer or the runner.

@@ -1,9 +1,10 @@
 """Claims and their tests: a `Claim` (a row's measure on one side of another row or of a number), tested by a 95 %
 interval (`stats.py`; 99 % at a comparison's second look, `stats.SECOND_LOOK`, and every other comparison on the
-runs of its first look, `first_look`): two rows by Welch's difference of means with the equivalence margin delta,
-a row against a number by a one-sample t-interval, a quantile of a random search's trials (or two searches'
-difference) by exact order-statistic intervals (`stats.quantile_test`); the family of a table's tests, Holm-adjusted
-(`family`); floors as claims (`floor_claim`)."""
+runs of its first look, `first_look`): two rows by their difference of means with the equivalence margin delta,
+paired by seed where the design pairs them (`seed_pairs`: a paired t interval of the per-seed differences), else
+by Welch's interval, a row against a number by a one-sample t-interval, a quantile of a random search's trials (or
+two searches' difference) by exact order-statistic intervals (`stats.quantile_test`); the family of a table's tests,
+Holm-adjusted (`family`); floors as claims (`floor_claim`)."""
 
 from __future__ import annotations
 
@@ -24,10 +25,10 @@ from highway_repro.report.runs import Run
 
 @dataclass(frozen=True)
 class Claim:
-    """`row`'s `measure` lies on `side` of `against`: another row (difference of means, Welch; the difference is
-    compared with `threshold`, 0 for "lower / higher than") or a number (one-sample). `row` / `against` may pool
-    several rows (a tuple of row ids: their runs together). pick: all runs | "best" run (a floor on a random search:
-    a single value) | "quantile": the `q`-quantile of a random search's trials, failures included
+    """`row`'s `measure` lies on `side` of `against`: another row (difference of means, paired by seed or Welch; the
+    difference is compared with `threshold`, 0 for "lower / higher than") or a number (one-sample). `row` / `against`
+    may pool several rows (a tuple of row ids: their runs together). pick: all runs | "best" run (a floor on a random
+    search: a single value) | "quantile": the `q`-quantile of a random search's trials, failures included
     (`stats.quantile_test`)."""
     text: str
     row: tuple
@@ -82,6 +83,26 @@ def _values(row: Row, c: Claim) -> list[float]:
     """The values of the row that the claim tests: all, or the best run's (a floor on a random search)."""
     ranked = [v for v, _ in row.ranked(c.measure)]
     return ranked[:1] if c.pick == "best" else ranked
+
+
+def seed_pairs(row: Row, other: Row, m: Measure) -> list[float] | None:
+    """The per-seed differences row - other, where the design pairs the two rows: both finished the same seeds (a
+    run's seed: its `seed` and `data.seed`, so the two runs of a pair see the same data order), at least 2. None
+    otherwise (a run without `seed` or `data.seed`, a seed twice in a row, a seed one row has and the other lacks:
+    rows of different seed counts keep Welch's test, which uses every run)."""
+    def by_seed(r: Row) -> dict | None:
+        out = {}
+        for v, run in r.ranked(m):
+            key = (run.get("seed"), run.get("data.seed"))
+            if None in key or tuple(map(str, key)) in out:
+                return None
+            out[tuple(map(str, key))] = v
+        return out
+
+    a, b = by_seed(row), by_seed(other)
+    if a is None or b is None or set(a) != set(b) or len(a) < 2:
+        return None
+    return [a[k] - b[k] for k in sorted(a)]
 
 
 SWEEP_DIR = Path(__file__).resolve().parents[2] / "configs" / "sweep"
@@ -270,23 +291,30 @@ def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> dict:
         res["other_mean"], res["other_n"] = statistics.fmean(ys), len(ys)
         res["diff"] = res["mean"] - res["other_mean"]
         res["ci"] = stats.welch_interval(xs, ys, level)
+        se_df, sds = stats.welch_se_df(xs, ys), (res["std"], stats.mean_std(ys)[1])
+        how = ("Welch " if res["ci"] else "", "")  # the test, before and after its interval in the line
+        pairs = seed_pairs(row, other, m) if c.pick == "all" and not (pooled(c.row) or pooled(c.against)) else None
+        if pairs:  # the seeds both rows finished: the paired t interval of their differences
+            ds, res["ci_unpaired"] = pairs, res["ci"]
+            res["diff"], sd = stats.mean_std(ds)
+            res["ci"], se_df, sds = stats.mean_interval(ds, level), (sd / math.sqrt(len(ds)), len(ds) - 1), (sd, 0.0)
+            how = "paired ", f" over {len(ds)} seeds (Welch's: " + "[{:.4g}, {:.4g}])".format(*res["ci_unpaired"])
         if c.threshold == 0:
             res["delta"] = papers.margin(m.metric, res["other_mean"], res["paper_effect"])
         res["verdict"] = stats.verdict(res["ci"], c.side, c.threshold, res["delta"])
-        se_df = stats.welch_se_df(xs, ys)
         if se_df:
             res["tests"] = stats.second_look_p(_t_tests(res["diff"], *se_df, c.side, c.threshold, res["delta"]),
                                                level)
         if res["verdict"] == stats.NOT_RESOLVED:
-            res["seeds_needed"] = stats.seeds_needed(res["std"], stats.mean_std(ys)[1], res["diff"], res["delta"],
-                                                     stats.SECOND_LOOK, start=max(len(xs), len(ys)))
+            res["seeds_needed"] = stats.seeds_needed(*sds, res["diff"], res["delta"], stats.SECOND_LOOK,
+                                                     start=max(len(xs), len(ys)))
             run_s = _cpu_run_seconds(used)
             if res["seeds_needed"] and run_s:
                 res["decision"] = stats.decision_cost(res["seeds_needed"], (len(xs), len(ys)), run_s,
                                                       _table_cpu_seconds(table_rows))
         must = f" (must be {'<' if c.side == 'lower' else '>'} {c.threshold:g})" if c.threshold else ""
         band = f", delta ±{res['delta']:.3g}" if res["delta"] is not None else ""
-        tested = f"difference {res['diff']:+.4g}{must}, {interval(res['ci'], level)}{at}{band}"
+        tested = f"difference {res['diff']:+.4g}{must}, {how[0]}{interval(res['ci'], level)}{at}{how[1]}{band}"
         line = (f"{label} {c.text} ({what}): {num(res['mean'], d)} (n {len(xs)}) vs "
                 f"{other.label} {num(res['other_mean'], d)} (n {len(ys)}); {tested}")
         if c.reach:

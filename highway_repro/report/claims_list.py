@@ -39,6 +39,7 @@ def counted(r: dict) -> bool:
 
 def _verdict(r: dict) -> str:
     second = " at 99 %, the second look" if float(r.get("level") or 0.95) > 0.95 else ""  # stats.SECOND_LOOK
+    second += ", paired by seed" if r.get("ci_unpaired_low") else ""
     ci = (f" [{num(r['ci_low'])}, {num(r['ci_high'])}]{second}" if r["ci_low"] else
           f" ({r['detail']})" if r["detail"].startswith("not testable") else " (no interval)")  # report.spec.UNTESTED
     if not counted(r):  # its numbers, for information

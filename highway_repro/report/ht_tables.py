@@ -314,7 +314,7 @@ def paper_anchor_table() -> TableSpec:
 
 def gate_zoo_table() -> TableSpec:
     """The gate zoo: every gate kind on every model; each gated row against its model's baseline and
-    its parameter-matched baseline (Welch intervals); a pivot of the verdicts per (kind, model) cell."""
+    its parameter-matched baseline (paired or Welch intervals); a pivot of the verdicts per (kind, model) cell."""
     test = Measure("test/bpc", "test bpc")
     auc = Measure("val/bpc", "mean val bpc over evals (AUC)", how="auc")
     rows = sweep_rows(f"ht_zoo_{next(iter(ZOO_MODELS)).removeprefix('ht_')}")  # every part has the same rows
@@ -345,7 +345,8 @@ def gate_zoo_table() -> TableSpec:
         results = {(c.row, c.against[1]): test_claim(c, by_id) for c in spec_claims if c.row in by_id}
         models = [m for m in ZOO_MODELS if any(k[0] == m for k in by_id)]
         lines = ["Verdict per cell (test bpc, mean ± std over seeds; the change against the model's baseline and "
-                 "its parameter-matched baseline, each with its 95 % Welch interval of the difference):", "",
+                 "its parameter-matched baseline, each with its 95 % interval of the difference, paired by seed "
+                 "where the rows share seeds):", "",
                  "| gate | " + " | ".join(ZOO_MODELS[m] for m in models) + " |", "|---|" + "---|" * len(models)]
         for v in rows:
             cells = []

@@ -4,9 +4,9 @@ rendered by `render` into Markdown, CSV rows, claim rows (for results/summary.cs
 - rows: runs are grouped by the spec's config `keys` (`("variant",)`, `("model.width", "model.kind")`),
   read from each run's overrides, else its config (`Run.get`);
 - columns: small named constructors (`stat`, `best`, `paper`, `delta`, ...) over `Measure`s, one number per run;
-- claims: `Claim`s, each tested by a 95 % interval (`stats.py`): two rows (difference of means, Welch) or a
-  row against a number (one-sample t-interval); a quantile of a random search's trials by exact order-statistic
-  intervals; two-row comparisons get the equivalence margin delta (`papers.margin`) and the four
+- claims: `Claim`s, each tested by a 95 % interval (`stats.py`): two rows (difference of means, paired by seed or
+  Welch) or a row against a number (one-sample t-interval); a quantile of a random search's trials by exact
+  order-statistic intervals; two-row comparisons get the equivalence margin delta (`papers.margin`) and the four
   verdicts; a claim is the paper's when `papers.PAPER_CLAIMS` states it (`papers.paper_claim`);
 - the family of a table: its claim tests, Holm-adjusted (`stats.holm_verdicts`) beside the raw verdicts; a test
   on the same runs, measure and rows as a line of another table (a study reusing a table's runs) links to it;

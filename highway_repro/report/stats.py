@@ -1,6 +1,7 @@
 """Means, 95 % confidence intervals and the four verdicts.
 
-- `mean_interval(xs)`: the t-interval of a mean (one sample, n - 1 degrees of freedom).
+- `mean_interval(xs)`: the t-interval of a mean (one sample, n - 1 degrees of freedom); of per-seed differences,
+  the paired interval of two rows trained on the same seeds.
 - `welch_interval(a, b)`: the interval of mean(a) - mean(b) with Welch's standard error and
   Welch-Satterthwaite degrees of freedom (no equal-variance assumption).
 - `verdict(interval, side, threshold, delta)`: HELD when the interval lies wholly on the claim's side of the
@@ -10,7 +11,7 @@
 - `side_p`, `holm`, `holm_verdicts`: one-sided p-values of the same tests and the verdicts of a family of them
   after Holm's (1979) step-down adjustment.
 - `second_look_p`: the p-values of a comparison at its second look (`SECOND_LOOK`) on the first look's scale;
-- `seeds_needed`: the seeds per row at which a Welch interval would decide, from the measured spread;
+- `seeds_needed`: the seeds per row at which a Welch (or paired) interval would decide, from the measured spread;
   `decision_cost`: the runs and hours that would take, against the cpu scale's budget of a table.
 - `quantile_test`: a random search's q-quantile of its trials (or two searches' difference) against a threshold,
   by exact order-statistic intervals; `quantile_trials_needed`: the trials per row at which it would decide;
@@ -29,7 +30,9 @@ import statistics
 
 HELD, NOT_HELD, NO_DIFFERENCE, NOT_RESOLVED = "HELD", "DID NOT HOLD", "NO DIFFERENCE", "NOT RESOLVED"
 VERDICTS = (HELD, NOT_HELD, NO_DIFFERENCE, NOT_RESOLVED)
-VERDICTS_EXPLAINED = ("HELD = the interval lies wholly on the claim's side, DID NOT HOLD = wholly on the other side, "
+VERDICTS_EXPLAINED = ("two rows trained on the same seeds (the same `seed` and `data.seed`) are compared by the "
+                      "paired interval of their per-seed differences, other rows by Welch's; "
+                      "HELD = the interval lies wholly on the claim's side, DID NOT HOLD = wholly on the other side, "
                       "NO DIFFERENCE = it contains 0 and lies within +-delta (the equivalence margin of the metric), "
                       "NOT RESOLVED = none of these (too few runs to tell); the Holm verdict is the same test "
                       "with the table's claim tests as one family; the hours a decision would take are the runs' "
@@ -254,7 +257,8 @@ def seeds_needed(sd_a: float, sd_b: float, diff: float, delta: float | None, lev
     below |diff| (the interval then excludes 0: HELD or DID NOT HOLD) or below delta - |diff| (the interval then
     lies within +-delta: NO DIFFERENCE), with df(n) = (n - 1) (sd_a^2 + sd_b^2)^2 / (sd_a^4 + sd_b^4) (Welch's df
     for equal n) and t_q the (1 + level) / 2 quantile; n counts from `start` (the larger row's seeds now: both rows
-    brought to n). None when no spread is measured or no n <= `cap` decides."""
+    brought to n). A paired interval (or one sample): sd_a the sd of the differences, sd_b 0, so df(n) = n - 1 and
+    h(n) = t_q(n - 1) * sd_a / sqrt(n). None when no spread is measured or no n <= `cap` decides."""
     va, vb = sd_a * sd_a, sd_b * sd_b
     if not all(math.isfinite(x) for x in (va, vb, diff)) or va + vb == 0.0:
         return None

@@ -22,10 +22,13 @@ from highway_repro.report.claims_list import PAPER_SCALE_ONLY, claims_list, coun
 from highway_repro.report.forest import forest
 from highway_repro.report.spec import LAST_LOOK, UNTESTED, Rendered, floor_met
 
-COLUMNS = ["table", "row", "kind", "metric", "split", "n_seeds", "mean", "std", "ci_low", "ci_high", "level", "paper",
+COLUMNS = ["table", "row", "kind", "metric", "split", "n_seeds", "mean", "std", "ci_low", "ci_high",
+           "ci_unpaired_low", "ci_unpaired_high", "level", "paper",
            "floor", "floor_met", "claim", "verdict", "delta", "family_size", "holm_verdict", "compared_with",
            "compared_mean", "diff", "paper_effect", "paper_claim", "claim_type", "seeds_needed", "same_as", "detail",
            "scale", "runs", "runs_planned", "part_of", "file"]
+# ci_unpaired_low, ci_unpaired_high: a comparison tested paired by seed (ci_*: the paired interval), its Welch
+# interval at the same level (empty for every other line);
 # runs, runs_planned: the table's (partial: fewer); part_of: the study whose combined table also holds these rows
 # (README.md's glance shows that one only); claim_type: papers.CLAIM_TYPES (a level claim is counted at the paper's
 # scale only, claims_list.counted)
@@ -57,13 +60,15 @@ def claim_rows(name: str, t: Rendered, scale: str | None) -> list[dict]:
             "claim": "", "verdict": "", "scale": scale})
     for r in t.results:
         c = r["claim"]
-        ci = r["ci"]
+        ci, welch = r["ci"], r.get("ci_unpaired")
         against = (r["other_label"] or "/".join(map(str, c.against))).replace("`", "") \
             if isinstance(c.against, tuple) else c.against
         out.append({"table": name, "row": r["label"].replace("`", ""), "kind": c.kind, "metric": c.measure.metric,
                     "split": c.measure.split, "n_seeds": r["n"], "mean": _num(r["mean"]),
                     "std": _num(r["std"]) if c.pick != "best" else None,
                     "ci_low": _num(ci[0]) if ci else None, "ci_high": _num(ci[1]) if ci else None,
+                    "ci_unpaired_low": _num(welch[0]) if welch else None,
+                    "ci_unpaired_high": _num(welch[1]) if welch else None,
                     "level": r["level"] if ci else None, "paper": _num(c.paper_value),
                     "floor": c.against if c.kind == "floor" else None,
                     "floor_met": floor_met(r) if c.kind == "floor" else None,
@@ -237,8 +242,8 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
     archived = [o for o in others if o.startswith(ARCHIVE + "/")]
     others = [o for o in others if o not in archived]
     if others:
-        lines += ["", "Other reports (benchmarks, or tables written before claims files existed): "
-                  + ", ".join(f"[{o}]({o})" for o in others) + "."]
+        lines += ["", "Other reports (benchmarks, the ledger of what was fixed when, or tables written before claims "
+                  "files existed): " + ", ".join(f"[{o}]({o})" for o in others) + "."]
     lines += ["", "Superseded recipes (their tables and kept runs, `archive/`: `cpu-v1` the first, much shorter cpu "
               "scale; `cpu-v2` runs of recipes sized for a slower machine; `cpu-v3` a char-PTB run with the paper's "
               "dropout; `cpu-v4` the CIFAR table at 6,000 steps; `cpu-v5` Fig. 1 with the decay every epoch; the "

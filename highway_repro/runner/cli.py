@@ -285,6 +285,10 @@ def _run(names: list[str], args, results: Path, runs_root: Path) -> int:
 
         expected = {n: f"{TARGETS[n].help} (`make {make_target(n)}`)" for n in REPORTS}
         print(f"wrote {write_summary(results, expected)}", file=sys.stderr)
+        from highway_repro.report.ledger import write_ledger
+
+        if (ledger := write_ledger(results)) is not None:  # results/preregistration.md, when a ledger is kept
+            print(f"wrote {ledger}", file=sys.stderr)
     return status
 
 

@@ -1,0 +1,322 @@
+"""The preregistration ledger: when each definition a verdict rests on was fixed, and how many of the runs it
+compares were kept before then. `results/preregistration.json` is append-only (built once from the git history by
+`scripts/build_ledger.py`, an entry appended with each later change); `make tables` writes it out as
+`results/preregistration.md`.
+
+An entry: `id`, `kind`, `table`, `definition` (what is compared with the code; null: the claim was removed),
+`commit` and `date` (the first commit that holds the definition as it stands; an entry appended with an
+uncommitted change names the commit the change is made on, and the time it was appended), `runs_before` /
+`runs_after` (the kept runs of the rows it compares, cpu scale, either device: committed at or before that commit /
+after it, counted when the entry was made), `after_data` (true when runs_before > 0) and `reason` (what changed
+and why; required after the data). The kinds `definitions` reads from the code:
+
+| kind | definition |
+|---|---|
+| `claim` | a `papers.PAPER_CLAIMS` claim (id: table, rows, against, statistic): statistic, side, against, threshold |
+| `claim types` | the type (`papers.CLAIM_TYPES`) of every paper claim |
+| `margin` | a table's margins: `papers.MARGINS` of its comparisons' metrics, `PAPER_EFFECT_SHARE` where it applies |
+| `seeds` | the first look's grid, seeds or trials per row: `configs/sweep/<table>/cpu*.yaml` but the second look |
+| `look` | a second look (`cpu-second_look.yaml`): its grid, its level (`stats.SECOND_LOOK`) and the claims it decides |
+
+A `rule` entry records a reading rule of the report (Holm's verdicts, one device per comparison): shown, not
+compared with the code.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import yaml
+
+from highway_repro.report import papers, stats
+from highway_repro.targets import CONFIG_DIR, TARGETS, runs_folder
+
+LEDGER = "preregistration.json"
+SCALE = "cpu"  # the kept runs' scale: the one the ledger counts
+REPEAT_KEYS = ("seed", "trial")
+SECOND_LOOK_FILE = f"{SCALE}-second_look.yaml"
+
+
+# ------------------------------------------------------------ grids
+def swept(spec) -> list[str]:
+    """A swept value as Hydra's basic sweeper reads it: a number or name, a comma list, range(a,b)."""
+    text = str(spec).replace(" ", "")
+    if text.startswith("range(") and text.endswith(")"):
+        return [str(i) for i in range(*map(int, text[6:-1].split(",")))]
+    return text.split(",")
+
+
+def row_label(params: dict) -> str:
+    """A grid row as Hydra names a job, less its seed or trial: `model.depth=10,model.kind=plain`."""
+    return ",".join(f"{k}={params[k]}" for k in sorted(params) if k not in REPEAT_KEYS)
+
+
+def params_of(text: str) -> dict:
+    """A sweep file's grid: `hydra.sweeper.params`."""
+    return yaml.safe_load(text)["hydra"]["sweeper"]["params"]
+
+
+def grid(param_sets) -> dict[str, list[str]]:
+    """The union of grids (each a sweep file's `hydra.sweeper.params`): row label -> its seeds or trials, sorted."""
+    out: dict[str, set] = {}
+    for spec in param_sets:
+        params = {k: swept(v) for k, v in spec.items()}
+        rows = [{}]
+        for k, vs in params.items():
+            rows = [{**r, k: v} for r in rows for v in vs] if k not in REPEAT_KEYS else rows
+        seeds = next((params[k] for k in REPEAT_KEYS if k in params), [""])
+        for r in rows:
+            out.setdefault(row_label(r), set()).update(seeds)
+    return {row: sorted(s, key=lambda x: (len(x), x)) for row, s in sorted(out.items())}
+
+
+def compact(seeds: list[str]) -> str:
+    """`["0", "1", "2", "7"]` -> `"0-2,7"`."""
+    out, nums = [], sorted(int(s) for s in seeds)
+    for n in nums:
+        if out and n == out[-1][1] + 1:
+            out[-1][1] = n
+        else:
+            out.append([n, n])
+    return ",".join(f"{a}-{b}" if b > a else f"{a}" for a, b in out)
+
+
+def expand(text: str) -> set[str]:
+    """The inverse of `compact`."""
+    out = set()
+    for part in filter(None, text.split(",")):
+        a, _, b = part.partition("-")
+        out.update(str(i) for i in range(int(a), int(b or a) + 1))
+    return out
+
+
+def sweep_params(table: str, second_look: bool = False) -> list[dict]:
+    """The grids of the table's cpu sweep files: the first look's, or its second look's."""
+    folder = CONFIG_DIR / "sweep" / table
+    files = sorted(folder.glob(f"{SCALE}*.yaml")) if folder.is_dir() else []
+    return [params_of(p.read_text()) for p in files if (p.name == SECOND_LOOK_FILE) == second_look]
+
+
+# ------------------------------------------------------------ definitions
+def claim_id(c) -> str:
+    """A paper claim's id: its table, rows, what it is compared with (a row, or a number: then the number is its
+    threshold, part of its definition) and its statistic."""
+    against = "/".join(c.against) if isinstance(c.against, tuple) else "a number"
+    return f"claim {c.table} {'/'.join(c.row)} vs {against} on {c.statistic}"
+
+
+def claim_entry(c) -> dict:
+    """A paper claim's entry: its test as strings, and the rows it compares (`rows`, for counting its runs)."""
+    number = not isinstance(c.against, tuple)
+    factor = re.search(r" x([0-9.e+]+)$", c.statistic)
+    threshold = f"{c.against:g}" if number else f"{-math.log10(float(factor[1])):g}" if factor else "0"
+    sides = [c.row] + ([] if number else [c.against])
+    return {"id": claim_id(c), "kind": "claim", "table": c.table, "rows": [list(s) for s in sides],
+            "definition": {"statistic": c.statistic, "side": c.side,
+                           "against": f"{c.against:g}" if number else "/".join(c.against), "threshold": threshold}}
+
+
+def types_entry(claims) -> dict:
+    """The type of every paper claim, as one definition."""
+    return {"id": "claim types", "kind": "claim types", "table": None,
+            "definition": {claim_id(c): c.claim_type for c in claims}}
+
+
+def margin_entry(table: str, pp, metrics: list[str]) -> dict | None:
+    """The margins of `metrics` (Measure.metric names) in papers module `pp`, and its paper-effect share where a
+    paper claim of the table has a paper effect (the current papers.py says which)."""
+    if not metrics:
+        return None
+    keys = {next((k for k in papers.MARGINS if k == m or (k == "mean over evaluations" and m.startswith("mean "))),
+                 m) for m in metrics}
+    margins = getattr(pp, "MARGINS", {})
+    d = {k: f"{margins[k].value:g} {'relative' if margins[k].relative else 'absolute'}" if k in margins else "none"
+         for k in sorted(keys)}
+    if any(c.table == table and papers.paper_effect(c) for c in papers.PAPER_CLAIMS):
+        d["paper effect share"] = f"{pp.PAPER_EFFECT_SHARE:g}" if hasattr(pp, "PAPER_EFFECT_SHARE") else "none"
+    return {"id": f"margin {table}", "kind": "margin", "table": table, "definition": d}
+
+
+def seeds_entry(table: str, param_sets) -> dict:
+    """A table's first look: each row's seeds or trials."""
+    return {"id": f"seeds {table}", "kind": "seeds", "table": table,
+            "definition": {row: compact(s) for row, s in grid(param_sets).items()}}
+
+
+def look_entry(table: str, param_sets, level: float | None, second_look_claims) -> dict | None:
+    """A table's second look: its grid, its level and the claims it decides (None: the table has none)."""
+    if not param_sets:
+        return None
+    return {"id": f"second look {table}", "kind": "look", "table": table, "definition": {
+        "grid": {row: compact(s) for row, s in grid(param_sets).items()}, "level": f"{level:g}" if level else "none",
+        "claims": sorted(claim_id(c) for c in second_look_claims if c.table == table)}}
+
+
+def table_metrics(table: str, results: Path) -> list[str]:
+    """The metrics of the table's comparisons with a margin, from its claims file (none before it is made)."""
+    path = results / f"{TARGETS[table].results}.claims.json"
+    rows = json.loads(path.read_text())["rows"] if path.exists() else []
+    return sorted({r["metric"] for r in rows if r.get("kind") == "claim" and r.get("delta") is not None})
+
+
+def sweep_tables() -> list[str]:
+    """The tables with a grid at the ledger's scale."""
+    return [t for t in TARGETS if t != "demo" and (CONFIG_DIR / "sweep" / t / f"{SCALE}.yaml").exists()]
+
+
+def definitions(results: Path) -> list[dict]:
+    """Every definition the ledger checks, as the code and configs now give it."""
+    out = [claim_entry(c) for c in papers.PAPER_CLAIMS] + [types_entry(papers.PAPER_CLAIMS)]
+    out += [m for t in TARGETS if t != "demo" and (m := margin_entry(t, papers, table_metrics(t, results)))]
+    for t in sweep_tables():
+        out.append(seeds_entry(t, sweep_params(t)))
+        if (look := look_entry(t, sweep_params(t, True), stats.SECOND_LOOK, papers.SECOND_LOOK_CLAIMS)):
+            out.append(look)
+    return out
+
+
+# ------------------------------------------------------------ the runs a definition compares
+def _job(name: str) -> tuple[dict, str]:
+    """A kept run's folder name -> (its row's overrides, its seed or trial)."""
+    params = dict(p.split("=", 1) for p in re.split(r",(?=[\w.+~]+=)", name) if "=" in p)
+    return {k: v for k, v in params.items() if k not in REPEAT_KEYS}, next(
+        (params[k] for k in REPEAT_KEYS if k in params), "")
+
+
+def kept_runs(table: str, results: Path) -> list[str]:
+    """The kept run folders of a table (results-relative): its own, on either device (the report compares one
+    device's, `report.runs.one_device`; the ledger counts both, since either was read), and those of the tables it
+    reuses that are cells of its grid; a combined table's, its parts'."""
+    t = TARGETS[table]
+    if t.parts:
+        return [r for p in t.parts for r in kept_runs(p, results)]
+    cells = {row: set(s) for look in (False, True) for row, s in grid(sweep_params(table, look)).items()}
+    own = {p.parent.name: p.parent for p in (results / runs_folder(table, SCALE)).glob("*/metrics.json")}
+    for other in t.reuse:
+        for p in (results / runs_folder(other, SCALE)).glob("*/metrics.json"):
+            row, seed = _job(p.parent.name)
+            if seed in cells.get(row_label(row), ()):
+                own.setdefault(p.parent.name, p.parent)
+    gpu = [p.parent for p in (results / runs_folder(table, SCALE, apart=True)).glob("*/metrics.json")]
+    return sorted(p.relative_to(results).as_posix() for p in [*own.values(), *gpu])
+
+
+def _in_row(job: dict, row: list, keys: tuple) -> bool:
+    """Whether a job's overrides place it in `row` (values of the table's `keys`; a key the job does not set, such as
+    Table 1's kind, is the config's and matches)."""
+    return all(job.get(k, v) == v for k, v in zip(keys, row))
+
+
+def compared(entry: dict, results: Path, previous: dict | None = None) -> list[str]:
+    """The kept runs (results-relative folders) that a definition compares; the claim types': those of the claims
+    whose type differs from `previous` (the newest entry's definition; None: every claim)."""
+    from highway_repro.report.tables import TABLES
+
+    kind, table = entry["kind"], entry["table"]
+    if kind == "claim types":
+        changed = {k for k, v in entry["definition"].items() if (previous or {}).get(k) != v}
+        claims = [claim_entry(c) for c in papers.PAPER_CLAIMS if claim_id(c) in changed]
+        return sorted({r for c in claims for r in compared(c, results)})
+    if table is None:  # a reading rule: every table
+        return sorted({r for t in sweep_tables() for r in kept_runs(t, results)})
+    runs = [(r, *_job(r.rsplit("/", 1)[-1])) for r in kept_runs(table, results)]
+    if kind == "margin":
+        return [r for r, _, _ in runs]
+    if kind in ("seeds", "look"):
+        cells = entry["definition"]["grid"] if kind == "look" else entry["definition"]
+        return [r for r, job, seed in runs if seed in expand(cells.get(row_label(job), ""))]
+    keys = TABLES[table].keys
+    rows = [[v] for side in entry["rows"] for v in side] if len(keys) == 1 else entry["rows"]
+    look = {row: set(s) for row, s in grid(sweep_params(table, True)).items()}
+    decided = entry.get("second_look") or entry["id"] in {claim_id(c) for c in papers.SECOND_LOOK_CLAIMS}
+    return [r for r, job, seed in runs if any(_in_row(job, row, keys) for row in rows)
+            and (decided or seed not in look.get(row_label(job), ()))]
+
+
+# ------------------------------------------------------------ reading, checking, writing
+def load(results: Path) -> list[dict]:
+    """The ledger's entries, in the order they were made ([] where there is none)."""
+    path = Path(results) / LEDGER
+    return json.loads(path.read_text())["entries"] if path.exists() else []
+
+
+def latest(entries: list[dict]) -> dict[str, dict]:
+    """The newest entry of each id (entries are in the order they were made)."""
+    return {e["id"]: e for e in entries}
+
+
+def problems(entries: list[dict], results: Path) -> list[str]:
+    """Each definition that differs from its newest ledger entry, or has none, or is gone while its entry stands;
+    with how many of its runs are kept (then the new entry must say after the data, and why)."""
+    last, out = latest(entries), []
+    current = {d["id"]: d for d in definitions(results)}
+    for key, d in current.items():
+        e = last.get(key)
+        if e is None or e["definition"] != d["definition"]:
+            n = len(compared(d, results, e and e["definition"]))
+            out.append(f"{key}: {'not in the ledger' if e is None else 'differs from its ledger entry'} ({n} of its "
+                       f"runs kept{': an entry after the data, with its reason' if n else ''}; append one with "
+                       "`python scripts/build_ledger.py --append" + (' --reason "..."`)' if n else "`)"))
+    for key, e in last.items():
+        if key not in current and e["kind"] != "rule" and e["definition"] is not None:
+            out.append(f"{key}: in the ledger, no longer in the code (append its removal with "
+                       "`python scripts/build_ledger.py --append --reason \"...\"`)")
+    return out
+
+
+def describe(e: dict) -> str:
+    """An entry's definition in a few words."""
+    d, kind = e["definition"], e["kind"]
+    if d is None:
+        return "removed"
+    if kind == "claim":
+        return f"{d['side']}, threshold {d['threshold']}"
+    if kind == "claim types":
+        counts = {t: list(d.values()).count(t) for t in papers.CLAIM_TYPES}
+        return ", ".join(f"{n} {t}" for t, n in counts.items() if n)
+    if kind == "margin":
+        return "; ".join(f"{k} {v}" for k, v in d.items())
+    if kind == "rule":
+        return d
+    cells = d["grid"] if kind == "look" else d
+    by_seeds: dict[str, list] = {}
+    for row, s in cells.items():
+        by_seeds.setdefault(s, []).append("/".join(p.split("=", 1)[-1] for p in row.split(",")) or "the run")
+    named = {s: ", ".join(rows) if len(rows) <= 8 else f"{len(rows)} rows" for s, rows in by_seeds.items()}
+    text = "; ".join(f"{rows}: {s}" for s, rows in named.items())
+    return text + (f"; at {d['level']}, deciding {len(d['claims'])} claim(s)" if kind == "look" else "")
+
+
+def render(entries: list[dict]) -> str:
+    after = [e for e in entries if e.get("after_data")]
+    lines = ["# Preregistration ledger", "",
+             "When each definition a verdict rests on was fixed: every paper claim's test, the claim types, each "
+             "table's margins, first-look seeds and second look, and the report's reading rules; the commit that "
+             "holds it as it stands, its date, and how many kept runs of the rows it compares (cpu scale, either "
+             "device) were committed at or before that commit and after it. An entry made after any of its runs is "
+             "**after the data**, with its reason. `results/preregistration.json` holds the entries (append-only: "
+             "built from the git history by `scripts/build_ledger.py`, an entry appended with each later change); "
+             "`make tables` writes this page from it, and a fast test (tests/test_ledger.py) fails when a definition "
+             "differs from its newest entry.", "",
+             f"{len(entries)} entries, {len(after)} of them after the data.", "",
+             "| what | definition | commit | date | runs before / after | after the data |",
+             "|---|---|---|---|---|---|"]
+    for e in entries:
+        note = f"; {e['reason']}" if e.get("reason") else ""
+        flag = f"**after the data**: {e['reason']}" if e.get("after_data") else f"no{note}"
+        lines.append(f"| {e['id']} | {describe(e)} | {e['commit'][:7]} | {e['date'][:16].replace('T', ' ')} | "
+                     f"{e['runs_before']} / {e['runs_after']} | {flag.replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_ledger(results: Path) -> Path | None:
+    """`<results>/preregistration.md` from `<results>/preregistration.json`; None where there is no ledger."""
+    entries = load(results)
+    if not entries:
+        return None
+    path = Path(results) / "preregistration.md"
+    path.write_text(render(entries))
+    return path

@@ -1,0 +1,132 @@
+"""The preregistration ledger (results/preregistration.json, report/ledger.py): the code's definitions (the paper
+claims' tests, margins, seeds, looks) match their newest entries; a change after the data needs an entry that says
+so, with its reason; the page names every such entry; the ledger only grows."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import REPO
+from highway_repro.report import ledger, papers
+
+RESULTS = REPO / "results"
+
+
+@pytest.fixture(scope="module")
+def entries() -> list[dict]:
+    return ledger.load(RESULTS)
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("build_ledger", REPO / "scripts" / "build_ledger.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_definition_matches_its_newest_ledger_entry(entries):
+    """The check `make test` runs: a claim's test, a table's margins, seeds or second look that differ from the
+    ledger's newest entry for them (or have none) fail here until an entry is appended
+    (`python scripts/build_ledger.py --append [--reason ...]`)."""
+    assert entries, "results/preregistration.json is missing (python scripts/build_ledger.py --write)"
+    problems = ledger.problems(entries, RESULTS)
+    assert not problems, "\n".join(problems)
+
+
+def test_a_change_after_the_data_fails_until_an_entry_says_why(entries, monkeypatch):
+    """Turning a claim's side, a margin's share or a table's seeds is caught, with the runs it compares counted; an
+    appended entry that marks the change after the data, with its reason, clears it; a new claim on rows without
+    runs needs an entry too (its first), but no reason."""
+    claim = next(c for c in papers.PAPER_CLAIMS if c.table == "ht_char_ptb")
+    turned = claim._replace(side="higher")
+    new = papers.PaperClaim("ht_char_ptb", ("new_row",), ("other_new_row",), "test/bpc", "lower", "", "own")
+    monkeypatch.setattr(papers, "PAPER_CLAIMS", [turned if c is claim else c for c in papers.PAPER_CLAIMS] + [new])
+    monkeypatch.setattr(papers, "PAPER_EFFECT_SHARE", 0.25)
+    found = ledger.problems(entries, RESULTS)
+    by_id = {p.split(":")[0]: p for p in found}
+    assert set(by_id) == {ledger.claim_id(claim), ledger.claim_id(new), "margin ht_char_ptb", "margin ht_word_ptb",
+                          "margin ht_enwik8_l6", "margin ht_enwik8_l12", "claim types"}, found
+    turned_text = by_id[ledger.claim_id(claim)]
+    assert "differs from its ledger entry (10 of its runs kept: an entry after the data" in turned_text
+    assert "not in the ledger (0 of its runs kept;" in by_id[ledger.claim_id(new)]
+    assert "differs from its ledger entry (0 of its runs kept;" in by_id["claim types"]  # only the new claim's type
+    appended = [{**d, "commit": "0" * 40, "date": "2100-01-01T00:00:00+00:00", "runs_before": 1, "runs_after": 0,
+                 "after_data": True, "reason": "why"} for d in ledger.definitions(RESULTS)
+                if d["id"] in by_id]
+    assert ledger.problems(entries + appended, RESULTS) == []
+
+
+def test_a_changed_seed_list_is_caught(entries, tmp_path, monkeypatch):
+    shutil.copytree(REPO / "configs" / "sweep", tmp_path / "sweep")
+    extra = tmp_path / "sweep" / "ht_char_ptb" / "cpu-extra_seeds.yaml"
+    extra.write_text(extra.read_text().replace("seed: 2,3,4", "seed: 2,3,4,5"))
+    monkeypatch.setattr(ledger, "CONFIG_DIR", tmp_path)
+    assert [p.split(":")[0] for p in ledger.problems(entries, RESULTS)] == ["seeds ht_char_ptb"]
+
+
+def test_append_adds_an_entry_after_the_data_only_with_a_reason(entries, monkeypatch):
+    """How a contributor records a change: `build_ledger.py --append --reason ...` appends an entry for each
+    definition that differs, made on the current commit, every kept run counted as before it."""
+    if not (REPO / ".git").exists():
+        pytest.skip("no git history here")
+    build = _script()
+    claim = next(c for c in papers.PAPER_CLAIMS if c.table == "ht_word_ptb")
+    monkeypatch.setattr(papers, "PAPER_CLAIMS", [claim._replace(side="higher") if c is claim else c
+                                                 for c in papers.PAPER_CLAIMS])
+    with pytest.raises(SystemExit, match="give --reason"):
+        build.append("", None)
+    grown = build.append("the paper's side read again", None)
+    assert grown[:len(entries)] == entries and len(grown) == len(entries) + 1
+    new = grown[-1]
+    assert new["id"] == ledger.claim_id(claim) and new["after_data"] and new["runs_before"] == 10
+    assert new["reason"] == "the paper's side read again; before it: lower, threshold 0"
+    assert re.fullmatch(r"[0-9a-f]{40}", new["commit"])
+    assert ledger.problems(grown, RESULTS) == []
+
+
+def test_the_page_names_every_after_the_data_entry_with_its_reason(entries):
+    page = ledger.render(entries)
+    lines = {line.split(" | ")[0].removeprefix("| "): line for line in page.splitlines() if line.startswith("| ")}
+    after = [e for e in entries if e["after_data"]]
+    assert after and f"{len(entries)} entries, {len(after)} of them after the data." in page
+    for e in after:
+        assert f"**after the data**: {e['reason'].replace('|', '/')}" in page, e["id"]
+        assert e["id"] in lines
+    assert page.count("**after the data**:") == len(after)
+    assert (RESULTS / "preregistration.md").read_text() == page, "results/preregistration.md is stale: make tables"
+
+
+def test_the_ledger_only_grows(entries):
+    """Append-only: every entry names a commit of the history and a date, dates never go back, an entry after the
+    data says why, and the committed ledger is the start of the current one."""
+    assert all(re.fullmatch(r"[0-9a-f]{40}", e["commit"]) and e["date"] for e in entries)
+    dates = [e["date"] for e in entries]
+    assert dates == sorted(dates), "entries are appended in the order they were made"
+    for e in entries:
+        assert e["after_data"] == (e["runs_before"] > 0) and (e["reason"] or not e["after_data"]), e["id"]
+        assert e["kind"] in ("claim", "claim types", "margin", "seeds", "look", "rule"), e["id"]
+    if not (REPO / ".git").exists():
+        pytest.skip("no git history here")
+    known = subprocess.run(["git", "cat-file", "--batch-check"], cwd=REPO, capture_output=True, text=True,
+                           input="\n".join(sorted({e["commit"] for e in entries})) + "\n").stdout
+    assert "missing" not in known, known
+    committed = subprocess.run(["git", "show", f"HEAD:results/{ledger.LEDGER}"], cwd=REPO, capture_output=True,
+                               text=True)
+    if committed.returncode == 0:
+        before = json.loads(committed.stdout)["entries"]
+        assert entries[:len(before)] == before, "an entry of the committed ledger was changed or removed"
+
+
+def test_grids_and_seed_lists():
+    g = ledger.grid([{"variant": "a,b", "seed": "0,1"}, {"variant": "b", "seed": "2,3,4"},
+                     {"model.depth": 10, "model.kind": "plain", "trial": "range(0,3)"}])
+    assert g == {"model.depth=10,model.kind=plain": ["0", "1", "2"], "variant=a": ["0", "1"],
+                 "variant=b": ["0", "1", "2", "3", "4"]}
+    assert ledger.compact(["0", "1", "2", "7", "1111"]) == "0-2,7,1111"
+    assert ledger.expand("0-2,7,1111") == {"0", "1", "2", "7", "1111"}
