@@ -37,6 +37,16 @@ def compose(overrides: list[str]):
         return hydra_compose("train", overrides=overrides)
 
 
+def load_script(name: str):
+    """scripts/<name>.py as a module (the scripts are not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def mirror() -> Path | None:
     """The offline data mirror named by $HIGHWAY_DATA_MIRROR, if it is one (it has a SHA256SUMS file)."""
     m = os.environ.get("HIGHWAY_DATA_MIRROR")

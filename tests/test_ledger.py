@@ -4,7 +4,6 @@ so, with its reason; the page names every such entry; the ledger only grows."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
@@ -12,7 +11,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, load_script
 from highway_repro.report import ledger, papers
 
 RESULTS = REPO / "results"
@@ -24,10 +23,7 @@ def entries() -> list[dict]:
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("build_ledger", REPO / "scripts" / "build_ledger.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("build_ledger")
 
 
 def test_every_definition_matches_its_newest_ledger_entry(entries):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import csv
-import importlib.util
 import json
 import math
 import os
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, compose, needs_mirror
+from conftest import REPO, compose, load_script, needs_mirror
 from highway_repro.report import build_table, load_runs, stats, write_summary
 from highway_repro.report.header import header
 
@@ -384,10 +383,7 @@ def test_hn_table_and_summary_end_to_end(tmp_path):
 
 
 def load_update_readme():
-    spec = importlib.util.spec_from_file_location("update_readme", REPO / "scripts" / "update_readme.py")
-    update_readme = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(update_readme)
-    return update_readme
+    return load_script("update_readme")
 
 
 def test_claims_without_runs_on_a_side_are_marked_not_testable(tmp_path):
