@@ -20,7 +20,7 @@ from highway_repro.models.placement import GATE_KINDS as _REGISTRY
 
 GATE_KINDS = tuple(k for k, target in _REGISTRY.items() if target is not None)  # every kind with a gate module
 
-# sizes of the issue: Transformer-L3 at d 512 (char vocabulary) and Transformer-XL at d 512 (enwik8 bytes)
+# the benchmark sizes: Transformer-L3 at d 512 (char vocabulary) and Transformer-XL at d 512 (enwik8 bytes)
 TLM = {"n_layers": 3, "d_model": 512, "n_heads": 8, "d_ff": 2048}
 TLM_DATA = {"batch": 8, "seq": 256, "vocab": 50}
 # the cpu scale the tables spend their hours on (configs/experiment_scale/ht_char_ptb/cpu.yaml), 1 thread

@@ -16,19 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
+from highway_repro.lock import pid_alive
+
 from .sources import ChecksumError, _digest, _get, _save_atomic, cache_dir
 
 CACHE_VERSION = 2
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def _sweep_temp_files(folder: Path) -> None:
@@ -37,7 +29,7 @@ def _sweep_temp_files(folder: Path) -> None:
     for tmp in folder.glob("*.tmp"):
         parts = tmp.name.split(".")
         pid = int(parts[-3]) if len(parts) >= 4 and parts[-3].isdigit() else None
-        if pid is None or (pid != os.getpid() and not _alive(pid)):
+        if pid is None or (pid != os.getpid() and not pid_alive(pid)):
             tmp.unlink(missing_ok=True)
 
 

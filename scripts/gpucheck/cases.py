@@ -25,7 +25,7 @@ class Case:
     variants: tuple  # ((name, (overrides, ...)), ...)
     overrides: tuple = ()
     files: tuple = ()  # mirror-layout files it reads
-    group: str = "B"  # A: the MFU targets (measured first), B: the rest, C: only for the table times
+    group: str = "B"  # A: the cases with MFU targets (measured first), B: the rest, C: only for the table times
     bf16_lstm: bool = False  # True: holds an LSTM; on CPU, oneDNN runs it in bf16 only with AVX512-BF16 or AMX
     dry: tuple = ()  # extra overrides of the dry run (smaller image batches: bf16 convolutions are slow on CPU)
 
