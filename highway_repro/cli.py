@@ -190,19 +190,9 @@ def _job(cfg: DictConfig, out_dir: Path, multirun: bool, train, dist=None) -> fl
     """`run_job` in a run folder this process holds."""
     is_main = dist is None or dist.rank == 0
     done = out_dir / "metrics.json"
-    try:
-        check_same_recipe(cfg, out_dir)
-    except USER_ERRORS as e:  # another recipe, or a saved config that is not plain data
-        return user_failure(e, None, multirun, is_main)
-    prev = json.loads(done.read_text()) if cfg.resume == "auto" and done.exists() else {}
-    if prev.get("status") == "done":
-        log.info("run in %s already finished (resume=auto): nothing to do", out_dir)
-        return prev.get("val/loss")
-    if prev.get("status") == "diverged":  # a rerun repeats it: same seed, same data order, same weights
-        log.info("run in %s diverged at step %s (resume=auto): nothing to do; resume=%s continues it from the last "
-                 "good checkpoint, if one was written (change trainer.nan_policy or the learning rate first)",
-                 out_dir, prev.get("step"), out_dir / "ckpt" / "last.pt")
-        return prev.get("val/loss")
+    left, value = nothing_to_do(cfg, out_dir, multirun, is_main)
+    if left:
+        return value
     try:
         final = train(cfg, out_dir, dist=dist)
     except USER_ERRORS as e:
@@ -218,6 +208,26 @@ def _job(cfg: DictConfig, out_dir: Path, multirun: bool, train, dist=None) -> fl
     if final.get("status") == "interrupted":  # stop the whole sweep too; resume=auto continues it
         sys.exit(128 + final.get("signal", 15))
     return final.get("val/loss")
+
+
+def nothing_to_do(cfg: DictConfig, out_dir: Path, multirun: bool, is_main: bool = True) -> tuple[bool, object]:
+    """(True, the job's return value) where the job in `out_dir` is not to train: another recipe's folder or a saved
+    config that is not plain data (its line), a finished or diverged run (resume=auto: kept as it is)."""
+    done = out_dir / "metrics.json"
+    try:
+        check_same_recipe(cfg, out_dir)
+    except USER_ERRORS as e:  # another recipe, or a saved config that is not plain data
+        return True, user_failure(e, None, multirun, is_main)
+    prev = json.loads(done.read_text()) if cfg.resume == "auto" and done.exists() else {}
+    if prev.get("status") == "done":
+        log.info("run in %s already finished (resume=auto): nothing to do", out_dir)
+        return True, prev.get("val/loss")
+    if prev.get("status") == "diverged":  # a rerun repeats it: same seed, same data order, same weights
+        log.info("run in %s diverged at step %s (resume=auto): nothing to do; resume=%s continues it from the last "
+                 "good checkpoint, if one was written (change trainer.nan_policy or the learning rate first)",
+                 out_dir, prev.get("step"), out_dir / "ckpt" / "last.pt")
+        return True, prev.get("val/loss")
+    return False, None
 
 
 def summary(final: dict) -> str:

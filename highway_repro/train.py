@@ -1,8 +1,7 @@
 """Hydra entry point: compose, validate, build data -> model -> trainer, fit, write metrics.json.
 
     python -m highway_repro.train experiment=hn_fig1 scale=cpu
-    python -m highway_repro.train -m sweep=ht_char_ptb/cpu scale=cpu
-    python -m highway_repro.train experiment=ht_enwik8_l6 hydra.run.dir=runs/x resume=auto
+    python -m highway_repro.train -m sweep=hn_fig1/cpu scale=cpu hydra/launcher=grouped  # in groups
 
 This is the only module that knows all parts: data meta (classes, input shape, vocab size) is passed into the
 model's constructor at call time. Around it: `config` checks the composed config (once, in `main`, before torch is
@@ -23,7 +22,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 # No torch (nor numpy, the engine, the data or the models) at import time: import them inside functions.
-from highway_repro import resolvers  # noqa: F401  (registers the `hp` resolver of the config files)
+from highway_repro import grouped, resolvers  # noqa: F401  (resolvers: registers the `hp` resolver)
 from highway_repro.cli import build, launch, one_line_errors, prepare, stopped, user_failure, with_config
 from highway_repro.config import ConfigError, check_command, validate_against_data
 from highway_repro.engine.loggers import build_logger, now, write_run_info, write_text_atomic
@@ -70,6 +69,18 @@ def match_params(cfg: DictConfig, meta: dict) -> int:
 
 def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
     """Build everything from a composed config (checked: `main`) and train; returns the final metrics."""
+    trainer = build_run(cfg, out_dir, dist)
+    if trainer.is_main:
+        write_run_info(out_dir, start_time=now())  # machine, versions, threads, commit: read by the reports
+    final = trainer.fit()
+    if trainer.is_main:
+        write_run_info(out_dir, end_time=now(), peak_rss_gb=round(trainer.peak_rss_gb(), 3))
+    return final
+
+
+def build_run(cfg: DictConfig, out_dir: Path, dist=None, trainer_cls=None):
+    """The run's trainer (`trainer_cls`, default `Trainer`), built from its config and resumed where asked: seeds,
+    data, model, optimizer, config_resolved.yaml, logger. A group's members are built by it one after another."""
     from highway_repro.engine import checkpoint as ckpt_lib
     from highway_repro.engine.tasks import build_task
     from highway_repro.engine.trainer import Trainer, TrainerConfig
@@ -100,12 +111,11 @@ def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
     if dist is not None:
         dist.seed = int(cfg.seed)
         model = dist.wrap(model)
-    trainer = Trainer(model, data, build_task(data.kind), optimizer, schedule, out_dir, logger,
-                      TrainerConfig(**OmegaConf.to_container(cfg.trainer, resolve=True)), run_config=resolved,
-                      dist=dist, gate_recorder=GateRecorder)
+    trainer = (trainer_cls or Trainer)(model, data, build_task(data.kind), optimizer, schedule, out_dir, logger,
+                                       TrainerConfig(**OmegaConf.to_container(cfg.trainer, resolve=True)),
+                                       run_config=resolved, dist=dist, gate_recorder=GateRecorder)
     if cfg.resume == "auto":
         trainer.resume_from(latest)
-        del latest  # its tensors are the trainer's now
     elif cfg.resume:
         try:
             trainer.load_state(ckpt_lib.load(Path(cfg.resume), map_location=trainer.device))
@@ -113,12 +123,7 @@ def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
             raise type(e)(f"resume={cfg.resume}: {e}") from None
     if is_main and trainer.step == 0:
         trainer._log({"model/params": n_params})
-    if is_main:
-        write_run_info(out_dir, start_time=now())  # machine, versions, threads, commit: read by the reports
-    final = trainer.fit()
-    if is_main:
-        write_run_info(out_dir, end_time=now(), peak_rss_gb=round(trainer.peak_rss_gb(), 3))
-    return final
+    return trainer
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
@@ -130,12 +135,14 @@ def main(cfg: DictConfig):
     except ConfigError as e:  # (before torch and the process group: under torchrun, rank 0 records it)
         rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))
         return user_failure(e, out_dir / "metrics.json", multirun, is_main=rank == "0")
+    if grouped.collecting_jobs():  # hydra/launcher=grouped: trained with its group once all jobs are set up
+        return grouped.collect(cfg, out_dir, multirun)
     return launch(cfg, out_dir, multirun, run)
 
 
 def cli():
-    """The command (`python -m highway_repro.train`, `highway-train`): command-line errors are one line and exit 2
-    (`cli.prepare`, `cli.one_line_errors`), then Hydra's `main`; a stop signal outside training too (`cli.stopped`)."""
+    """`python -m highway_repro.train`, `highway-train`: command-line errors and a stop signal outside training are
+    one line (`cli.prepare`, `cli.one_line_errors`, `cli.stopped`), then Hydra's `main`."""
     with stopped(), one_line_errors():
         prepare(sys.argv[1:], CONFIG_DIR)
         main()

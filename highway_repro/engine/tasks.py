@@ -18,6 +18,11 @@ import torch
 import torch.nn.functional as F
 
 
+def _full(logits: torch.Tensor) -> torch.Tensor:
+    """Logits at least in fp32 for the loss (bf16 / fp16 ones upcast; fp64 ones kept)."""
+    return logits if logits.dtype == torch.float64 else logits.float()
+
+
 class Classification:
     """Cross-entropy classification; metrics `loss` (nats) and `acc` (fraction)."""
 
@@ -27,7 +32,7 @@ class Classification:
     def forward(self, model, batch, state=None, score_len: int | None = None):
         x, y = batch[:2]
         logits = model(x)  # (B, K)
-        loss = F.cross_entropy(logits.float(), y)
+        loss = F.cross_entropy(_full(logits), y)
         n = y.numel()
         correct = (logits.argmax(-1) == y).sum()
         sums = {"nll": loss.detach() * n, "correct": correct, "n": torch.tensor(float(n))}
@@ -66,7 +71,7 @@ class LanguageModel:
         else:
             score_len = None
         logits, new_mems = model(x, mems=state, score_len=score_len)  # (B, S, V), the head on scored positions only
-        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
+        nll = F.cross_entropy(_full(logits.reshape(-1, logits.shape[-1])), y.reshape(-1))
         n = y.numel()
         sums = {"nll": nll.detach() * n, "n": torch.tensor(float(n))}
         return nll, sums, new_mems

@@ -221,109 +221,146 @@ class Trainer:
             for s, h in old_handlers.items():
                 signal.signal(s, h)
 
+    def _cpu(self) -> float:
+        """The CPU clock of this run: the process's (`cpu_seconds`); a member of a group (`engine.group`) counts its
+        share of the group's."""
+        return cpu_seconds()
+
+    def _wall(self) -> float:
+        return time.perf_counter()
+
     def _fit(self) -> dict:
-        cfg = self.cfg
         bar = None
-        if cfg.progress and self.is_main:
+        if self.cfg.progress and self.is_main:
             from tqdm import tqdm
-            bar = tqdm(total=cfg.max_steps, initial=self.step, dynamic_ncols=True, mininterval=2.0)
-        acc: dict = dict(self.train_acc)
-        # since the last log step; t0 and c0 (CPU time) leave out evaluations and saves
-        items, flops, steps, t0, c0 = 0, 0, 0, time.perf_counter(), cpu_seconds()
-        start_wall, start_cpu = time.perf_counter() - self.wall_time, cpu_seconds() - self.cpu_time
-        score_len = getattr(self.data, "score_len", None)
-        steps_per_epoch = self.data.steps_per_epoch
+            bar = tqdm(total=self.cfg.max_steps, initial=self.step, dynamic_ncols=True, mininterval=2.0)
+        self._start_interval(dict(self.train_acc))
+        self._start = (self._wall() - self.wall_time, self._cpu() - self.cpu_time)
         try:
-            while self.step < cfg.max_steps and not self._stop_agreed():
-                step = self.step
-                if step % steps_per_epoch == 0:
-                    self.mems = None  # a new pass over the stream: memory starts empty
-                batch = self.data.train_batch(step)
-                if self.dist is not None:  # this rank's slice of the global batch; dropout RNG from (seed, step, rank)
-                    batch = self.dist.shard(batch)
-                    self.dist.seed_step(step)
-                batch = _to(batch, self.device, MEMORY_FORMATS[self.cfg.memory_format])
-                self.model.train()
-                want_gates = cfg.gate_stats_every > 0 and (step + 1) % cfg.gate_stats_every == 0
-                recorder = self.gate_recorder(self.raw_model) if want_gates else None
-                with self.step_flops.count(batch, self.mems) as counted:
-                    with self._autocast(), nullcontext() if recorder is None else recorder:
-                        loss, sums, new_mems = self._forward(batch, self.mems, score_len)
-                    finite = self._loss_finite(loss, step)
-                    if finite:
-                        self.optimizer.zero_grad(set_to_none=True)
-                        loss.backward()
-                    else:
-                        counted.cancel()
-                if not finite:
-                    self._bad_step(step, loss)
-                    self.step += 1
-                    continue
-                if cfg.grad_clip:
-                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-                self.optimizer.step()
-                self.schedule.step()
-                self.mems = _detach_mems(new_mems)
-                _add(acc, sums)
-                items += self.task.items(batch)
-                flops += counted.flops
-                steps += 1
-                self.step += 1
-                if self._first_bad is not None and (self.step == cfg.max_steps or any(
-                        e and self.step % e == 0 for e in (cfg.log_every, cfg.eval_every, cfg.checkpoint_every,
-                                                           cfg.gate_stats_every))):
-                    self._check_finite()  # the deferred check, before anything is logged, evaluated or saved
-                if bar:
-                    bar.update(1)
-                if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
-                    world = 1 if self.dist is None else self.dist.world_size
-                    if self.dist is not None:
-                        acc = self.dist.all_reduce_sums(acc)
-                    metrics = {f"train/{k}": v for k, v in self.task.summarize(acc).items()}
-                    dt = max(time.perf_counter() - t0, 1e-9)
-                    metrics[f"perf/{self.task.unit}_per_s"] = items * world / dt
-                    metrics["perf/flops_per_s"] = flops * world / dt
-                    metrics["perf/cpu_s_per_step"] = (cpu_seconds() - c0) / max(steps, 1)
-                    if self.peak_flops:
-                        metrics["perf/mfu"] = flops / dt / self.peak_flops  # per device: every rank does the same
-                    metrics["train/lr"] = self.schedule.lr()
-                    if recorder is not None:
-                        for name, st in recorder.stats().items():
-                            for k, v in st.items():
-                                metrics[f"gates/{name}/{k}"] = v
-                    self._log(metrics)
-                    self.last_train = {k: v for k, v in metrics.items() if k.startswith("train/")}
-                    if bar:
-                        bar.set_postfix(loss=f"{metrics['train/loss']:.4f}")
-                    acc, items, flops, steps, t0, c0 = {}, 0, 0, 0, time.perf_counter(), cpu_seconds()
-                elif recorder is not None:
-                    self._log({f"gates/{n}/{k}": v for n, st in recorder.stats().items() for k, v in st.items()})
-                paused, paused_cpu = time.perf_counter(), cpu_seconds()
-                if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < cfg.max_steps:
-                    self._validate(cfg.eval_max_batches)
-                if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
-                    self.wall_time, self.cpu_time = time.perf_counter() - start_wall, cpu_seconds() - start_cpu
-                    self.train_acc, self.log_position = self._acc_to_save(acc), self._log_size()
-                    if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
-                        msg = f"non-finite weights after step {self.step} (the loss was finite)"
-                        log.error("%s: stopping; %s", msg, self._kept())
-                        raise Diverged(msg)  # never overwrite the last good checkpoint with them
-                    self.save("last")
-                t0 += time.perf_counter() - paused
-                c0 += cpu_seconds() - paused_cpu
+            while self.step < self.cfg.max_steps and not self._stop_agreed():
+                recorder = self._recorder()
+                if self._train_step(recorder):
+                    self._end_step(recorder, bar)
         except Diverged as e:
-            self.status = "diverged"
-            self.wall_time, self.cpu_time = time.perf_counter() - start_wall, cpu_seconds() - start_cpu
-            return self._finish({"error": str(e)})
+            return self._diverged(e)
         finally:
             if bar:
                 bar.close()
-        self.wall_time, self.cpu_time = time.perf_counter() - start_wall, cpu_seconds() - start_cpu
+        return self._end_training()
+
+    def _start_interval(self, acc: dict) -> None:
+        """Training-metric sums and counters since the last log step; t0 and c0 (CPU time) leave out evaluations
+        and saves."""
+        self._acc, self._items, self._flops, self._steps = acc, 0, 0, 0
+        self._t0, self._c0 = self._wall(), self._cpu()
+
+    def _recorder(self):
+        """A gate recorder for this step's training forward where gate statistics are due, else None."""
+        want = self.cfg.gate_stats_every > 0 and (self.step + 1) % self.cfg.gate_stats_every == 0
+        return self.gate_recorder(self.raw_model) if want else None
+
+    def _train_step(self, recorder) -> bool:
+        """One training step of a lone run; False where its batch was skipped (a non-finite loss)."""
+        step = self.step
+        if step % self.data.steps_per_epoch == 0:
+            self.mems = None  # a new pass over the stream: memory starts empty
+        batch = self.data.train_batch(step)
+        if self.dist is not None:  # this rank's slice of the global batch; dropout RNG from (seed, step, rank)
+            batch = self.dist.shard(batch)
+            self.dist.seed_step(step)
+        batch = _to(batch, self.device, MEMORY_FORMATS[self.cfg.memory_format])
+        self.model.train()
+        with self.step_flops.count(batch, self.mems) as counted:
+            with self._autocast(), nullcontext() if recorder is None else recorder:
+                loss, sums, new_mems = self._forward(batch, self.mems, getattr(self.data, "score_len", None))
+            finite = self._loss_finite(loss, step)
+            if finite:
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+            else:
+                counted.cancel()
+        if not finite:
+            self._bad_step(step, loss)
+            self.step += 1
+            return False
+        self._update(sums, self.task.items(batch), counted.flops, _detach_mems(new_mems))
+        return True
+
+    def _update(self, sums: dict, items: int, flops: int, mems) -> None:
+        """Clip, the optimizer's and the schedule's step, and the step's sums into the log interval's."""
+        if self.cfg.grad_clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        self.optimizer.step()
+        self.schedule.step()
+        self.mems = mems
+        _add(self._acc, sums)
+        self._items += items
+        self._flops += flops
+        self._steps += 1
+        self.step += 1
+
+    def _end_step(self, recorder, bar=None) -> None:
+        """After a step: the deferred finite check, the log line, gate statistics, evaluation and checkpoint."""
+        cfg = self.cfg
+        if self._first_bad is not None and (self.step == cfg.max_steps or any(
+                e and self.step % e == 0 for e in (cfg.log_every, cfg.eval_every, cfg.checkpoint_every,
+                                                   cfg.gate_stats_every))):
+            self._check_finite()  # the deferred check, before anything is logged, evaluated or saved
+        if bar:
+            bar.update(1)
+        if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
+            world = 1 if self.dist is None else self.dist.world_size
+            if self.dist is not None:
+                self._acc = self.dist.all_reduce_sums(self._acc)
+            metrics = {f"train/{k}": v for k, v in self.task.summarize(self._acc).items()}
+            dt = max(self._wall() - self._t0, 1e-9)
+            metrics[f"perf/{self.task.unit}_per_s"] = self._items * world / dt
+            metrics["perf/flops_per_s"] = self._flops * world / dt
+            metrics["perf/cpu_s_per_step"] = (self._cpu() - self._c0) / max(self._steps, 1)
+            if self.peak_flops:
+                metrics["perf/mfu"] = self._flops / dt / self.peak_flops  # per device: every rank does the same
+            metrics["train/lr"] = self.schedule.lr()
+            if recorder is not None:
+                for name, st in recorder.stats().items():
+                    for k, v in st.items():
+                        metrics[f"gates/{name}/{k}"] = v
+            self._log(metrics)
+            self.last_train = {k: v for k, v in metrics.items() if k.startswith("train/")}
+            if bar:
+                bar.set_postfix(loss=f"{metrics['train/loss']:.4f}")
+            self._start_interval({})
+        elif recorder is not None:
+            self._log({f"gates/{n}/{k}": v for n, st in recorder.stats().items() for k, v in st.items()})
+        paused, paused_cpu = self._wall(), self._cpu()
+        if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < cfg.max_steps:
+            self._validate(cfg.eval_max_batches)
+        if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+            self._clock_times()
+            self.train_acc, self.log_position = self._acc_to_save(self._acc), self._log_size()
+            if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
+                msg = f"non-finite weights after step {self.step} (the loss was finite)"
+                log.error("%s: stopping; %s", msg, self._kept())
+                raise Diverged(msg)  # never overwrite the last good checkpoint with them
+            self.save("last")
+        self._t0 += self._wall() - paused
+        self._c0 += self._cpu() - paused_cpu
+
+    def _clock_times(self) -> None:
+        self.wall_time, self.cpu_time = self._wall() - self._start[0], self._cpu() - self._start[1]
+
+    def _diverged(self, e: Diverged) -> dict:
+        self.status = "diverged"
+        self._clock_times()
+        return self._finish({"error": str(e)})
+
+    def _end_training(self) -> dict:
+        """The end of the training steps: interrupted (a stop signal), or the final evaluation and `done`."""
+        self._clock_times()
         # the final save keeps this position: a run killed during the final evaluation redoes it, logging it once
-        self.train_acc, self.log_position = self._acc_to_save(acc), self._log_size()
-        if self.stop_requested and self.step < cfg.max_steps:
+        self.train_acc, self.log_position = self._acc_to_save(self._acc), self._log_size()
+        if self.stop_requested and self.step < self.cfg.max_steps:
             return self._interrupted()
-        eval_start = time.perf_counter()
+        eval_start = self._wall()
         before = self._eval_state()
         try:
             final = self._final_eval()
@@ -331,8 +368,8 @@ class Trainer:
             self._eval_state(before)
             return self._interrupted()
         # the run's times include its final passes (the last val/test of a small net can be 10 % of its run)
-        final["time/final_eval_s"] = round(time.perf_counter() - eval_start, 2)
-        self.wall_time, self.cpu_time = time.perf_counter() - start_wall, cpu_seconds() - start_cpu
+        final["time/final_eval_s"] = round(self._wall() - eval_start, 2)
+        self._clock_times()
         self.save("last")
         self.status = "done"
         return self._finish(final)

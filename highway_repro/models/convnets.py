@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from highway_repro import options
+from highway_repro.models.dropout import Dropout
 from highway_repro.models.highway import HighwayConv2d, he_init_
 
 
@@ -47,17 +48,17 @@ class MnistHighwayNet(nn.Module):
         super().__init__()
         c, h, w = input_shape
         self.features = nn.Sequential(
-            nn.Dropout(0.2),
+            Dropout(0.2),
             conv_relu(c, width, 5, 0),  # (B, w, H-4, W-4)
             *stage(kind, width, 2, gate_bias),
             nn.MaxPool2d(3, 2, ceil_mode=True),  # 24 -> 12
-            nn.Dropout(0.3),
+            Dropout(0.3),
             *stage(kind, width, 3, gate_bias),
             nn.MaxPool2d(3, 2, ceil_mode=True),  # 12 -> 6
-            nn.Dropout(0.4),
+            Dropout(0.4),
             *stage(kind, width, 3, gate_bias),
             nn.MaxPool2d(2, 2, ceil_mode=True),  # 6 -> 3
-            nn.Dropout(0.5),
+            Dropout(0.5),
         )
         with torch.no_grad():
             n_feat = self.features(torch.zeros(1, c, h, w)).numel()  # w * 3 * 3 for 28 x 28
@@ -97,21 +98,21 @@ class CifarHighwayNet(nn.Module):
         n1, n2, n3 = self.DEPTHS
         c = input_shape[0]
         self.features = nn.Sequential(
-            nn.Dropout(0.2),
+            Dropout(0.2),
             conv_relu(c, w1, 3, 1),  # (B, w1, 32, 32)
             *stage(kind, w1, n1, gate_bias),
             nn.MaxPool2d(2, 2, ceil_mode=True),  # (B, w1, 16, 16)
-            nn.Dropout(0.2),
+            Dropout(0.2),
             conv_relu(w1, w2, 3, 1),  # (B, w2, 16, 16)
             *stage(kind, w2, n2, gate_bias),
             nn.MaxPool2d(2, 2, ceil_mode=True),  # (B, w2, 8, 8)
-            nn.Dropout(0.2),
+            Dropout(0.2),
             conv_relu(w2, w3, 3, 1),  # (B, w3, 8, 8)
             *stage(kind, w3, n3, gate_bias),
             conv_relu(w3, w4, 1, 0),  # (B, w4, 8, 8)
             nn.AdaptiveAvgPool2d(1),  # (B, w4, 1, 1)
             nn.Flatten(),  # (B, w4)
-            nn.Dropout(0.2),
+            Dropout(0.2),
         )
         self.classifier = he_init_(nn.Linear(w4, num_classes))
 

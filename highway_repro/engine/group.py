@@ -1,0 +1,244 @@
+"""Runs trained together: the members of a group share one stacked model and step together.
+
+Random-search trials and seeds of one row are the same net with other numbers. Trained one after another, a small
+net's step is a few hundred tiny kernels; trained as one, each kernel does the work of all members. Here each
+member is a whole run, a `Member` (a `Trainer`: its own model, data order, optimizer, schedule, logger, run folder
+and checkpoints, built by `train.build_run` exactly as it would be alone); only the training step is shared:
+
+- its parameters are views into one stacked tensor per parameter (members, *shape), and one forward of the
+  stacked model (`torch.func.vmap` over `torch.func.functional_call`) gives every member's loss; one backward gives
+  every member's gradient (each member's loss depends on its own slice only);
+- then each member clips, steps its own optimizer (its own learning rate, momentum, schedule) in place on its
+  views, logs, evaluates (alone) and saves its own checkpoint, exactly as `Trainer` does;
+- dropout draws each member's masks from the member's own generator (`models.dropout`), seeded and advanced as a
+  lone run's default generator, so a member's result does not depend on its group or its place in it;
+- a member whose loss is not finite is handled by its own `trainer.nan_policy` (stopped and recorded as diverged,
+  or its batch skipped); the group goes on without it, untouched by its NaNs;
+- a member's CPU and wall time are its share of the group's shared work plus its own work (`perf/cpu_s_per_step`,
+  metrics.json `time/cpu_s`), so the estimator and the reports' CPU-hours stay right;
+- resume: each member resumes from its own checkpoints; a member ahead of the others (a kill between two members'
+  saves) takes its previous checkpoint (`ckpt/prev.pt`) when that is at the group's step, else it waits until the
+  others reach it. The group then steps exactly as an uninterrupted one.
+
+Why vmap and not hand-stacked layers: one mechanism for every model, whose model files stay as they are; measured
+in `make bench` (section "grouped runs") against the same runs one after another.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import signal
+import threading
+import time
+
+import torch
+from torch.func import functional_call, vmap
+
+from highway_repro.engine import checkpoint as ckpt_lib
+from highway_repro.engine import flops as flops_lib
+from highway_repro.engine.trainer import Diverged, Trainer, _to, cpu_seconds
+from highway_repro.errors import ConfigError
+from highway_repro.models.dropout import member_generators
+
+log = logging.getLogger(__name__)
+
+# The models a group can stack: their forward is a pure function of parameters and input, their only random draws
+# are `models.dropout.Dropout`. Transformer-L3, Transformer-XL (memories, fused kernels) and the R-Transformer
+# (fused recurrent kernels, attention dropout inside scaled_dot_product_attention) are not stackable yet.
+GROUPABLE = ("MLP", "MnistHighwayNet", "CifarHighwayNet")
+
+
+class Member(Trainer):
+    """A run in a group: a `Trainer` whose random draws come from its own generator (`gen`) and whose clocks count
+    its share of the group's time (`clock`: [wall s, CPU s] so far)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.gen = torch.Generator().set_state(torch.get_rng_state())  # after its own seeding and building
+        self.clock = [0.0, 0.0]
+        self.defer_nan_check = False  # the group reads every member's loss each step anyway
+
+    def _wall(self) -> float:
+        return self.clock[0]
+
+    def _cpu(self) -> float:
+        return self.clock[1]
+
+    def state(self) -> dict:
+        state = super().state()  # the model's tensors are views into the group's: saved as copies of their own
+        state["model"] = {k: v.clone() for k, v in state["model"].items()}
+        state["rng"] = {**state["rng"], "torch": self.gen.get_state()}
+        return state
+
+    def load_state(self, ckpt: dict) -> None:
+        super().load_state(ckpt)
+        self.gen.set_state(ckpt["rng"]["torch"])
+
+
+def check_groupable(cfgs: list) -> None:
+    """One line naming the first member whose config cannot join the group."""
+    for cfg in cfgs:
+        model = str(cfg.model._target_).rsplit(".", 1)[-1]
+        if model not in GROUPABLE:
+            raise ConfigError(f"model._target_={cfg.model._target_} cannot train in a group (valid: models "
+                              f"{', '.join(GROUPABLE)}; run it alone: without hydra/launcher=grouped, or GROUP=1)")
+        if cfg.trainer.device not in ("cpu", "auto", "cuda") or cfg.trainer.precision != "fp32":
+            raise ConfigError(f"trainer.precision={cfg.trainer.precision} cannot train in a group (valid: fp32)")
+
+
+class Group:
+    """Members of one model shape and one trainer config, trained together (see the module docstring)."""
+
+    def __init__(self, members: list[Member], name: str = "group"):
+        self.members, self.name = list(members), name
+        first = members[0]
+        self.task, self.cfg, self.device = first.task, first.cfg, first.device
+        self.base = copy.deepcopy(first.raw_model)  # the module whose forward vmap runs, on stacked tensors
+        self.cohort: list[Member] = []
+        self.params: dict = {}
+        self.buffers: dict = {}
+        self._step_fn = vmap(self._one, randomness="error")
+        self.step_flops = flops_lib.StepFlops()
+
+    # ------------------------------------------------------------- stacking
+    def _bind(self, cohort: list[Member]) -> None:
+        """Stack the cohort's parameters and buffers; each member's become views into the stacked ones."""
+        self.cohort = cohort
+        models = [m.raw_model for m in cohort]
+        self.params, self.buffers = {}, {}
+        for name, _ in self.base.named_parameters():
+            stacked = torch.stack([m.get_parameter(name).detach() for m in models]).requires_grad_()
+            for i, m in enumerate(models):
+                m.get_parameter(name).data = stacked.data[i]
+            self.params[name] = stacked
+        for name, _ in self.base.named_buffers():
+            stacked = torch.stack([m.get_buffer(name) for m in models])
+            for i, m in enumerate(models):
+                owner, _, leaf = name.rpartition(".")
+                m.get_submodule(owner)._buffers[leaf] = stacked[i]
+            self.buffers[name] = stacked
+
+    def _one(self, params, buffers, *batch):
+        """One member's loss and sums (vmap maps it over the members)."""
+        def model(*args, **kwargs):
+            return functional_call(self.base, (params, buffers), args, kwargs)
+
+        loss, sums, _ = self.task.forward(model, batch, None, score_len=self.score_len)
+        return loss, sums
+
+    # ------------------------------------------------------------- resume
+    def _align(self) -> None:
+        """Members resumed at different steps (a kill between two members' saves): one ahead of the slowest takes
+        its previous checkpoint where that one is at the slowest's step; else it waits for the others."""
+        low = min(m.step for m in self.members)
+        for m in self.members:
+            if m.step > low and (m.ckpt_dir / "prev.pt").exists():
+                prev = ckpt_lib.load(m.ckpt_dir / "prev.pt", map_location=m.device)
+                if prev["step"] == low:
+                    m.resume_from(prev)
+
+    # ------------------------------------------------------------- training
+    def fit(self) -> list[dict]:
+        """Train every member to its end; each member's final metrics (as `Trainer.fit` returns them), in order."""
+        finals: dict[int, dict] = {}
+        handlers = self._install_signals()
+        self._align()
+        self.score_len = getattr(self.members[0].data, "score_len", None)
+        active = list(self.members)
+        for m in active:
+            m._start_interval(dict(m.train_acc))
+            m.clock = [m.wall_time, m.cpu_time]
+            m._start = (0.0, 0.0)
+        try:
+            while active:
+                ended = [m for m in active if m.step >= m.cfg.max_steps or m.stop_requested]
+                for m in ended:
+                    finals[id(m)] = self._timed(m, m._end_training)
+                active = [m for m in active if m not in ended]
+                if not active:
+                    break
+                low = min(m.step for m in active)
+                cohort = [m for m in active if m.step == low]
+                if cohort != self.cohort:
+                    self._bind(cohort)
+                for m, out in self._step(cohort).items():
+                    finals[id(m)] = out
+                    active.remove(m)
+        finally:
+            for s, h in handlers.items():
+                signal.signal(s, h)
+        return [finals[id(m)] for m in self.members]
+
+    def _install_signals(self) -> dict:
+        """SIGTERM / SIGINT / SIGHUP: every member finishes the step, saves `last` and stops, as a lone run does."""
+        def stop(signum, frame):
+            for m in self.members:
+                m._request_stop(signum, frame)
+
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        return {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+
+    def _timed(self, m: Member, fn, *args):
+        """fn(*args) counted in member m's clocks alone."""
+        w, c = time.perf_counter(), cpu_seconds()
+        try:
+            return fn(*args)
+        finally:
+            m.clock[0] += time.perf_counter() - w
+            m.clock[1] += cpu_seconds() - c
+
+    def _share(self, cohort: list[Member], w: float, c: float) -> None:
+        n = len(cohort)
+        dw, dc = (time.perf_counter() - w) / n, (cpu_seconds() - c) / n
+        for m in cohort:
+            m.clock[0] += dw
+            m.clock[1] += dc
+
+    def _step(self, cohort: list[Member]) -> dict:
+        """One step of every member of the cohort; {member: its final metrics} for those that ended (diverged)."""
+        w, c = time.perf_counter(), cpu_seconds()
+        step = cohort[0].step
+        batches = [_to(m.data.train_batch(step), self.device) for m in cohort]
+        recorders = {}
+        for i, m in enumerate(cohort):
+            rec = m._recorder()
+            if rec is not None:  # gate statistics: the member's own forward, with the draws the group's makes
+                state = m.gen.get_state()
+                with torch.no_grad(), torch.random.fork_rng(devices=[]), rec:
+                    torch.set_rng_state(state)
+                    m.raw_model.train()
+                    m._forward(batches[i], None, self.score_len)
+                recorders[m] = rec
+        stacked = [torch.stack(parts) for parts in zip(*batches)]
+        self.base.train()
+        for p in self.params.values():
+            p.grad = None
+        with self.step_flops.count(stacked) as counted:
+            with member_generators([m.gen for m in cohort]):
+                losses, sums = self._step_fn(self.params, self.buffers, *stacked)
+            finite = torch.isfinite(losses.detach())
+            torch.where(finite, losses, torch.zeros_like(losses)).sum().backward()
+        ok, flops = finite.tolist(), counted.flops // len(cohort)
+        self._share(cohort, w, c)
+        ended = {}
+        for i, m in enumerate(cohort):
+            w, c = time.perf_counter(), cpu_seconds()
+            try:
+                if not ok[i]:
+                    m._bad_step(step, losses[i].detach())  # raises Diverged, or skips the batch
+                    m.step += 1
+                    continue
+                for name, p in m.raw_model.named_parameters():
+                    p.grad = self.params[name].grad[i]
+                m._update({k: v[i] for k, v in sums.items()}, self.task.items(batches[i]), flops, None)
+                m._end_step(recorders.get(m))
+            except Diverged as e:
+                ended[m] = m._diverged(e)
+            finally:
+                m.clock[0] += time.perf_counter() - w
+                m.clock[1] += cpu_seconds() - c
+        if ended:
+            self.cohort = []  # rebind without them
+        return ended

@@ -1,0 +1,140 @@
+"""The jobs of a multirun trained in groups (`engine.group`): `hydra/launcher=grouped`.
+
+    python -m highway_repro.train -m sweep=hn_fig1/cpu scale=cpu hydra/launcher=grouped               # size auto
+    python -m highway_repro.train -m experiment=hn_fig1 trial='range(0,8)' hydra/launcher=grouped hydra.launcher.size=4
+
+The launcher (`hydra_plugins/highway_repro_launcher`) sets up every job as Hydra's basic launcher does (its run
+folder, `.hydra/`, the command-line checks of `train.main`), but `train.main` hands the composed job to `collect`
+instead of training it. Then `train_groups` splits the jobs into groups of one shape (`shape_key`: configs equal up
+to what a member may have of its own: seed, trial, data order, optimizer and schedule numbers, gate bias), at most
+`size` each, and trains each group in this process. Each member is admitted as a lone job is (`cli.run_job`: its
+folder's lock, the recipe guard, a finished run kept as it is), writes exactly the run folder it would write alone,
+and names its group in run_info.json (`group`: id, size, position, the members' folders).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sys
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from highway_repro.errors import ConfigError
+
+log = logging.getLogger("highway_repro")
+
+# What a member of a group may have of its own; everything else of the resolved config must be equal.
+MEMBER_KEYS = ("seed", "trial", "data.seed", "model.gate_bias", "optim.optimizer", "optim.scheduler", "hydra")
+AUTO_SIZE = 32  # size=auto: every job of a shape, up to this many members a group
+_COLLECTED: list | None = None  # set while the grouped launcher sets up its jobs
+
+
+@contextlib.contextmanager
+def collecting():
+    """Within: `train.main` hands each composed job to `collect` (see `collecting_jobs`)."""
+    global _COLLECTED
+    before, _COLLECTED = _COLLECTED, []
+    try:
+        yield _COLLECTED
+    finally:
+        _COLLECTED = before
+
+
+def collecting_jobs() -> bool:
+    return _COLLECTED is not None
+
+
+def collect(cfg: DictConfig, out_dir: Path, multirun: bool) -> None:
+    _COLLECTED.append((cfg.copy(), Path(out_dir), multirun))
+
+
+def shape_key(cfg: DictConfig) -> str:
+    """The part of a config that all members of a group share (`MEMBER_KEYS` left out)."""
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    for key in MEMBER_KEYS:
+        *path, leaf = key.split(".")
+        node = plain
+        for part in path:
+            node = node.get(part, {})
+        if isinstance(node, dict) and leaf in node:
+            node[leaf] = ({k: v for k, v in node[leaf].items() if k in ("_target_", "kind")}
+                          if isinstance(node[leaf], dict) else None)
+    return json.dumps(plain, sort_keys=True, default=str)
+
+
+def group_size(size) -> int:
+    if size == "auto":
+        return AUTO_SIZE
+    if isinstance(size, int) and not isinstance(size, bool) and size >= 1:
+        return size
+    raise ConfigError(f"hydra.launcher.size={size!r} is not valid (valid: auto, or an integer >= 1)")
+
+
+def plan_groups(jobs: list, size) -> list[list]:
+    """The jobs in groups of one shape, at most `size` each, in the order of their first job."""
+    n, by_shape = group_size(size), {}
+    for job in jobs:
+        by_shape.setdefault(shape_key(job[0]), []).append(job)
+    return [same[i:i + n] for same in by_shape.values() for i in range(0, len(same), n)]
+
+
+def train_groups(jobs: list, size) -> None:
+    """Train the collected jobs in groups; a job stopped by a signal stops the whole multirun (exit 128 + signal),
+    after every group member has saved its state."""
+    stopped = 0
+    for number, group in enumerate(plan_groups(jobs, size)):
+        stopped = stopped or train_group(group, f"{group[0][1].parent.name}/group-{number}")
+        if stopped:
+            break
+    if stopped:
+        sys.exit(128 + stopped)
+
+
+def train_group(jobs: list, name: str) -> int:
+    """One group: admit its members, train them together, write their run_info.json and last lines. Returns the
+    signal that stopped it, else 0."""
+    from highway_repro.cli import USER_ERRORS, folder_lock, nothing_to_do, summary, user_failure
+    from highway_repro.engine.group import Group, Member, check_groupable
+    from highway_repro.engine.loggers import now, write_json_atomic, write_run_info
+    from highway_repro.errors import HighwayError
+    from highway_repro.train import build_run
+
+    check_groupable([cfg for cfg, _, _ in jobs])
+    members, locks, folders = [], [], [d.name for _, d, _ in jobs]
+    try:
+        for cfg, out_dir, multirun in jobs:
+            try:
+                lock = folder_lock(out_dir)
+            except HighwayError as e:
+                user_failure(e, None, multirun)
+                continue
+            locks.append(lock)
+            left, _ = nothing_to_do(cfg, out_dir, multirun)
+            if left:
+                continue
+            try:
+                members.append((build_run(cfg, out_dir, trainer_cls=Member), out_dir))
+            except USER_ERRORS as e:
+                user_failure(e, out_dir / "metrics.json", multirun)
+        if not members:
+            return 0
+        for i, (_, out_dir) in enumerate(members):
+            info = {"id": name, "size": len(members), "position": i, "members": folders}  # folder names
+            write_run_info(out_dir, start_time=now(), group=info)
+        log.info("group %s: %d members trained together", name, len(members))
+        try:
+            finals = Group([m for m, _ in members], name).fit()
+        except Exception as e:  # a bug: every member's cell is marked failed, with the traceback shown
+            for m, out_dir in members:
+                write_json_atomic(out_dir / "metrics.json", {"status": "failed", "error": f"{type(e).__name__}: {e}"})
+            raise
+        for (m, out_dir), final in zip(members, finals):
+            write_run_info(out_dir, end_time=now(), peak_rss_gb=round(m.peak_rss_gb(), 3))
+            print(summary(final))
+        return next((f.get("signal", 15) for f in finals if f.get("status") == "interrupted"), 0)
+    finally:
+        for lock in locks:
+            lock.release()
