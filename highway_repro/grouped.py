@@ -26,6 +26,10 @@ from highway_repro.errors import ConfigError
 
 log = logging.getLogger("highway_repro")
 
+# The models a group can stack: their forward is a pure function of parameters and input, their only random draws
+# are `models.dropout.Dropout`. Transformer-L3, Transformer-XL (memories, fused kernels) and the R-Transformer
+# (fused recurrent kernels, attention dropout inside scaled_dot_product_attention) are not stackable yet.
+GROUPABLE = ("MLP", "MnistHighwayNet", "CifarHighwayNet")
 # What a member of a group may have of its own; everything else of the resolved config must be equal.
 MEMBER_KEYS = ("seed", "trial", "data.seed", "model.gate_bias", "optim.optimizer", "optim.scheduler", "hydra")
 AUTO_SIZE = 32  # size=auto: every job of a shape, up to this many members a group
@@ -65,6 +69,16 @@ def shape_key(cfg: DictConfig) -> str:
     return json.dumps(plain, sort_keys=True, default=str)
 
 
+def check_groupable(cfgs: list) -> None:
+    """One line naming the first member whose config cannot join a group."""
+    for cfg in cfgs:
+        if str(cfg.model._target_).rsplit(".", 1)[-1] not in GROUPABLE:
+            raise ConfigError(f"model._target_={cfg.model._target_} cannot train in a group (valid: the models "
+                              f"{', '.join(GROUPABLE)}; run it alone: without hydra/launcher=grouped, or GROUP=1)")
+        if cfg.trainer.precision != "fp32":
+            raise ConfigError(f"trainer.precision={cfg.trainer.precision} cannot train in a group (valid: fp32)")
+
+
 def group_size(size) -> int:
     if size == "auto":
         return AUTO_SIZE
@@ -85,25 +99,26 @@ def train_groups(jobs: list, size) -> None:
     """Train the collected jobs in groups; a job stopped by a signal stops the whole multirun (exit 128 + signal),
     after every group member has saved its state."""
     stopped = 0
-    for number, group in enumerate(plan_groups(jobs, size)):
-        stopped = stopped or train_group(group, f"{group[0][1].parent.name}/group-{number}")
+    for group in plan_groups(jobs, size):
+        stopped = stopped or train_group(group)
         if stopped:
             break
     if stopped:
         sys.exit(128 + stopped)
 
 
-def train_group(jobs: list, name: str) -> int:
+def train_group(jobs: list) -> int:
     """One group: admit its members, train them together, write their run_info.json and last lines. Returns the
     signal that stopped it, else 0."""
     from highway_repro.cli import USER_ERRORS, folder_lock, nothing_to_do, summary, user_failure
-    from highway_repro.engine.group import Group, Member, check_groupable
+    from highway_repro.engine.group import Group, Member
     from highway_repro.engine.loggers import now, write_json_atomic, write_run_info
     from highway_repro.errors import HighwayError
     from highway_repro.train import build_run
 
     check_groupable([cfg for cfg, _, _ in jobs])
     members, locks, folders = [], [], [d.name for _, d, _ in jobs]
+    name = f"{jobs[0][1].parent.name}/{folders[0]}+{len(folders) - 1}"  # its first member's folder: unique
     try:
         for cfg, out_dir, multirun in jobs:
             try:

@@ -3,11 +3,9 @@
     python -m highway_repro.train experiment=hn_fig1 scale=cpu
     python -m highway_repro.train -m sweep=hn_fig1/cpu scale=cpu hydra/launcher=grouped  # in groups
 
-This is the only module that knows all parts: data meta (classes, input shape, vocab size) is passed into the
-model's constructor at call time. Around it: `config` checks the composed config (once, in `main`, before torch is
-imported, so a bad value fails in about a second), `recipe` tells whether a run folder already holds this run,
-`runtime` sets threads, allocator and seeds, `resolvers` registers `${hp:...}`, `cli` makes user errors one line.
-"""
+The only module that knows all parts (data meta goes into the model's constructor). Around it: `config` checks the
+config before torch is imported, `recipe` guards a run folder, `runtime` sets threads and seeds, `resolvers`
+registers `${hp:...}`, `cli` makes user errors one line, `grouped` trains a multirun's jobs in groups."""
 
 from __future__ import annotations
 
@@ -50,10 +48,8 @@ def build_optimizer(cfg: DictConfig, model):
 
 
 def match_params(cfg: DictConfig, meta: dict) -> int:
-    """`match_params: <gate kind>` (the gate zoo's parameter-matched baseline): model.d_ff of the ungated model
-    becomes the width with the parameter count of the same model gated by that kind (`gates.matched_d_ff`), from one
-    build of the gated model on the meta device. The kept matched runs drew their initial values after four counting
-    builds (gated; ungated at d_ff, d_ff + 1 and the matched width): they are drawn again, so a seed gives its run."""
+    """`match_params: <gate kind>`: model.d_ff of the ungated model becomes the width with the parameter count of the
+    model gated by that kind (`gates.matched_d_ff`); the kept runs' four counting builds are drawn again."""
     import torch
 
     from highway_repro.models.gates import matched_d_ff
@@ -79,8 +75,7 @@ def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
 
 
 def build_run(cfg: DictConfig, out_dir: Path, dist=None, trainer_cls=None):
-    """The run's trainer (`trainer_cls`, default `Trainer`), built from its config and resumed where asked: seeds,
-    data, model, optimizer, config_resolved.yaml, logger. A group's members are built by it one after another."""
+    """The run's trainer (`trainer_cls`: `Trainer`, or a group's `Member`), built from its config and resumed."""
     from highway_repro.engine import checkpoint as ckpt_lib
     from highway_repro.engine.tasks import build_task
     from highway_repro.engine.trainer import Trainer, TrainerConfig
@@ -98,12 +93,11 @@ def build_run(cfg: DictConfig, out_dir: Path, dist=None, trainer_cls=None):
     n_params = sum(p.numel() for p in model.parameters())
     if is_main:
         write_text_atomic(out_dir / "config_resolved.yaml", OmegaConf.to_yaml(OmegaConf.create(resolved)))
-        log.info("data: %s", data.describe() if hasattr(data, "describe") else cfg.data.name)
-        log.info("model: %s, %s parameters", type(model).__name__, f"{n_params:,}")
+        log.info("data: %s; model: %s, %s parameters", data.describe() if hasattr(data, "describe") else cfg.data.name,
+                 type(model).__name__, f"{n_params:,}")
     logger_kwargs = OmegaConf.to_container(cfg.logger, resolve=True)
     kind = logger_kwargs.pop("kind")
-    # resume=auto reads the newest checkpoint once: the trainer resumes from it, and a W&B run goes on logging
-    # into its own W&B run (the logger is built before the trainer)
+    # resume=auto reads the newest checkpoint once: for the trainer, and for a W&B run to go on in its own W&B run
     latest = ckpt_lib.load_latest(out_dir / "ckpt") if cfg.resume == "auto" else None
     if kind == "wandb" and latest is not None and is_main:
         logger_kwargs.setdefault("resume_id", latest.get("extra", {}).get("logger_run_id"))

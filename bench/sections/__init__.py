@@ -5,6 +5,7 @@ markdown section to the report (bench/report.py)."""
 
 from bench.sections.data import section_data
 from bench.sections.gates import section_gates
+from bench.sections.grouped import section_grouped
 from bench.sections.highway import section_highway
 from bench.sections.memory import section_memory
 from bench.sections.precision import section_precision
@@ -13,4 +14,4 @@ from bench.sections.xt import section_xt, section_xt_cpu
 
 SECTIONS = {"xt": section_xt, "xt_cpu": section_xt_cpu, "txl": section_txl, "gates": section_gates,
             "highway": section_highway, "data": section_data, "memory": section_memory,
-            "precision": section_precision}
+            "precision": section_precision, "grouped": section_grouped}

@@ -38,16 +38,9 @@ from torch.func import functional_call, vmap
 from highway_repro.engine import checkpoint as ckpt_lib
 from highway_repro.engine import flops as flops_lib
 from highway_repro.engine.trainer import Diverged, Trainer, _to, cpu_seconds
-from highway_repro.errors import ConfigError
 from highway_repro.models.dropout import member_generators
 
 log = logging.getLogger(__name__)
-
-# The models a group can stack: their forward is a pure function of parameters and input, their only random draws
-# are `models.dropout.Dropout`. Transformer-L3, Transformer-XL (memories, fused kernels) and the R-Transformer
-# (fused recurrent kernels, attention dropout inside scaled_dot_product_attention) are not stackable yet.
-GROUPABLE = ("MLP", "MnistHighwayNet", "CifarHighwayNet")
-
 
 class Member(Trainer):
     """A run in a group: a `Trainer` whose random draws come from its own generator (`gen`) and whose clocks count
@@ -66,25 +59,16 @@ class Member(Trainer):
         return self.clock[1]
 
     def state(self) -> dict:
-        state = super().state()  # the model's tensors are views into the group's: saved as copies of their own
+        state = super().state()  # model and momentum tensors are views into the group's: saved as copies of their own
         state["model"] = {k: v.clone() for k, v in state["model"].items()}
+        state["optimizer"]["state"] = {k: {n: v.clone() if torch.is_tensor(v) else v for n, v in st.items()}
+                                       for k, st in state["optimizer"]["state"].items()}
         state["rng"] = {**state["rng"], "torch": self.gen.get_state()}
         return state
 
     def load_state(self, ckpt: dict) -> None:
         super().load_state(ckpt)
         self.gen.set_state(ckpt["rng"]["torch"])
-
-
-def check_groupable(cfgs: list) -> None:
-    """One line naming the first member whose config cannot join the group."""
-    for cfg in cfgs:
-        model = str(cfg.model._target_).rsplit(".", 1)[-1]
-        if model not in GROUPABLE:
-            raise ConfigError(f"model._target_={cfg.model._target_} cannot train in a group (valid: models "
-                              f"{', '.join(GROUPABLE)}; run it alone: without hydra/launcher=grouped, or GROUP=1)")
-        if cfg.trainer.device not in ("cpu", "auto", "cuda") or cfg.trainer.precision != "fp32":
-            raise ConfigError(f"trainer.precision={cfg.trainer.precision} cannot train in a group (valid: fp32)")
 
 
 class Group:
@@ -98,6 +82,7 @@ class Group:
         self.cohort: list[Member] = []
         self.params: dict = {}
         self.buffers: dict = {}
+        self.sgd: dict | None = None  # stacked momentum buffers (`_stack_sgd`)
         self._step_fn = vmap(self._one, randomness="error")
         self.step_flops = flops_lib.StepFlops()
 
@@ -112,12 +97,53 @@ class Group:
             for i, m in enumerate(models):
                 m.get_parameter(name).data = stacked.data[i]
             self.params[name] = stacked
+        self.sgd = self._stack_sgd(cohort)
         for name, _ in self.base.named_buffers():
             stacked = torch.stack([m.get_buffer(name) for m in models])
             for i, m in enumerate(models):
                 owner, _, leaf = name.rpartition(".")
                 m.get_submodule(owner)._buffers[leaf] = stacked[i]
             self.buffers[name] = stacked
+
+    def _stack_sgd(self, cohort: list[Member]) -> dict | None:
+        """Stacked momentum buffers, each member's optimizer state a view into them, where every member's optimizer
+        is torch.optim.SGD with one parameter group of all parameters, dampening 0, not maximize: then one stacked
+        update steps them all (`_sgd_step`); else None, and each member steps its own optimizer. (A zero buffer and
+        torch's absent one give the same first step when dampening is 0.)"""
+        n = len(self.params)
+        if not all(type(m.optimizer) is torch.optim.SGD and len(m.optimizer.param_groups) == 1
+                   and len(m.optimizer.param_groups[0]["params"]) == n and m.optimizer.param_groups[0]["dampening"] == 0
+                   and not m.optimizer.param_groups[0]["maximize"] for m in cohort):
+            return None
+        bufs = {}
+        for name in self.params:
+            own = [m.raw_model.get_parameter(name) for m in cohort]
+            bufs[name] = torch.stack([m.optimizer.state.get(p, {}).get("momentum_buffer", torch.zeros_like(p)).detach()
+                                      for m, p in zip(cohort, own)])
+            for i, (m, p) in enumerate(zip(cohort, own)):
+                if m.optimizer.param_groups[0]["momentum"]:
+                    m.optimizer.state[p]["momentum_buffer"] = bufs[name][i]
+        return bufs
+
+    @torch.no_grad()
+    def _sgd_step(self, cohort: list[Member]) -> None:
+        """torch.optim.SGD's update (weight decay, momentum, Nesterov) of every member at once, each with its own
+        learning rate, momentum and weight decay, on the stacked parameters."""
+        groups = [m.optimizer.param_groups[0] for m in cohort]
+        dtype = next(iter(self.params.values())).dtype
+
+        def column(key):
+            return torch.tensor([float(g[key]) for g in groups], dtype=dtype, device=self.device)
+
+        lr, momentum, decay = column("lr"), column("momentum"), column("weight_decay")
+        nesterov = torch.tensor([bool(g["nesterov"]) for g in groups], device=self.device)
+        for name, p in self.params.items():
+            shape = (-1,) + (1,) * (p.dim() - 1)
+            d_p = p.grad if not bool(decay.any()) else p.grad.add(p * decay.view(shape))
+            buf = self.sgd[name]
+            buf.mul_(momentum.view(shape)).add_(d_p)  # momentum 0: buf = d_p, torch's update without momentum
+            step = torch.where(nesterov.view(shape), d_p + buf * momentum.view(shape), buf) if nesterov.any() else buf
+            p.sub_(step * lr.view(shape))
 
     def _one(self, params, buffers, *batch):
         """One member's loss and sums (vmap maps it over the members)."""
@@ -221,6 +247,7 @@ class Group:
             finite = torch.isfinite(losses.detach())
             torch.where(finite, losses, torch.zeros_like(losses)).sum().backward()
         ok, flops = finite.tolist(), counted.flops // len(cohort)
+        stacked_sgd = all(ok) and self.sgd is not None
         self._share(cohort, w, c)
         ended = {}
         for i, m in enumerate(cohort):
@@ -230,9 +257,29 @@ class Group:
                     m._bad_step(step, losses[i].detach())  # raises Diverged, or skips the batch
                     m.step += 1
                     continue
-                for name, p in m.raw_model.named_parameters():
-                    p.grad = self.params[name].grad[i]
-                m._update({k: v[i] for k, v in sums.items()}, self.task.items(batches[i]), flops, None)
+                if not stacked_sgd or m.cfg.grad_clip:  # (the stacked step needs no member's own gradients)
+                    for name, p in m.raw_model.named_parameters():
+                        p.grad = self.params[name].grad[i]
+                    m._clip()
+                if not stacked_sgd:
+                    m.optimizer.step()  # in place on its views, momentum buffers included
+            except Diverged as e:
+                ended[m] = m._diverged(e)
+            finally:
+                m.clock[0] += time.perf_counter() - w
+                m.clock[1] += cpu_seconds() - c
+        if stacked_sgd:
+            w, c = time.perf_counter(), cpu_seconds()
+            self._sgd_step(cohort)
+            for m in cohort:
+                m.optimizer._opt_called = True  # what torch's LR scheduler asks of a stepped optimizer
+            self._share(cohort, w, c)
+        for i, m in enumerate(cohort):
+            if not ok[i] or m in ended:
+                continue
+            w, c = time.perf_counter(), cpu_seconds()
+            try:
+                m._update({k: v[i] for k, v in sums.items()}, self.task.items(batches[i]), flops, None, stepped=True)
                 m._end_step(recorders.get(m))
             except Diverged as e:
                 ended[m] = m._diverged(e)

@@ -33,7 +33,6 @@ write metrics.json with `status: interrupted`: the handlers stay until metrics.j
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import resource
@@ -47,24 +46,12 @@ import torch
 
 from highway_repro.engine import checkpoint as ckpt_lib
 from highway_repro.engine import flops as flops_lib
+from highway_repro.engine.evaluation import Evaluation, _add, _to  # noqa: F401  (_to: also the group's)
 from highway_repro.engine.loggers import write_json_atomic
 from highway_repro.engine.trainer_config import (MEMORY_FORMATS, Diverged, Interrupted, TrainerConfig,  # noqa: F401
                                                  cpu_seconds, resolve_device, tf32)
-from highway_repro.errors import HighwayError
 
 log = logging.getLogger(__name__)
-
-
-def _add(acc: dict, sums: dict) -> dict:
-    for k, v in sums.items():
-        acc[k] = acc[k] + v if k in acc else v
-    return acc
-
-
-def _to(batch, device, memory_format=torch.contiguous_format):
-    """The batch's tensors on `device`; 4-D ones (images, N C H W) in `memory_format`."""
-    return tuple((b.to(device, non_blocking=True, memory_format=memory_format) if b.dim() == 4
-                  else b.to(device, non_blocking=True)) if torch.is_tensor(b) else b for b in batch)
 
 
 def _detach_mems(mems):
@@ -75,7 +62,7 @@ def _detach_mems(mems):
     return [m.detach() for m in mems]
 
 
-class Trainer:
+class Trainer(Evaluation):
     defer_nan_check: bool | None = None  # see _loss_finite; None = on CUDA only
     in_final_eval: bool = False  # a stop signal ends the evaluation (`evaluate`) only in the final one
 
@@ -173,31 +160,6 @@ class Trainer:
     def _autocast(self):
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.precision == "bf16")
 
-    @torch.no_grad()
-    def evaluate(self, split: str, max_batches: int | None = None) -> dict:
-        self.model.eval()
-        sums: dict = {}
-        mems = None
-        score_len = getattr(self.data, "eval_score_len", None)
-        for i, batch in enumerate(self.data.eval_batches(split)):
-            if max_batches is not None and i >= max_batches:
-                break
-            if self.in_final_eval and self.stop_requested and self.dist is None:
-                raise Interrupted
-            if self.dist is not None:  # each rank evaluates its rows; the sums are all-reduced below
-                batch = self.dist.shard(batch, strict=False)
-                if batch[0].shape[0] == 0:
-                    continue
-            batch = _to(batch, self.device, MEMORY_FORMATS[self.cfg.memory_format])
-            with self._autocast():
-                _, s, mems = self._forward(batch, mems, score_len)
-            _add(sums, s)
-        if self.dist is not None:
-            sums = self.dist.all_reduce_sums(sums)
-        if not sums:
-            raise HighwayError(f"split {split!r} gave no evaluation batches")
-        return {f"{split}/{k}": v for k, v in self.task.summarize(sums).items()}
-
     def _forward(self, batch, mems, score_len):
         return self.task.forward(self.model, batch, mems, score_len=score_len)
 
@@ -286,11 +248,12 @@ class Trainer:
         self._update(sums, self.task.items(batch), counted.flops, _detach_mems(new_mems))
         return True
 
-    def _update(self, sums: dict, items: int, flops: int, mems) -> None:
-        """Clip, the optimizer's and the schedule's step, and the step's sums into the log interval's."""
-        if self.cfg.grad_clip:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
-        self.optimizer.step()
+    def _update(self, sums: dict, items: int, flops: int, mems, stepped: bool = False) -> None:
+        """Clip, the optimizer's and the schedule's step, and the step's sums into the log interval's; `stepped`:
+        clipped and stepped already (a group's members, `engine.group`)."""
+        if not stepped:
+            self._clip()
+            self.optimizer.step()
         self.schedule.step()
         self.mems = mems
         _add(self._acc, sums)
@@ -298,6 +261,10 @@ class Trainer:
         self._flops += flops
         self._steps += 1
         self.step += 1
+
+    def _clip(self) -> None:
+        if self.cfg.grad_clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
 
     def _end_step(self, recorder, bar=None) -> None:
         """After a step: the deferred finite check, the log line, gate statistics, evaluation and checkpoint."""
@@ -379,16 +346,6 @@ class Trainer:
         self.status = "interrupted"
         return self._finish({"signal": int(self.stop_requested)})
 
-    def _eval_state(self, restore: tuple | None = None) -> tuple:
-        """What an evaluation changes besides the log (the scheduler's plateau state and learning rates, best_val),
-        or, given such a tuple, put it back."""
-        if restore is not None:
-            schedule, lrs, self.best_val = restore
-            self.schedule.load_state_dict(schedule)
-            for g, lr in zip(self.optimizer.param_groups, lrs):
-                g["lr"] = lr
-        return copy.deepcopy(self.schedule.state_dict()), [g["lr"] for g in self.optimizer.param_groups], self.best_val
-
     def _acc_to_save(self, acc: dict) -> dict:
         """The training sums since the last log step, for the checkpoint: under DDP summed over the ranks
         (a collective), so that the rank 0 that resumes them plus every rank's new sums give the global ones."""
@@ -449,66 +406,6 @@ class Trainer:
         if (self.ckpt_dir / "last.pt").exists():
             return f"the last good checkpoint is kept in {self.ckpt_dir}"
         return "there is no checkpoint yet (none was written before this step)"
-
-    def _keep_if_best(self, val_loss: float) -> None:
-        """Save `best.pt` when `val_loss` (always measured on the intermediate evaluations' subset,
-        the first `eval_max_batches` batches, so that every step is judged on the same data) beats the best."""
-        if val_loss < self.best_val:
-            self.best_val = val_loss
-            self.save("best")
-
-    def _validate(self, max_batches=None, select: bool = True) -> dict:
-        metrics = {}
-        if "val" in self.data.splits:
-            metrics.update(self.evaluate("val", max_batches))
-            val_loss = metrics["val/loss"]
-            self.schedule.on_eval(val_loss)
-            if select:
-                self._keep_if_best(val_loss)
-            metrics["val/best_loss"] = self.best_val
-        if self.cfg.eval_train:
-            metrics.update(self.evaluate("train", max_batches))
-        if metrics:
-            self._log(metrics)
-        self.last_eval = metrics
-        return metrics
-
-    def _final_eval(self) -> dict:
-        self.in_final_eval, last_weights = True, {}
-        try:
-            return self._final_passes(last_weights)
-        finally:
-            self.in_final_eval = False
-            if last_weights:  # last.pt keeps the last step's weights, beside its optimizer state
-                self.raw_model.load_state_dict(last_weights)
-
-    def _final_passes(self, last_weights: dict) -> dict:
-        """The final evaluation; `last_weights` receives the last step's weights when those of best.pt are
-        evaluated (final_eval=best), for `_final_eval` to put back."""
-        self._stop_point()
-        cap, sub = self.cfg.final_max_batches, self.cfg.eval_max_batches
-        same_data = cap == sub  # the final val pass sees exactly what the intermediate ones saw
-        if self.cfg.final_eval == "best" and not same_data and "val" in self.data.splits:
-            self._keep_if_best(self.evaluate("val", sub)["val/loss"])  # the last step, judged like the others
-        # (with final_eval=last and a capped subset, best.pt and best/val_loss cover the intermediate evaluations)
-        final = {**self.last_train, **self._validate(cap, select=same_data)}
-        if self.cfg.final_eval == "best" and (self.ckpt_dir / "best.pt").exists():
-            best = ckpt_lib.load(self.ckpt_dir / "best.pt", map_location=self.device)
-            last_weights.update({k: v.detach().clone() for k, v in self.raw_model.state_dict().items()})
-            ckpt_lib.load_model_state(self.raw_model, best["model"], "best checkpoint")
-            self._stop_point()
-            final.update(self.evaluate("val", cap))
-        for split in self.cfg.splits:  # "train": a full pass replaces the running mean of the last log interval
-            if split != "val" and (split == "train" or split in self.data.splits):
-                self._stop_point()
-                final.update(self.evaluate(split, cap))
-        self._log({k: v for k, v in final.items() if k.startswith("test/")})
-        return final
-
-    def _stop_point(self) -> None:
-        """Between the final evaluation's passes: a stop signal (agreed by the ranks under DDP) ends it."""
-        if self._stop_agreed():
-            raise Interrupted
 
     def _log_size(self) -> int | None:
         return self.logger.position() if self.is_main and hasattr(self.logger, "position") else None
