@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-all demo bench bench-cpu-scale bench-precision bench-compile tables reproduce-table reproduce-all estimate-all calibrate parity readme clean wandb-export wandb-dashboards
+.PHONY: help setup test test-all demo bench bench-grouped bench-cpu-scale bench-precision bench-compile tables reproduce-table reproduce-all estimate-all calibrate parity readme clean wandb-export wandb-dashboards
 # (not the reproduce-<table> names: make skips pattern rules for .PHONY targets)
 
 help: ## list every target with one line each (the paper tables: reproduce-<table>, from highway_repro/targets.py)
@@ -90,6 +90,9 @@ bench-cpu-scale: setup ## Transformer-L3 at its cpu-scale size vs x-transformers
 
 bench-precision: setup ## fp32 vs bf16 autocast at the cpu scale of Transformer-L3, Transformer-XL L6, R-Transformer, 1 thread, with the CPU's bf16 features (results/bench_precision.md, ~3 CPU-min; needs the data mirror)
 	$(BIN)/python -m bench --sections precision --threads 1 --clock cpu --out results/bench_precision
+
+bench-grouped: setup ## Fig. 1's nets, 26 runs grouped vs one after another, 1 thread (results/bench_grouped.md, ~5 min)
+	$(BIN)/python -m bench --sections grouped --threads 1 --clock cpu --budget-min 4 --min-rounds 9 --out results/bench_grouped
 
 bench-compile: setup ## eager vs torch.compile for the benchmark models (results/bench_compile.md, about 10 min, 1 thread)
 	$(BIN)/python -c "import x_transformers" 2>/dev/null || $(BIN)/pip install -q -e ".[bench]"

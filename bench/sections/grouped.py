@@ -41,17 +41,17 @@ class _Mnist:
         return self.x[i], self.y[i]
 
 
-def _runs(cls, depth: int, kind: str, folder: Path, x, y) -> list:
+def _runs(cls, depth: int, kind: str, folder: Path, x, y, device: str = "cpu", members: int = MEMBERS) -> list:
     runs = []
-    for seed in range(MEMBERS):
+    for seed in range(members):
         torch.manual_seed(seed)
         model = MLP(kind=kind, depth=depth, activation="relu", gate_bias=-2.0)
         opt = torch.optim.SGD(model.parameters(), lr=0.01 * (1 + seed % 5), momentum=(0.5, 0.9, 0.99)[seed % 3])
         cfg = TrainerConfig(max_steps=10**9, log_every=10**9, eval_every=0, checkpoint_every=0, progress=False,
-                            device="cpu")
+                            device=device)
         out = folder / f"{cls.__name__}-{seed}"
         out.mkdir(parents=True)
-        t = cls(model, _Mnist(seed, x, y), Classification(), opt, build(opt, max_steps=10**9), out, JsonlLogger(out),
+        t = cls(model, _Mnist(seed, x.to(device), y.to(device)), Classification(), opt, build(opt, max_steps=10**9), out, JsonlLogger(out),
                 cfg)
         t._start_interval({})
         runs.append(t)

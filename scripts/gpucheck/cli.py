@@ -13,6 +13,7 @@ from .cuda_tests import cuda_tests
 from .curve import curve_need, curve_run, curves_png, plot_curves
 from .data import data_check, prepare
 from .distributed import ddp_check, ddp_worker
+from .grouped import grouped_phase
 from .machine import machine, matmul_peak
 from .nan import nan_check
 from .phases import Ctx, phase, start_guard
@@ -39,7 +40,7 @@ def parse(argv):
     ap.add_argument("--cases", default="", help="only these speed cases, comma-separated: "
                     + ",".join(c.key for c in CASES))
     ap.add_argument("--skip", default="", help="phases to skip, comma-separated: peak,nan,throughput,curve,ddp,tests,"
-                                                "tables")
+                                                "grouped,tables")
     ap.add_argument("--prepare", action="store_true", help="write data/gpu_mirror, data/gpu_cache and .gpu_deps "
                                                            "here (CPU), then exit")
     ap.add_argument("--from", dest="prepare_from", help="--prepare: the full offline mirror (default "
@@ -162,6 +163,8 @@ def check(ctx: Ctx, args) -> int:
     if ctx.configs_ok:
         if on("throughput"):
             run_throughput(ctx, "BC", reserve=0 if ctx.dry else 8)  # the table times come after
+        if on("grouped"):
+            phase(ctx, "grouped", 20 if ctx.dry else 90, grouped_phase)
         if on("tables"):
             phase(ctx, "table times", 3, tables_section)
     rep.finished = True
