@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SCALE ?= cpu
 JOBS ?= 1
-GROUP ?= 1
+GROUP ?=
 TABLE ?=
 # torch is pinned: on the reference machine this is a local CPU wheel; set TORCH_SPEC for CUDA builds.
 TORCH_SPEC ?= torch==2.13.0
@@ -38,11 +38,11 @@ demo: setup ## plain vs highway MLP at depths 10 and 50 on real MNIST: prints a 
 
 reproduce-table: setup ## run one table's sweep and report: make reproduce-table TABLE=hn_table1 SCALE=cpu
 	@test -n "$(TABLE)" || { echo "set TABLE=<name> (see: $(BIN)/python -m highway_repro.reproduce --list)"; exit 2; }
-	$(BIN)/python -m highway_repro.reproduce $(TABLE) --scale $(SCALE) --jobs $(JOBS) --group $(GROUP)
+	$(BIN)/python -m highway_repro.reproduce $(TABLE) --scale $(SCALE) --jobs $(JOBS) $(if $(GROUP),--group $(GROUP))
 
 # One rule for every table of highway_repro/targets.py: make reproduce-ht-char-ptb -> table ht_char_ptb.
 reproduce-%: setup
-	$(BIN)/python -m highway_repro.reproduce $(subst -,_,$*) --scale $(SCALE) --jobs $(JOBS) --group $(GROUP)
+	$(BIN)/python -m highway_repro.reproduce $(subst -,_,$*) --scale $(SCALE) --jobs $(JOBS) $(if $(GROUP),--group $(GROUP))
 
 estimate-all: setup ## every paper table's plan and estimated cost, then the total, for JOBS jobs (default 1; JOBS=2 on 2 cores); trains nothing
 	@$(BIN)/python -m highway_repro.reproduce --all --scale $(SCALE) --jobs $(JOBS) --estimate

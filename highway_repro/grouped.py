@@ -51,8 +51,10 @@ def collecting_jobs() -> bool:
     return _COLLECTED is not None
 
 
-def collect(cfg: DictConfig, out_dir: Path, multirun: bool) -> None:
-    _COLLECTED.append((cfg.copy(), Path(out_dir), multirun))
+def collect(cfg: DictConfig, out_dir: Path, multirun: bool, build) -> None:
+    """Note a composed job for its group; `build(cfg, out_dir, trainer_cls=...)` makes its trainer
+    (`train.build_run`, handed in: this module is below the entry point)."""
+    _COLLECTED.append((cfg.copy(), Path(out_dir), multirun, build))
 
 
 def shape_key(cfg: DictConfig) -> str:
@@ -112,15 +114,15 @@ def train_group(jobs: list) -> int:
     signal that stopped it, else 0."""
     from highway_repro.cli import USER_ERRORS, folder_lock, nothing_to_do, summary, user_failure
     from highway_repro.engine.group import Group, Member
+    from highway_repro.models.dropout import member_generators
     from highway_repro.engine.loggers import now, write_json_atomic, write_run_info
     from highway_repro.errors import HighwayError
-    from highway_repro.train import build_run
 
-    check_groupable([cfg for cfg, _, _ in jobs])
-    members, locks, folders = [], [], [d.name for _, d, _ in jobs]
+    check_groupable([job[0] for job in jobs])
+    members, locks, folders = [], [], [job[1].name for job in jobs]
     name = f"{jobs[0][1].parent.name}/{folders[0]}+{len(folders) - 1}"  # its first member's folder: unique
     try:
-        for cfg, out_dir, multirun in jobs:
+        for cfg, out_dir, multirun, build_run in jobs:
             try:
                 lock = folder_lock(out_dir)
             except HighwayError as e:
@@ -141,7 +143,7 @@ def train_group(jobs: list) -> int:
             write_run_info(out_dir, start_time=now(), group=info)
         log.info("group %s: %d members trained together", name, len(members))
         try:
-            finals = Group([m for m, _ in members], name).fit()
+            finals = Group([m for m, _ in members], name, draws=member_generators).fit()
         except Exception as e:  # a bug: every member's cell is marked failed, with the traceback shown
             for m, out_dir in members:
                 write_json_atomic(out_dir / "metrics.json", {"status": "failed", "error": f"{type(e).__name__}: {e}"})

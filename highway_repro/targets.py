@@ -31,12 +31,14 @@ class Target:
     reuse: tuple = ()         # tables (same experiment) whose kept runs of the same name are reused, not trained
     parts: tuple = ()         # a report over the runs of these targets (trained in one queue), not a sweep of its own
     study: bool = False       # not a paper table: `make reproduce-all` leaves it out, `make tables` builds it
+    group: str = "1"          # runs of a row trained together by default (runner --group): "auto" where it pays here
 
 
 TARGETS: dict[str, Target] = {
     "demo": Target("demo", "demo/demo", "plain vs highway MLPs at depths 10 and 50 on MNIST (make demo)"),
     "hn_fig1": Target("hn_fig1", "highway_networks/fig1",
-                      "Highway Networks Fig. 1: FC depth sweep, plain/highway/residual, random search"),
+                      "Highway Networks Fig. 1: FC depth sweep, plain/highway/residual, random search",
+                      group="auto"),  # 2.2x per run grouped on the reference CPU (results/bench_grouped.md)
     "hn_table1": Target("hn_table1", "highway_networks/table1",
                         "Highway Networks Table 1: 10-layer conv net on MNIST, widths 16/32"),
     "hn_cifar": Target("hn_cifar", "highway_networks/cifar",

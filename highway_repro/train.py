@@ -130,7 +130,7 @@ def main(cfg: DictConfig):
         rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))
         return user_failure(e, out_dir / "metrics.json", multirun, is_main=rank == "0")
     if grouped.collecting_jobs():  # hydra/launcher=grouped: trained with its group once all jobs are set up
-        return grouped.collect(cfg, out_dir, multirun)
+        return grouped.collect(cfg, out_dir, multirun, build_run)
     return launch(cfg, out_dir, multirun, run)
 
 
@@ -143,8 +143,7 @@ def cli():
 
 
 if __name__ == "__main__":
-    # run the function of the imported module, not of __main__: process launchers (joblib/loky,
-    # submitit) then pickle it by reference instead of by value with all its globals
+    # the imported module's function, not __main__'s: launchers (joblib, submitit) pickle it by reference
     from highway_repro.train import cli as _imported_cli
 
     _imported_cli()

@@ -95,7 +95,7 @@ def _lone(tmp, family, seed, steps, dtype):
 
 def _group(tmp, family, seeds, steps, dtype, **kw):
     members = [_run(tmp, family, s, steps, dtype, cls=Member, **kw) for s in seeds]
-    finals = Group(members).fit()
+    finals = Group(members, draws=member_generators).fit()
     return members, finals
 
 
@@ -141,11 +141,11 @@ def test_each_member_draws_the_dropout_masks_of_its_lone_run():
 def test_a_diverging_member_stops_alone_and_the_others_do_not_notice(tmp_path):
     steps = 12
     members = [_run(tmp_path / "g", "mlp", s, steps, cls=Member, lr=lr) for s, lr in ((0, 0.02), (1, 1e30), (2, 0.06))]
-    finals = Group(members).fit()
+    finals = Group(members, draws=member_generators).fit()
     assert [f["status"] for f in finals] == ["done", "diverged", "done"]
     assert "non-finite" in finals[1]["error"]
     alone = [_run(tmp_path / "g2", "mlp", s, steps, cls=Member, lr=lr) for s, lr in ((0, 0.02), (2, 0.06))]
-    Group(alone).fit()
+    Group(alone, draws=member_generators).fit()
     for m, a in ((members[0], alone[0]), (members[2], alone[1])):  # (a group of 2 rounds as one of 3 may not)
         assert _rel(_losses(m), _losses(a)) <= 1e-5
     assert json.loads((members[1].out_dir / "metrics.json").read_text())["status"] == "diverged"
@@ -155,7 +155,8 @@ def test_a_stopped_group_resumes_bit_exactly_even_with_members_saved_one_step_ap
     steps, seeds = 20, (0, 1, 2)
     whole, _ = _group(tmp_path / "whole", "mlp", seeds, steps, torch.float32, checkpoint_every=5)
     cut = [_run(tmp_path / "cut", "mlp", s, steps, cls=Member, checkpoint_every=5) for s in seeds]
-    group = Group(cut)  # member 0's data sends SIGTERM's request at step 8: each member ends the step, saves, stops
+    group = Group(cut, draws=member_generators)  # at step 8 member 0's data asks every member to stop (SIGTERM):
+    # each ends its step, saves `last` and stops
     cut[0].data.stop_at, cut[0].data.on_stop = 8, lambda: [m._request_stop(signal.SIGTERM, None) for m in cut]
     finals = group.fit()
     assert [f["status"] for f in finals] == ["interrupted"] * 3 and {m.step for m in cut} == {9}
@@ -168,7 +169,7 @@ def test_a_stopped_group_resumes_bit_exactly_even_with_members_saved_one_step_ap
         m.resume_from(load_latest(m.ckpt_dir))
         again.append(m)
     assert [m.step for m in again] == [5, 9, 9]
-    finals = Group(again).fit()
+    finals = Group(again, draws=member_generators).fit()
     assert [f["status"] for f in finals] == ["done"] * 3
     for a, b in zip(again, whole):
         assert _losses(a) == _losses(b)
@@ -191,7 +192,7 @@ def test_groups_are_formed_by_shape_and_size():
         cfg = OmegaConf.create({"seed": seed, "model": {"depth": depth, "activation": act, "gate_bias": -seed},
                                 "optim": {"optimizer": {"_target_": "torch.optim.SGD", "lr": lr}},
                                 "trainer": {"max_steps": 10}})
-        return cfg, Path(f"d{depth}-{seed}-{act}"), True
+        return cfg, Path(f"d{depth}-{seed}-{act}"), True, None
 
     jobs = [job(10, 0, 0.1), job(20, 1, 0.1), job(10, 2, 0.3), job(10, 3, 0.1, "tanh"), job(10, 4, 0.2)]
     names = [[j[1].name for j in g] for g in plan_groups(jobs, 2)]

@@ -21,6 +21,7 @@ from highway_repro.engine.loggers import JsonlLogger
 from highway_repro.engine.schedules import build
 from highway_repro.engine.tasks import Classification
 from highway_repro.engine.trainer import Trainer, TrainerConfig
+from highway_repro.models.dropout import member_generators
 from highway_repro.models.mlp import MLP
 
 MEMBERS = 26  # a Fig. 1 row's trials at the cpu scale
@@ -73,7 +74,7 @@ def section_grouped(rep: Report, budget: Budget, args) -> dict:
             with tempfile.TemporaryDirectory() as tmp:
                 lone = _runs(Trainer, depth, kind, Path(tmp), x, y)
                 members = _runs(Member, depth, kind, Path(tmp), x, y)
-                group = Group(members)
+                group = Group(members, draws=member_generators)
                 group.score_len = None
                 group._bind(members)
 

@@ -10,8 +10,8 @@ and checkpoints, built by `train.build_run` exactly as it would be alone); only 
   every member's gradient (each member's loss depends on its own slice only);
 - then each member clips, steps its own optimizer (its own learning rate, momentum, schedule) in place on its
   views, logs, evaluates (alone) and saves its own checkpoint, exactly as `Trainer` does;
-- dropout draws each member's masks from the member's own generator (`models.dropout`), seeded and advanced as a
-  lone run's default generator, so a member's result does not depend on its group or its place in it;
+- dropout draws each member's masks from the member's own generator (`models.dropout`, injected as `draws`),
+  seeded and advanced as a lone run's default generator, so its masks do not depend on its group or its place;
 - a member whose loss is not finite is handled by its own `trainer.nan_policy` (stopped and recorded as diverged,
   or its batch skipped); the group goes on without it, untouched by its NaNs;
 - a member's CPU and wall time are its share of the group's shared work plus its own work (`perf/cpu_s_per_step`,
@@ -27,6 +27,7 @@ in `make bench` (section "grouped runs") against the same runs one after another
 from __future__ import annotations
 
 import copy
+from contextlib import nullcontext
 import logging
 import signal
 import threading
@@ -38,7 +39,6 @@ from torch.func import functional_call, vmap
 from highway_repro.engine import checkpoint as ckpt_lib
 from highway_repro.engine import flops as flops_lib
 from highway_repro.engine.trainer import Diverged, Trainer, _to, cpu_seconds
-from highway_repro.models.dropout import member_generators
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +74,11 @@ class Member(Trainer):
 class Group:
     """Members of one model shape and one trainer config, trained together (see the module docstring)."""
 
-    def __init__(self, members: list[Member], name: str = "group"):
-        self.members, self.name = list(members), name
+    def __init__(self, members: list[Member], name: str = "group", draws=None):
+        """`draws(generators)`: a context manager within which the stacked forward draws member i's random numbers
+        from generators[i] (`models.dropout.member_generators`; injected: the engine imports no model code); None
+        for models that draw nothing while training."""
+        self.members, self.name, self.draws = list(members), name, draws
         first = members[0]
         self.task, self.cfg, self.device = first.task, first.cfg, first.device
         self.base = copy.deepcopy(first.raw_model)  # the module whose forward vmap runs, on stacked tensors
@@ -242,7 +245,7 @@ class Group:
         for p in self.params.values():
             p.grad = None
         with self.step_flops.count(stacked) as counted:
-            with member_generators([m.gen for m in cohort]):
+            with nullcontext() if self.draws is None else self.draws([m.gen for m in cohort]):
                 losses, sums = self._step_fn(self.params, self.buffers, *stacked)
             finite = torch.isfinite(losses.detach())
             torch.where(finite, losses, torch.zeros_like(losses)).sum().backward()

@@ -164,7 +164,8 @@ def _train(names: list[str], tables: list[str], args, results: Path, runs_root: 
 
     def plans_of(stage: list[str], estimate: bool, pending: dict) -> list[TablePlan]:
         return [plan_table(n, args.scale, args.jobs, args.extra, runs_root, results, args.fresh, estimate,
-                           {r for o in TARGETS[n].reuse for r in pending.get(o, ())}, args.group) for n in stage]
+                           {r for o in TARGETS[n].reuse for r in pending.get(o, ())},
+                           args.group or TARGETS[n].group) for n in stage]
 
     plans = plans_of(stages[0], args.estimate, {})
     pending = {p.name: set(p.todo) for p in plans}  # what the first stage trains (an estimate counts it as reused)
@@ -215,8 +216,8 @@ def main(argv=None) -> int:
     ap.add_argument("--scale", default="cpu", choices=SCALES)
     ap.add_argument("--jobs", type=int, default=1,
                     help="runs at once (one process each, across tables with --all), each with the scale's threads")
-    ap.add_argument("--group", default="1", help="runs of a row trained together in one process (hydra/launcher="
-                    "grouped): auto (a row's runs, up to 32), a size, or 1 (each run alone)")
+    ap.add_argument("--group", default=None, help="runs of a row trained together in one process (hydra/launcher="
+                    "grouped): auto (a row's runs, up to 32), a size, or 1 (each run alone); default: the table's own")
     ap.add_argument("--fresh", action="store_true", help="delete the sweep folder and ignore the kept runs")
     ap.add_argument("--results", default=None, help="results root (default: results/, or runs/smoke_results for smoke)")
     ap.add_argument("--runs", default="runs/sweeps", help="where sweep folders go")
@@ -229,7 +230,7 @@ def main(argv=None) -> int:
     args = ap.parse_intermixed_args(argv)
     if args.jobs < 1:
         ap.error(f"--jobs={args.jobs}: runs at once, at least 1")
-    if args.group != "auto" and not (args.group.isdigit() and int(args.group) >= 1):
+    if args.group not in (None, "auto") and not (args.group.isdigit() and int(args.group) >= 1):
         ap.error(f"--group={args.group}: runs trained together (valid: auto, or an integer >= 1)")
     if args.list:
         print(f"  {'table':<20} {'make target':<30} what")

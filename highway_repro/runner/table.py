@@ -93,6 +93,14 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     ratio, calibrated = speed_ratio(name, scale, cfg, kept if own_recipe else None, results / CALIBRATION_FILE)
     if secs and calibrated:
         secs, how = [s * ratio for s in secs], f"{how}; {calibrated}"
+    size = group_of(cfg, group) if t.sweep else 1
+    if size > 1:
+        speedup = group_speedup(cfg, results)
+        if secs and speedup:
+            secs, how = [s / speedup for s in secs], (f"{how}; grouped (up to {size} runs), each run {speedup:.2f}x "
+                                                      f"faster than alone ({BENCH_GROUPED})")
+        else:
+            how += f"; grouped (up to {size} runs), priced as alone (no grouped benchmark of this model)"
     total, wall = (sum(secs), wall_s(secs, jobs)) if secs else (None, None)
     cost = (f"estimated {len(todo)} x {duration(total / len(todo))} = {total * threads / 3600:.1f} CPU-hours, "
             f"{duration(wall)} wall with {jobs} job(s) ({how})" if total and todo
@@ -120,11 +128,11 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     else:
         base[3:3] = ["-m"]
         base += [f"hydra.sweep.dir={sweep_dir}"]
-        grouped = group_commands(cfg, base, files, gs, todo, group)
-        if grouped:  # a multirun of the grouped launcher per cell (up to `group` runs of it)
+        grouped = group_commands(cfg, base, files, gs, todo, size) if size > 1 else []
+        if grouped:  # a multirun of the grouped launcher per cell (up to `size` runs of it)
             p.commands, p.peak_gb = grouped, p.peak_gb * GROUP_PEAK
-            print(f"[{name}] {len(todo)} runs in {len(grouped)} group command(s) (hydra/launcher=grouped, "
-                  f"size {group})", flush=True)
+            print(f"[{name}] {len(todo)} runs in {len(grouped)} grouped command(s) (hydra/launcher=grouped, up to "
+                  f"{size} runs each)", flush=True)
         elif jobs == 1:  # a whole sweep file's grid in one multirun
             p.commands = [base + [f"sweep={f}"] + g for f, g in zip(files, gs)]
         else:  # one multirun of one job per run to train, in the grid's order
@@ -139,18 +147,37 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     return p
 
 
+BENCH_GROUPED = "results/bench_grouped.csv"  # the grouped benchmark (make bench-grouped) that prices groups
+
+
+def group_speedup(cfg, results: Path) -> float | None:
+    """The mean CPU-time ratio alone / grouped per run of the table's model in the grouped benchmark
+    (`make bench-grouped`, Fig. 1's MLPs), None where it has no row of that model."""
+    import csv
+
+    path = results / Path(BENCH_GROUPED).name
+    if str(cfg.model._target_).rsplit(".", 1)[-1] != "MLP" or not path.exists():
+        return None
+    with path.open() as f:
+        ratios = [float(r["value"]) for r in csv.DictReader(f) if r["metric"] == "alone_over_grouped"]
+    return sum(ratios) / len(ratios) if ratios else None
+
+
 GROUP_PEAK = 3.0  # a group's peak memory against a lone run's (Fig. 1, 11 members of MNIST: 1.03 GB, lone 0.43)
 
 
-def group_commands(cfg, base: list[str], files: list[str], gs: list[list[str]], todo: list[str],
-                   group: str) -> list[list[str]]:
-    """With `group` (auto or a size > 1) and a model that groups (`grouped.GROUPABLE`): one grouped multirun per
-    cell (a row's runs, which differ in their seed or trial only), at most `group` runs each; else []."""
+def group_of(cfg, group: str) -> int:
+    """Runs a group at most (`group`: auto or a size), 1 where the table's model cannot group (`grouped.GROUPABLE`)."""
     from highway_repro.grouped import GROUPABLE, group_size
 
     size = group_size(group if group == "auto" else int(group))
-    if size == 1 or str(cfg.model._target_).rsplit(".", 1)[-1] not in GROUPABLE:
-        return []
+    return size if str(cfg.model._target_).rsplit(".", 1)[-1] in GROUPABLE else 1
+
+
+def group_commands(cfg, base: list[str], files: list[str], gs: list[list[str]], todo: list[str],
+                   size: int) -> list[list[str]]:
+    """One grouped multirun per cell (a row's runs, which differ in their seed or trial only), at most `size` runs
+    each; [] where a run's cell has no single repeat key."""
     exclude = list(cfg.hydra.job.config.override_dirname.exclude_keys)
     cells, left = {}, set(todo)
     for f, g in zip(files, gs):

@@ -18,6 +18,7 @@ def grouped_phase(ctx: Ctx) -> None:
     from bench.sections.grouped import CELLS, MEMBERS, _runs
     from highway_repro.engine.group import Group, Member
     from highway_repro.engine.trainer import Trainer
+    from highway_repro.models.dropout import member_generators
 
     members = 3 if ctx.dry else MEMBERS
     cells = CELLS[:2] if ctx.dry else CELLS
@@ -40,7 +41,7 @@ def grouped_phase(ctx: Ctx) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             lone = _runs(Trainer, depth, kind, Path(tmp), x, y, device=ctx.device, members=members)
             group_members = _runs(Member, depth, kind, Path(tmp), x, y, device=ctx.device, members=members)
-            group = Group(group_members)
+            group = Group(group_members, draws=member_generators)
             group.score_len = None
             group._bind(group_members)
 
