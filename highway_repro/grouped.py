@@ -26,10 +26,10 @@ from highway_repro.errors import ConfigError
 
 log = logging.getLogger("highway_repro")
 
-# The models a group can stack: their forward is a pure function of parameters and input, their only random draws
-# are `models.dropout.Dropout`. Transformer-L3, Transformer-XL (memories, fused kernels) and the R-Transformer
-# (fused recurrent kernels, attention dropout inside scaled_dot_product_attention) are not stackable yet.
-GROUPABLE = ("MLP", "MnistHighwayNet", "CifarHighwayNet")
+# The models a group can stack (every model of the project): their forward is a function of parameters and input,
+# their random draws go through `models.dropout`, and in a group they take their plain formulas (`fused` off, torch's
+# RNN and SDPA written out), which have per-member rules.
+GROUPABLE = ("MLP", "MnistHighwayNet", "CifarHighwayNet", "TransformerLM", "TransformerXL", "RTransformer")
 # What a member of a group may have of its own; everything else of the resolved config must be equal.
 MEMBER_KEYS = ("seed", "trial", "data.seed", "model.gate_bias", "optim.optimizer", "optim.scheduler", "hydra")
 AUTO_SIZE = 32  # size=auto: every job of a shape, up to this many members a group
@@ -79,6 +79,9 @@ def check_groupable(cfgs: list) -> None:
                               f"{', '.join(GROUPABLE)}; run it alone: without hydra/launcher=grouped, or GROUP=1)")
         if cfg.trainer.precision != "fp32":
             raise ConfigError(f"trainer.precision={cfg.trainer.precision} cannot train in a group (valid: fp32)")
+        if cfg.trainer.nan_policy == "skip" and str(cfg.model._target_).endswith("TransformerXL"):
+            raise ConfigError("trainer.nan_policy=skip cannot train in a group with Transformer-XL (a skipped batch "
+                              "empties one member's memory; valid: stop, or GROUP=1)")
 
 
 def group_size(size) -> int:

@@ -21,11 +21,14 @@ from highway_repro.engine.checkpoint import load_latest
 from highway_repro.engine.group import Group, Member
 from highway_repro.engine.loggers import JsonlLogger
 from highway_repro.engine.schedules import build
-from highway_repro.engine.tasks import Classification
+from highway_repro.engine.tasks import Classification, LanguageModel
 from highway_repro.engine.trainer import Trainer, TrainerConfig
 from highway_repro.models.convnets import CifarHighwayNet, MnistHighwayNet
 from highway_repro.models.dropout import Dropout, keep_mask, member_generators
 from highway_repro.models.mlp import MLP
+from highway_repro.models.r_transformer import RTransformer
+from highway_repro.models.transformer_lm import TransformerLM
+from highway_repro.models.transformer_xl import TransformerXL
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,10 +55,36 @@ class _Data:
         yield self.x[0], self.y[0]
 
 
-FAMILIES = {  # small members of every groupable family: (model, input shape)
+class _Text:
+    """A random token stream of 16 windows of (B, T) (`data.text.LMData`'s interface): windows in order, so that a
+    memory model's memory carries from step to step; a new pass every 8 steps empties it."""
+
+    kind, splits, steps_per_epoch, score_len = "lm", ("test",), 8, None
+
+    def __init__(self, seed: int, shape=(2, 6), dtype=None):
+        g = torch.Generator().manual_seed(1000 + seed)  # each member its own stream (as its own data order)
+        self.x = torch.randint(0, 11, (8, *shape), generator=g)
+        self.y = torch.randint(0, 11, (8, *shape), generator=g)
+        self.stop_at, self.on_stop = None, None
+
+    def train_batch(self, step):
+        if step == self.stop_at and self.on_stop is not None:
+            self.on_stop()
+        return self.x[step % 8], self.y[step % 8]
+
+    def eval_batches(self, split):
+        yield self.x[0], self.y[0]
+
+
+_LM = {"vocab_size": 11, "n_layers": 2, "d_model": 8, "n_heads": 2, "d_ff": 16, "dropout": 0.2, "fused": True}
+FAMILIES = {  # small members of every groupable family: (model, input shape), dropout on wherever the model has it
     "mlp": (lambda: MLP(kind="highway", depth=4, width=6, gate_bias=-1.0, input_shape=(1, 4, 4)), (1, 4, 4)),
     "mnist_conv": (lambda: MnistHighwayNet(width=3), (1, 28, 28)),
     "cifar_conv": (lambda: CifarHighwayNet(widths=(2, 2, 2, 2)), (3, 32, 32)),
+    "transformer_l3": (lambda: TransformerLM(**_LM, gate_kind="sdu_tanh", attn_dropout=0.1), None),
+    "transformer_xl": (lambda: TransformerXL(**_LM, d_head=4, tgt_len=6, mem_len=6, gate_kind="sdu_sigmoid"), None),
+    "r_transformer": (lambda: RTransformer(**_LM, rnn="lstm", window=3, emb_dropout=0.1, gate_kind="highway"), None),
+    "r_transformer_gru": (lambda: RTransformer(**_LM, rnn="gru", window=3), None),
 }
 
 
@@ -72,8 +101,8 @@ def _run(tmp: Path, family: str, seed: int, steps: int, dtype=torch.float32, cls
                         progress=False, device="cpu", splits=["test"])
     out = tmp / f"{family}-{seed}"
     out.mkdir(parents=True, exist_ok=True)
-    return cls(model, _Data(seed, shape, dtype=dtype), Classification(), opt,
-               build(opt, max_steps=steps), out, JsonlLogger(out), cfg)
+    data, task = (_Data(seed, shape, dtype=dtype), Classification()) if shape else (_Text(seed), LanguageModel())
+    return cls(model, data, task, opt, build(opt, max_steps=steps), out, JsonlLogger(out), cfg)
 
 
 def _losses(t) -> list[float]:
@@ -102,9 +131,11 @@ def _group(tmp, family, seeds, steps, dtype, **kw):
 @pytest.mark.parametrize("family,dtype,steps,tol", [
     ("mlp", torch.float64, 200, 1e-9), ("mlp", torch.float32, 20, 1e-5),
     ("mnist_conv", torch.float64, 60, 1e-9), ("cifar_conv", torch.float32, 20, 1e-5),
-    # the conv nets over 200 fp64 steps: 10-30 s each here
-    pytest.param("mnist_conv", torch.float64, 200, 1e-9, marks=pytest.mark.slow),
-    pytest.param("cifar_conv", torch.float64, 200, 1e-9, marks=pytest.mark.slow)])
+    ("transformer_l3", torch.float64, 30, 1e-9), ("transformer_xl", torch.float64, 30, 1e-9),
+    ("r_transformer", torch.float32, 20, 1e-5),
+    # 200 fp64 steps of the families whose fast case is shorter: 10-60 s each here
+    *(pytest.param(f, torch.float64, 200, 1e-9, marks=pytest.mark.slow)
+      for f in ("mnist_conv", "cifar_conv", "transformer_l3", "transformer_xl", "r_transformer", "r_transformer_gru"))])
 def test_a_member_tracks_its_lone_run_in_groups_of_1_3_8_at_any_place(tmp_path, family, dtype, steps, tol):
     lone = {s: _lone(tmp_path, family, s, steps, dtype) for s in range(8)}
     seen = {}
@@ -151,10 +182,11 @@ def test_a_diverging_member_stops_alone_and_the_others_do_not_notice(tmp_path):
     assert json.loads((members[1].out_dir / "metrics.json").read_text())["status"] == "diverged"
 
 
-def test_a_stopped_group_resumes_bit_exactly_even_with_members_saved_one_step_apart(tmp_path):
+@pytest.mark.parametrize("family", ["mlp", "transformer_xl"])  # (Transformer-XL: its memories are saved too)
+def test_a_stopped_group_resumes_bit_exactly_even_with_members_saved_one_step_apart(tmp_path, family):
     steps, seeds = 20, (0, 1, 2)
-    whole, _ = _group(tmp_path / "whole", "mlp", seeds, steps, torch.float32, checkpoint_every=5)
-    cut = [_run(tmp_path / "cut", "mlp", s, steps, cls=Member, checkpoint_every=5) for s in seeds]
+    whole, _ = _group(tmp_path / "whole", family, seeds, steps, torch.float32, checkpoint_every=5)
+    cut = [_run(tmp_path / "cut", family, s, steps, cls=Member, checkpoint_every=5) for s in seeds]
     group = Group(cut, draws=member_generators)  # at step 8 member 0's data asks every member to stop (SIGTERM):
     # each ends its step, saves `last` and stops
     cut[0].data.stop_at, cut[0].data.on_stop = 8, lambda: [m._request_stop(signal.SIGTERM, None) for m in cut]
@@ -165,7 +197,7 @@ def test_a_stopped_group_resumes_bit_exactly_even_with_members_saved_one_step_ap
     (ck / "prev.pt").replace(ck / "last.pt")
     again = []
     for s in seeds:
-        m = _run(tmp_path / "cut", "mlp", s, steps, cls=Member, checkpoint_every=5)
+        m = _run(tmp_path / "cut", family, s, steps, cls=Member, checkpoint_every=5)
         m.resume_from(load_latest(m.ckpt_dir))
         again.append(m)
     assert [m.step for m in again] == [5, 9, 9]

@@ -70,6 +70,13 @@ class Member(Trainer):
         super().load_state(ckpt)
         self.gen.set_state(ckpt["rng"]["torch"])
 
+    def save(self, name: str = "last") -> None:
+        mems, self.mems = self.mems, None if self.mems is None else [m.clone() for m in self.mems]  # own copies
+        try:
+            super().save(name)
+        finally:
+            self.mems = mems
+
 
 class Group:
     """Members of one model shape and one trainer config, trained together (see the module docstring)."""
@@ -82,10 +89,15 @@ class Group:
         first = members[0]
         self.task, self.cfg, self.device = first.task, first.cfg, first.device
         self.base = copy.deepcopy(first.raw_model)  # the module whose forward vmap runs, on stacked tensors
+        for module in self.base.modules():  # the plain formulas: kernels.py's hand-written backwards have no
+            if hasattr(module, "fused"):     # per-member rule (same numbers: tests/test_fast_paths.py)
+                module.fused = False
         self.cohort: list[Member] = []
         self.params: dict = {}
         self.buffers: dict = {}
         self.sgd: dict | None = None  # stacked momentum buffers (`_stack_sgd`)
+        self.mems: list | None = None  # a memory model's stacked memories (members, ...) per layer
+        self.anchor = None  # while the stacked forward runs: what `draws` yields
         self._step_fn = vmap(self._one, randomness="error")
         self.step_flops = flops_lib.StepFlops()
 
@@ -101,6 +113,8 @@ class Group:
                 m.get_parameter(name).data = stacked.data[i]
             self.params[name] = stacked
         self.sgd = self._stack_sgd(cohort)
+        own = [m.mems for m in cohort]  # a memory model's memories: all None (a new pass) or all lists
+        self.mems = None if any(x is None for x in own) else [torch.stack(parts) for parts in zip(*own)]
         for name, _ in self.base.named_buffers():
             stacked = torch.stack([m.get_buffer(name) for m in models])
             for i, m in enumerate(models):
@@ -148,13 +162,17 @@ class Group:
             step = torch.where(nesterov.view(shape), d_p + buf * momentum.view(shape), buf) if nesterov.any() else buf
             p.sub_(step * lr.view(shape))
 
-    def _one(self, params, buffers, *batch):
-        """One member's loss and sums (vmap maps it over the members)."""
+    def _one(self, params, buffers, zero, mems, *batch):
+        """One member's loss, sums and new memory ([] without one) from its memory ([]: none); vmap maps it over
+        the members. `zero`: the member's 0, for the random draws' anchor (`draws`)."""
+        if self.anchor is not None:
+            self.anchor(zero)
+
         def model(*args, **kwargs):
             return functional_call(self.base, (params, buffers), args, kwargs)
 
-        loss, sums, _ = self.task.forward(model, batch, None, score_len=self.score_len)
-        return loss, sums
+        loss, sums, new = self.task.forward(model, batch, mems or None, score_len=self.score_len)
+        return loss, sums, list(new or [])
 
     # ------------------------------------------------------------- resume
     def _align(self) -> None:
@@ -240,16 +258,22 @@ class Group:
                     m.raw_model.train()
                     m._forward(batches[i], None, self.score_len)
                 recorders[m] = rec
+        if step % cohort[0].data.steps_per_epoch == 0:
+            self.mems = None  # a new pass over the stream: memory starts empty
         stacked = [torch.stack(parts) for parts in zip(*batches)]
         self.base.train()
         for p in self.params.values():
             p.grad = None
         with self.step_flops.count(stacked) as counted:
-            with nullcontext() if self.draws is None else self.draws([m.gen for m in cohort]):
-                losses, sums = self._step_fn(self.params, self.buffers, *stacked)
+            with nullcontext() if self.draws is None else self.draws([m.gen for m in cohort]) as self.anchor:
+                zero = torch.zeros(len(cohort), device=self.device, dtype=next(iter(self.params.values())).dtype)
+                losses, sums, new_mems = self._step_fn(self.params, self.buffers, zero, self.mems or [], *stacked)
             finite = torch.isfinite(losses.detach())
             torch.where(finite, losses, torch.zeros_like(losses)).sum().backward()
         ok, flops = finite.tolist(), counted.flops // len(cohort)
+        self.mems = [x.detach() for x in new_mems] or None
+        for i, m in enumerate(cohort):
+            m.mems = None if self.mems is None else [x[i] for x in self.mems]
         stacked_sgd = all(ok) and self.sgd is not None
         self._share(cohort, w, c)
         ended = {}
@@ -282,7 +306,7 @@ class Group:
                 continue
             w, c = time.perf_counter(), cpu_seconds()
             try:
-                m._update({k: v[i] for k, v in sums.items()}, self.task.items(batches[i]), flops, None, stepped=True)
+                m._update({k: v[i] for k, v in sums.items()}, self.task.items(batches[i]), flops, m.mems, stepped=True)
                 m._end_step(recorders.get(m))
             except Diverged as e:
                 ended[m] = m._diverged(e)

@@ -19,17 +19,20 @@ import torch.nn.functional as F
 from torch import nn
 
 _GENERATORS: list[torch.Generator] | None = None  # set while a group's members run (`member_generators`)
+_ANCHOR: list = [None]  # a batched zero of the running vmap: makes a tensor that no member owns a member's own
 
 
 @contextlib.contextmanager
 def member_generators(gens: list[torch.Generator]):
-    """Within: `Dropout` under vmap draws member i's mask from `gens[i]`."""
+    """Within: `dropout` under vmap draws member i's mask from `gens[i]`. Yields `anchor(zero)`, which the stacked
+    forward calls with a batched zero (one per member) before the model runs: a tensor the same in every member
+    (Transformer-XL's relative position embedding) is dropped out with each member's own mask too."""
     global _GENERATORS
-    before, _GENERATORS = _GENERATORS, list(gens)
+    before, _GENERATORS = (_GENERATORS, _ANCHOR[0]), list(gens)
     try:
-        yield
+        yield lambda zero: _ANCHOR.__setitem__(0, zero)
     finally:
-        _GENERATORS = before
+        _GENERATORS, _ANCHOR[0] = before
 
 
 def _draw(shape, like: torch.Tensor, p: float, gen: torch.Generator | None) -> torch.Tensor:
@@ -60,11 +63,24 @@ def _keep_mask_vmap(info, in_dims, like, p):
 torch.library.register_vmap("highway_repro::keep_mask", _keep_mask_vmap)
 
 
+def grouped() -> bool:
+    """Whether a group's stacked forward is running (models take their plain, per-member-drawing paths)."""
+    return _GENERATORS is not None
+
+
+def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
+    """`F.dropout(x, p, training)`; inside `member_generators` each member's mask comes from its own generator."""
+    if _GENERATORS is None or not training or p == 0:
+        return F.dropout(x, p, training)
+    if _ANCHOR[0] is not None:
+        x = x + _ANCHOR[0]  # (a tensor no member owns becomes each member's: + 0 changes no value)
+    return x * keep_mask(x, float(p))
+
+
 class Dropout(nn.Dropout):
-    """`nn.Dropout`; inside `member_generators` (a group's stacked forward) each member's mask comes from its own
-    generator."""
+    """`nn.Dropout` through `dropout` (each member's own masks in a group)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if _GENERATORS is None or not self.training or self.p == 0:
-            return F.dropout(x, self.p, self.training, self.inplace)
-        return x * keep_mask(x, float(self.p))
+        if self.inplace:
+            return F.dropout(x, self.p, self.training, True)
+        return dropout(x, self.p, self.training)

@@ -27,10 +27,13 @@ Parameter counts (d = d_model, f = d_ff), used by the tests:
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from highway_repro.models.dropout import Dropout, dropout, grouped
 from highway_repro.options import error
 
 # ----------------------------------------------------------------------------- init
@@ -122,16 +125,23 @@ class CausalSelfAttention(nn.Module):
         self.attn_dropout = float(attn_dropout)
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)  # fused [W_q | W_k | W_v]
         self.out = nn.Linear(d_model, d_model, bias=bias)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         normal_init_(self, init_std)
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=-1)  # (B, T, C) each
         q, k, v = (z.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2) for z in (q, k, v))  # (B, H, T, hd)
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
-            dropout_p=self.attn_dropout if self.training else 0.0)  # (B, H, T, hd)
+        if grouped():  # a group's stacked forward: the formula written out (no per-member rule for SDPA)
+            score = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(C // self.n_heads)  # (B, H, T, T)
+            allowed = causal_mask(T, T, x.device) if attn_mask is None else attn_mask
+            prob = dropout(torch.softmax(score.masked_fill(~allowed, float("-inf")), dim=-1), self.attn_dropout,
+                           self.training)  # SDPA's own dropout draws this mask too (CPU)
+            y = torch.matmul(prob, v)  # (B, H, T, hd)
+        else:
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
+                dropout_p=self.attn_dropout if self.training else 0.0)  # (B, H, T, hd)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
         return self.drop(self.out(y))  # (B, T, C)
 
@@ -153,8 +163,8 @@ class FeedForward(nn.Module):
         w1 = linear(d_model, d_ff)
         w2 = linear(d_ff, d_model)
         # not an inplace ReLU: on the view a 3-d linear returns, autograd would keep two (B, T, d_ff) copies
-        self.net = nn.Sequential(w1, nn.ReLU(), nn.Dropout(dropout),  # (B, T, d_ff)
-                                 w2, nn.Dropout(dropout))  # (B, T, d)
+        self.net = nn.Sequential(w1, nn.ReLU(), Dropout(dropout),  # (B, T, d_ff)
+                                 w2, Dropout(dropout))  # (B, T, d)
         if not init_each:
             normal_init_(self, init_std)
 

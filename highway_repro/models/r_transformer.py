@@ -55,6 +55,7 @@ from torch import nn
 
 from highway_repro import options
 from highway_repro.models import gates, kernels
+from highway_repro.models.dropout import Dropout, grouped
 from highway_repro.models.layers import CausalSelfAttention, FeedForward
 
 RNNS = {"gru": nn.GRU, "lstm": nn.LSTM}  # the names: options.RNNS
@@ -99,6 +100,8 @@ class LocalRNN(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fused:
             return kernels.local_rnn(x, self.rnn, self.window)  # same numbers, ~window x less input projection
+        if grouped():
+            return self._written_out(x)
         B, T, C = x.shape
         k = self.window
         x = F.pad(x, (0, 0, k - 1, 0))  # (B, T+k-1, C), zeros before the start
@@ -106,6 +109,26 @@ class LocalRNN(nn.Module):
         w = w.permute(0, 1, 3, 2).reshape(B * T, k, C)  # (B*T, k, C)
         out, _ = self.rnn(w)  # (B*T, k, C)
         return out[:, -1].reshape(B, T, C)  # last hidden state of each window, (B, T, C)
+
+
+    def _written_out(self, x: torch.Tensor) -> torch.Tensor:
+        """The same windows with the recurrence written out (torch's RNN has no per-member rule in a group's stacked
+        forward): each position's input projection once, then `window` steps over all positions. (B, T, C)."""
+        B, T, C = x.shape
+        k, rnn = self.window, self.rnn
+        proj = F.linear(F.pad(x, (0, 0, k - 1, 0)), rnn.weight_ih_l0, rnn.bias_ih_l0)  # (B, T+k-1, gates*C)
+        h, c = x.new_zeros(B, T, C), x.new_zeros(B, T, C)
+        for j in range(k):  # step j of every window: input position t + j of the padded sequence
+            g, hh = proj[:, j:j + T], F.linear(h, rnn.weight_hh_l0, rnn.bias_hh_l0)  # (B, T, gates*C) each
+            if isinstance(rnn, nn.LSTM):  # gates i, f, g, o
+                i, f, cand, o = (g + hh).chunk(4, dim=-1)
+                c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(cand)
+                h = torch.sigmoid(o) * torch.tanh(c)
+            else:  # GRU: gates r, z, n
+                (ir, iz, i_n), (hr, hz, h_n) = g.chunk(3, dim=-1), hh.chunk(3, dim=-1)
+                r, z = torch.sigmoid(ir + hr), torch.sigmoid(iz + hz)
+                h = (1 - z) * torch.tanh(i_n + r * h_n) + z * h
+        return h
 
 
 class Layer(nn.Module):
@@ -117,7 +140,7 @@ class Layer(nn.Module):
         super().__init__()
         self.rnns = nn.ModuleList(LocalRNN(d_model, rnn, window, fused) for _ in range(rnn_layers))
         self.ln_rnns = nn.ModuleList(make_norm(norm_impl, d_model, fused) for _ in range(rnn_layers))
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.attn = CausalSelfAttention(d_model, n_heads, dropout, attn_dropout, init_std=None)
         self.ffn = FeedForward(d_model, d_ff, dropout, init_std=None)
         self.ln_attn = make_norm(norm_impl, d_model, fused)
@@ -151,7 +174,7 @@ class RTransformer(nn.Module):
         self.placement = gates.resolve_placement(n_layers, gate_kind, gate_layers, gate_sublayers)
 
         self.tok_emb = nn.Embedding(vocab_size, d_model)
-        self.drop = nn.Dropout(emb_dropout)
+        self.drop = Dropout(emb_dropout)
         self.layers = nn.ModuleList(
             Layer(d_model, n_heads, d_ff, rnn, window, rnn_layers_per_block, dropout, attn_dropout, p,
                   gate_bias, norm_impl, fused)

@@ -41,6 +41,7 @@ from torch import nn
 
 from highway_repro import options
 from highway_repro.models import gates
+from highway_repro.models.dropout import Dropout
 from highway_repro.models.layers import CausalSelfAttention, FeedForward, sinusoidal_positions
 
 
@@ -86,7 +87,7 @@ class TransformerLM(nn.Module):
 
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         self.pos_emb = nn.Embedding(max_len, d_model) if pos == "learned" else None
-        self.drop = nn.Dropout(emb_dropout)
+        self.drop = Dropout(emb_dropout)
         self.layers = nn.ModuleList(
             Layer(d_model, n_heads, d_ff, dropout, attn_dropout, norm_position, p, gate_bias, bias, fused)
             for p in self.placement)

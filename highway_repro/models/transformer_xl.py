@@ -79,6 +79,7 @@ from torch import nn
 
 from highway_repro import options
 from highway_repro.models import gates, kernels
+from highway_repro.models.dropout import Dropout, dropout
 from highway_repro.models.layers import (FeedForward, init_layer_norm_, normal_linear, rel_shift,
                                           sinusoidal_positions)
 
@@ -97,7 +98,7 @@ class RelMultiHeadAttn(nn.Module):
         self.qkv = normal_linear(d_model, 3 * n_heads * d_head, bias=False, std=INIT_STD)  # [W_q | W_k | W_v]
         self.r_proj = normal_linear(d_model, n_heads * d_head, bias=False, std=INIT_STD)  # W_R
         self.out = normal_linear(n_heads * d_head, d_model, bias=False, std=INIT_STD)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def forward(self, h: torch.Tensor, r: torch.Tensor, u: torch.Tensor, v: torch.Tensor,
                 mask: torch.Tensor) -> torch.Tensor:
@@ -122,7 +123,7 @@ class RelMultiHeadAttn(nn.Module):
         ac = torch.matmul(q + u[:, None], k.transpose(-1, -2))  # AC, (B, H, Q, K)
         score = ((ac + bd) * self.scale).masked_fill(mask, float("-inf"))
         prob = F.softmax(score, dim=-1, dtype=torch.promote_types(score.dtype, torch.float32))
-        prob = F.dropout(prob.to(val.dtype), p_drop, self.training)
+        prob = dropout(prob.to(val.dtype), p_drop, self.training)
         out = torch.matmul(prob, val)  # (B, H, Q, dh)
         out = out.transpose(1, 2).reshape(B, Q, H * dh)
         return self.drop(self.out(out))  # (B, Q, d)
@@ -186,7 +187,7 @@ class TransformerXL(nn.Module):
 
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         nn.init.normal_(self.tok_emb.weight, 0.0, INIT_STD)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.r_w_bias = nn.Parameter(torch.empty(n_heads, d_head).normal_(0.0, INIT_STD))  # u
         self.r_r_bias = nn.Parameter(torch.empty(n_heads, d_head).normal_(0.0, INIT_STD))  # v
         self.layers = nn.ModuleList(
