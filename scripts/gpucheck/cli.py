@@ -164,7 +164,7 @@ def check(ctx: Ctx, args) -> int:
         if on("throughput"):
             run_throughput(ctx, "BC", reserve=0 if ctx.dry else 8)  # the table times come after
         if on("grouped"):
-            phase(ctx, "grouped", 20 if ctx.dry else 90, grouped_phase)
+            phase(ctx, "grouped", 60 if ctx.dry else 120, grouped_phase)
         if on("tables"):
             phase(ctx, "table times", 3, tables_section)
     rep.finished = True

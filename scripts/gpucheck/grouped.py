@@ -15,7 +15,7 @@ from .report import fmt, hours, md_table
 def grouped_phase(ctx: Ctx) -> None:
     import torch
 
-    from bench.sections.grouped import CELLS, MEMBERS, _runs
+    from bench.sections.grouped import CELLS, LM_CASES, MEMBERS, SEEDS, _lm_runs, _runs
     from highway_repro.engine.group import Group, Member
     from highway_repro.engine.trainer import Trainer
     from highway_repro.models.dropout import member_generators
@@ -60,9 +60,35 @@ def grouped_phase(ctx: Ctx) -> None:
         rows.append([depth, kind, fmt(a * 1e3, 2), fmt(b * 1e3, 2), fmt(a / b, 2)])
         ctx.rep.row("grouped", f"mlp{depth}-{kind}", "", "fp32", "alone_over_grouped", a / b)
         ctx.rep.row("grouped", f"mlp{depth}-{kind}", "", "fp32", "grouped_s_per_member_step", b, "s")
+    lm_rows = []
+    for label, experiment in LM_CASES:  # the language models at their cpu-scale size and recipe, on the device
+        seeds = 2 if ctx.dry else SEEDS
+        with tempfile.TemporaryDirectory() as tmp:
+            lone = _lm_runs(Trainer, experiment, Path(tmp) / "alone", device=ctx.device, seeds=seeds)
+            group_members = _lm_runs(Member, experiment, Path(tmp) / "grouped", device=ctx.device, seeds=seeds)
+            group = Group(group_members, draws=member_generators)
+            group.score_len = getattr(group_members[0].data, "score_len", None)
+            group._bind(group_members)
+
+            def alone():
+                for t in lone:
+                    t._train_step(None)
+                    t._end_step(None)
+
+            def grouped():
+                group._step(group_members)
+
+            for fn in (alone, grouped):
+                timed(fn, 1 if ctx.dry else ctx.warmup)
+            a, b = timed(alone, ctx.steps) / seeds, timed(grouped, ctx.steps) / seeds
+        lm_rows.append([label, seeds, fmt(a * 1e3, 1), fmt(b * 1e3, 1), fmt(a / b, 2)])
+        ctx.rep.row("grouped", experiment, "", "fp32", "alone_over_grouped", a / b)
     lines = [f"{members} members a group, batch 100, fp32 (TF32 as the configs leave it), SGD with momentum; "
              f"{ctx.steps} timed steps after {ctx.warmup}; ms per member-step.", "",
-             *md_table(["depth", "kind", "alone ms", "grouped ms", "alone / grouped"], rows, "---:|---|---:|---:|---:")]
+             *md_table(["depth", "kind", "alone ms", "grouped ms", "alone / grouped"], rows, "---:|---|---:|---:|---:"),
+             "", "The language models at their cpu-scale size and recipe (`scale=cpu`, real data), a row's seeds "
+             "grouped (plain formulas in the group: fused kernels off) vs alone; ms per run-step:", "",
+             *md_table(["model", "seeds", "alone ms", "grouped ms", "alone / grouped"], lm_rows, "---|---:|---:|---:|---:")]
     from .tables import paper_plan
 
     fig1 = next((p for p in paper_plan() if p["table"] == "hn_fig1"), None)
