@@ -261,3 +261,21 @@ def test_grouped_launcher_writes_the_lone_runs_folders_and_survives_kill_9(tmp_p
             if not k.startswith("time/"):
                 assert a[k] == b[k] or math.isclose(a[k], b[k], rel_tol=1e-5), (run.name, k, a[k], b[k])
         assert json.loads((other / "run_info.json").read_text())["group"]["size"] in (1, 2, 3, 4)
+
+
+@pytest.mark.slow
+def test_each_member_logs_into_its_own_wandb_run(tmp_path):
+    """W&B (offline) gets one run per member, all open at once while the group trains."""
+    from highway_repro.engine.loggers import WandbLogger
+
+    members = []
+    for seed in (0, 1, 2):
+        m = _run(tmp_path, "mlp", seed, 6, cls=Member)
+        m.logger = WandbLogger(m.out_dir, name=f"member-{seed}", mode="offline", config={"seed": seed})
+        members.append(m)
+    Group(members, draws=member_generators).fit()
+    ids = {m.logger.run_id for m in members}
+    assert len(ids) == 3
+    for m in members:
+        runs = list((m.out_dir / "wandb").glob("offline-run-*"))
+        assert len(runs) == 1 and m.logger.run_id in runs[0].name

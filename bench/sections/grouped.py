@@ -81,9 +81,8 @@ def _lm_runs(cls, experiment: str, folder: Path, device: str = "cpu", seeds: int
     return runs
 
 
-def _compare(lone: list, members: list, budget: Budget, args, share: float, min_rounds: int):
-    """Interleaved rounds of one step of every run, alone and grouped: (CPU-ms per run-step each, ratio, interval,
-    rounds)."""
+def contenders(lone: list, members: list) -> dict:
+    """{"alone": one step of each lone run in turn, "grouped": one stacked step of the members}."""
     group = Group(members, draws=member_generators)
     group.score_len = getattr(members[0].data, "score_len", None)
     group._bind(members)
@@ -96,7 +95,13 @@ def _compare(lone: list, members: list, budget: Budget, args, share: float, min_
     def grouped():
         group._step(members)
 
-    t = timing.interleaved({"alone": alone, "grouped": grouped}, warmup=2, min_rounds=min_rounds,
+    return {"alone": alone, "grouped": grouped}
+
+
+def _compare(lone: list, members: list, budget: Budget, args, share: float, min_rounds: int):
+    """Interleaved rounds of one step of every run, alone and grouped: (CPU-ms per run-step each, ratio, interval,
+    rounds)."""
+    t = timing.interleaved(contenders(lone, members), warmup=2, min_rounds=min_rounds,
                            max_rounds=max(args.max_rounds, 9), budget_s=budget.alloc(share))
     r = [a / b for a, b in zip(t["alone"], t["grouped"])]
     per = {k: timing.median(v) / len(lone) * 1e3 for k, v in t.items()}

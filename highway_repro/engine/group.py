@@ -236,6 +236,17 @@ class Group:
             m.clock[0] += time.perf_counter() - w
             m.clock[1] += cpu_seconds() - c
 
+    def _each(self, cohort: list[Member], ended: dict, fn) -> None:
+        """fn(i, member) for each member of the cohort not ended, counted in its own clocks; one that diverges is
+        ended (`ended[member]`: its final metrics)."""
+        for i, m in enumerate(cohort):
+            if m in ended:
+                continue
+            try:
+                self._timed(m, fn, i, m)
+            except Diverged as e:
+                ended[m] = m._diverged(e)
+
     def _share(self, cohort: list[Member], w: float, c: float) -> None:
         n = len(cohort)
         dw, dc = (time.perf_counter() - w) / n, (cpu_seconds() - c) / n
@@ -276,43 +287,33 @@ class Group:
             m.mems = None if self.mems is None else [x[i] for x in self.mems]
         stacked_sgd = all(ok) and self.sgd is not None
         self._share(cohort, w, c)
-        ended = {}
-        for i, m in enumerate(cohort):
-            w, c = time.perf_counter(), cpu_seconds()
-            try:
-                if not ok[i]:
-                    m._bad_step(step, losses[i].detach())  # raises Diverged, or skips the batch
-                    m.step += 1
-                    continue
-                if not stacked_sgd or m.cfg.grad_clip:  # (the stacked step needs no member's own gradients)
-                    for name, p in m.raw_model.named_parameters():
-                        p.grad = self.params[name].grad[i]
-                    m._clip()
-                if not stacked_sgd:
-                    m.optimizer.step()  # in place on its views, momentum buffers included
-            except Diverged as e:
-                ended[m] = m._diverged(e)
-            finally:
-                m.clock[0] += time.perf_counter() - w
-                m.clock[1] += cpu_seconds() - c
+        ended: dict = {}
+
+        def gradients(i: int, m: Member) -> None:
+            if not ok[i]:
+                m._bad_step(step, losses[i].detach())  # raises Diverged, or skips the batch
+                m.step += 1
+                return
+            if not stacked_sgd or m.cfg.grad_clip:  # (the stacked step needs no member's own gradients)
+                for name, p in m.raw_model.named_parameters():
+                    p.grad = self.params[name].grad[i]
+                m._clip()
+            if not stacked_sgd:
+                m.optimizer.step()  # in place on its views, momentum buffers included
+
+        def bookkeeping(i: int, m: Member) -> None:
+            if ok[i]:
+                m._update({k: v[i] for k, v in sums.items()}, self.task.items(batches[i]), flops, m.mems, stepped=True)
+                m._end_step(recorders.get(m))
+
+        self._each(cohort, ended, gradients)
         if stacked_sgd:
             w, c = time.perf_counter(), cpu_seconds()
             self._sgd_step(cohort)
             for m in cohort:
                 m.optimizer._opt_called = True  # what torch's LR scheduler asks of a stepped optimizer
             self._share(cohort, w, c)
-        for i, m in enumerate(cohort):
-            if not ok[i] or m in ended:
-                continue
-            w, c = time.perf_counter(), cpu_seconds()
-            try:
-                m._update({k: v[i] for k, v in sums.items()}, self.task.items(batches[i]), flops, m.mems, stepped=True)
-                m._end_step(recorders.get(m))
-            except Diverged as e:
-                ended[m] = m._diverged(e)
-            finally:
-                m.clock[0] += time.perf_counter() - w
-                m.clock[1] += cpu_seconds() - c
+        self._each(cohort, ended, bookkeeping)
         if ended:
             self.cohort = []  # rebind without them
         return ended

@@ -176,7 +176,8 @@ class WandbLogger(JsonlLogger):
         who = identity(config or {}, name or "", on_gpu)  # the id, name and config columns the export gives it
         self.run = wandb.init(project=project, group=group or who["group"], name=who["name"], tags=list(tags or ()),
                               mode=mode, dir=str(out_dir), config=who["config"], id=resume_id or who["id"],
-                              resume="allow" if resume_id else None, reinit="finish_previous")
+                              resume="allow" if resume_id else None,
+                              reinit="create_new")  # its own run: a group's members log into theirs at once
         self.run_id = self.run.id
 
     def log(self, metrics: dict, step: int) -> None:

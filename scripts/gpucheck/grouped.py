@@ -15,10 +15,9 @@ from .report import fmt, hours, md_table
 def grouped_phase(ctx: Ctx) -> None:
     import torch
 
-    from bench.sections.grouped import CELLS, LM_CASES, MEMBERS, SEEDS, _lm_runs, _runs
-    from highway_repro.engine.group import Group, Member
+    from bench.sections.grouped import CELLS, LM_CASES, MEMBERS, SEEDS, _lm_runs, _runs, contenders
+    from highway_repro.engine.group import Member
     from highway_repro.engine.trainer import Trainer
-    from highway_repro.models.dropout import member_generators
 
     members = 3 if ctx.dry else MEMBERS
     cells = CELLS[:2] if ctx.dry else CELLS
@@ -36,26 +35,19 @@ def grouped_phase(ctx: Ctx) -> None:
             torch.cuda.synchronize()
         return (time.perf_counter() - t0) / n
 
+    def measure(lone: list, group_members: list, warmup: int, n: int) -> tuple[float, float]:
+        """Seconds per run-step, alone and grouped, after `warmup` steps of each."""
+        steps = contenders(lone, group_members)
+        for fn in steps.values():
+            timed(fn, warmup)
+        return timed(steps["alone"], ctx.steps) / n, timed(steps["grouped"], ctx.steps) / n
+
     rows, per_member = [], {}
     for depth, kind in cells:
         with tempfile.TemporaryDirectory() as tmp:
             lone = _runs(Trainer, depth, kind, Path(tmp), x, y, device=ctx.device, members=members)
             group_members = _runs(Member, depth, kind, Path(tmp), x, y, device=ctx.device, members=members)
-            group = Group(group_members, draws=member_generators)
-            group.score_len = None
-            group._bind(group_members)
-
-            def alone():
-                for t in lone:
-                    t._train_step(None)
-                    t._end_step(None)
-
-            def grouped():
-                group._step(group_members)
-
-            for fn in (alone, grouped):
-                timed(fn, ctx.warmup)
-            a, b = timed(alone, ctx.steps) / members, timed(grouped, ctx.steps) / members
+            a, b = measure(lone, group_members, ctx.warmup, members)
         per_member[(depth, kind)] = b
         rows.append([depth, kind, fmt(a * 1e3, 2), fmt(b * 1e3, 2), fmt(a / b, 2)])
         ctx.rep.row("grouped", f"mlp{depth}-{kind}", "", "fp32", "alone_over_grouped", a / b)
@@ -66,21 +58,7 @@ def grouped_phase(ctx: Ctx) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             lone = _lm_runs(Trainer, experiment, Path(tmp) / "alone", device=ctx.device, seeds=seeds)
             group_members = _lm_runs(Member, experiment, Path(tmp) / "grouped", device=ctx.device, seeds=seeds)
-            group = Group(group_members, draws=member_generators)
-            group.score_len = getattr(group_members[0].data, "score_len", None)
-            group._bind(group_members)
-
-            def alone():
-                for t in lone:
-                    t._train_step(None)
-                    t._end_step(None)
-
-            def grouped():
-                group._step(group_members)
-
-            for fn in (alone, grouped):
-                timed(fn, 1 if ctx.dry else ctx.warmup)
-            a, b = timed(alone, ctx.steps) / seeds, timed(grouped, ctx.steps) / seeds
+            a, b = measure(lone, group_members, 1 if ctx.dry else ctx.warmup, seeds)
         lm_rows.append([label, seeds, fmt(a * 1e3, 1), fmt(b * 1e3, 1), fmt(a / b, 2)])
         ctx.rep.row("grouped", experiment, "", "fp32", "alone_over_grouped", a / b)
     lines = [f"{members} members a group, batch 100, fp32 (TF32 as the configs leave it), SGD with momentum; "
