@@ -97,11 +97,15 @@ def main(argv=None) -> int:
     diffs = sorted(r["rel_diff"] for r in both)
     cpu = [(r["lone_cpu_s"], r["grouped_cpu_s"]) for r in rows if r["lone_cpu_s"] and r["grouped_cpu_s"]]
     info = _read(args.runs / rows[0]["run"], "run_info.json")
+    shown = args.runs.resolve().relative_to(ROOT) if args.runs.resolve().is_relative_to(ROOT) else args.runs
+    sizes = [r["group_size"] or 0 for r in rows]
+    both_diverged = [r for r in rows if r["lone_status"] == r["grouped_status"] == "diverged"]
+    lone_h, grouped_h = sum(a for a, _ in cpu) / 3600, sum(b for _, b in cpu) / 3600
     lines = ["# Fig. 1, depths 10 and 20, re-run in groups", "",
-             f"Written by `python scripts/grouped_rerun.py --runs {args.runs.relative_to(ROOT) if args.runs.is_relative_to(ROOT) else args.runs}`. "
+             f"Written by `python scripts/grouped_rerun.py --runs {shown}`. "
              f"The grouped runs: `sweep=hn_fig1/cpu scale=cpu model.depth=10,20 hydra/launcher=grouped` (groups of "
              f"one (depth, kind, activation): {len({r['group'] for r in rows})} groups of "
-             f"{min(r['group_size'] or 0 for r in rows)}-{max(r['group_size'] or 0 for r in rows)} runs), "
+             f"{min(sizes)}-{max(sizes)} runs), "
              f"machine {info.get('cpu_model')}, {info.get('cpu_count')} cores, torch {info.get('torch')}, commit "
              f"{str(info.get('git_commit'))[:12]}; the lone runs: the kept runs of the table "
              f"(results/highway_networks/runs/hn_fig1-cpu, made one after another, 1 thread each). The table's runs "
@@ -109,20 +113,22 @@ def main(argv=None) -> int:
              "results/highway_networks/fig1_grouped_runs/, the per-run comparison in fig1_grouped.csv.", "",
              "## Per run", "",
              f"- {len(rows)} runs; the same status (done / diverged) in {same_status}; "
-             f"diverged at the same step in {sum(r['lone_status'] == r['grouped_status'] == 'diverged' and r['lone_step'] == r['grouped_step'] for r in rows)} of "
-             f"{sum(r['lone_status'] == r['grouped_status'] == 'diverged' for r in rows)} diverged in both.",
+             f"diverged at the same step in {sum(r['lone_step'] == r['grouped_step'] for r in both_diverged)} of "
+             f"{len(both_diverged)} diverged in both.",
              f"- Final training loss, {len(both)} runs done in both: relative difference median "
              f"{fmt(diffs[len(diffs) // 2] if diffs else None, 2)}, 90th percentile "
-             f"{fmt(diffs[int(0.9 * (len(diffs) - 1))] if diffs else None, 2)}, largest {fmt(diffs[-1] if diffs else None, 2)}. "
+             f"{fmt(diffs[int(0.9 * (len(diffs) - 1))] if diffs else None, 2)}, largest "
+             f"{fmt(diffs[-1] if diffs else None, 2)}. "
              "A grouped run is not bit-identical to its lone twin (other kernels: batched matmuls, a stacked SGD "
              "update); over 16,000 steps of SGD with momentum such rounding differences grow, most where a run is "
              "near the edge of divergence.",
-             f"- CPU time: lone {sum(a for a, _ in cpu) / 3600:.2f} CPU-hours, grouped {sum(b for _, b in cpu) / 3600:.2f} "
-             f"(each member's share of its group's), {sum(a for a, _ in cpu) / max(sum(b for _, b in cpu), 1e-9):.2f}x. "
+             f"- CPU time: lone {lone_h:.2f} CPU-hours, grouped {grouped_h:.2f} (each member's share of its group's), "
+             f"{lone_h / max(grouped_h, 1e-9):.2f}x. "
              "The lone runs were made on another machine of this kind; the benchmark (results/bench_grouped.md) "
              "compares both on one machine in one process.", "",
              "## Fig. 1's rows and verdicts, kept runs vs the grouped runs in their places", "",
-             "| row | metric | claim | kept | grouped in | kept verdict | grouped verdict |", "|---|---|---|---:|---:|---|---|"]
+             "| row | metric | claim | kept | grouped in | kept verdict | grouped verdict |",
+             "|---|---|---|---:|---:|---|---|"]
     changed = 0
     for key, a in kept.items():
         b = mixed.get(key, {})

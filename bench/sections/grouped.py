@@ -54,8 +54,8 @@ def _runs(cls, depth: int, kind: str, folder: Path, x, y, device: str = "cpu", m
                             device=device)
         out = folder / f"{cls.__name__}-{seed}"
         out.mkdir(parents=True)
-        t = cls(model, _Mnist(seed, x.to(device), y.to(device)), Classification(), opt, build(opt, max_steps=10**9), out, JsonlLogger(out),
-                cfg)
+        data = _Mnist(seed, x.to(device), y.to(device))
+        t = cls(model, data, Classification(), opt, build(opt, max_steps=10**9), out, JsonlLogger(out), cfg)
         t._start_interval({})
         runs.append(t)
     return runs

@@ -8,8 +8,9 @@ and checkpoints, built by `train.build_run` exactly as it would be alone); only 
 - its parameters are views into one stacked tensor per parameter (members, *shape), and one forward of the
   stacked model (`torch.func.vmap` over `torch.func.functional_call`) gives every member's loss; one backward gives
   every member's gradient (each member's loss depends on its own slice only);
-- then each member clips, steps its own optimizer (its own learning rate, momentum, schedule) in place on its
-  views, logs, evaluates (alone) and saves its own checkpoint, exactly as `Trainer` does;
+- then each member steps its optimizer with its own learning rate, momentum and schedule: where every member uses
+  SGD, one stacked update of all (`_sgd_step`, their momentum buffers views too), else each its own optimizer in
+  place on its views; each clips, logs, evaluates (alone) and saves its own checkpoint, exactly as `Trainer` does;
 - dropout draws each member's masks from the member's own generator (`models.dropout`, injected as `draws`),
   seeded and advanced as a lone run's default generator, so its masks do not depend on its group or its place;
 - a member whose loss is not finite is handled by its own `trainer.nan_policy` (stopped and recorded as diverged,
@@ -18,29 +19,31 @@ and checkpoints, built by `train.build_run` exactly as it would be alone); only 
   metrics.json `time/cpu_s`), so the estimator and the reports' CPU-hours stay right;
 - resume: each member resumes from its own checkpoints; a member ahead of the others (a kill between two members'
   saves) takes its previous checkpoint (`ckpt/prev.pt`) when that is at the group's step, else it waits until the
-  others reach it. The group then steps exactly as an uninterrupted one.
+  others reach it. Aligned so, the group steps exactly as an uninterrupted one (a member that waits sits in a smaller
+  group for a while, whose kernels may round differently).
 
 Why vmap and not hand-stacked layers: one mechanism for every model, whose model files stay as they are; measured
-in `make bench` (section "grouped runs") against the same runs one after another.
+against the same runs one after another in `make bench-grouped` (results/bench_grouped.md).
 """
 
 from __future__ import annotations
 
 import copy
-from contextlib import nullcontext
 import logging
 import signal
 import threading
 import time
+from contextlib import nullcontext
 
 import torch
 from torch.func import functional_call, vmap
 
 from highway_repro.engine import checkpoint as ckpt_lib
 from highway_repro.engine import flops as flops_lib
-from highway_repro.engine.trainer import Diverged, Trainer, _to, cpu_seconds
+from highway_repro.engine.trainer import Diverged, Trainer, _to, cpu_seconds, tf32
 
 log = logging.getLogger(__name__)
+
 
 class Member(Trainer):
     """A run in a group: a `Trainer` whose random draws come from its own generator (`gen`) and whose clocks count
@@ -135,8 +138,8 @@ class Group:
         bufs = {}
         for name in self.params:
             own = [m.raw_model.get_parameter(name) for m in cohort]
-            bufs[name] = torch.stack([m.optimizer.state.get(p, {}).get("momentum_buffer", torch.zeros_like(p)).detach()
-                                      for m, p in zip(cohort, own)])
+            saved = [m.optimizer.state.get(p, {}).get("momentum_buffer") for m, p in zip(cohort, own)]
+            bufs[name] = torch.stack([torch.zeros_like(p) if b is None else b.detach() for b, p in zip(saved, own)])
             for i, (m, p) in enumerate(zip(cohort, own)):
                 if m.optimizer.param_groups[0]["momentum"]:
                     m.optimizer.state[p]["momentum_buffer"] = bufs[name][i]
@@ -198,24 +201,29 @@ class Group:
             m.clock = [m.wall_time, m.cpu_time]
             m._start = (0.0, 0.0)
         try:
-            while active:
-                ended = [m for m in active if m.step >= m.cfg.max_steps or m.stop_requested]
-                for m in ended:
-                    finals[id(m)] = self._timed(m, m._end_training)
-                active = [m for m in active if m not in ended]
-                if not active:
-                    break
-                low = min(m.step for m in active)
-                cohort = [m for m in active if m.step == low]
-                if cohort != self.cohort:
-                    self._bind(cohort)
-                for m, out in self._step(cohort).items():
-                    finals[id(m)] = out
-                    active.remove(m)
+            with tf32(self.cfg.tf32):
+                self._loop(active, finals)
         finally:
             for s, h in handlers.items():
                 signal.signal(s, h)
         return [finals[id(m)] for m in self.members]
+
+    def _loop(self, active: list[Member], finals: dict) -> None:
+        """Steps of the members at the lowest step until every member has ended."""
+        while active:
+            ended = [m for m in active if m.step >= m.cfg.max_steps or m.stop_requested]
+            for m in ended:
+                finals[id(m)] = self._timed(m, m._end_training)
+            active[:] = [m for m in active if m not in ended]
+            if not active:
+                break
+            low = min(m.step for m in active)
+            cohort = [m for m in active if m.step == low]
+            if cohort != self.cohort:
+                self._bind(cohort)
+            for m, out in self._step(cohort).items():
+                finals[id(m)] = out
+                active.remove(m)
 
     def _install_signals(self) -> dict:
         """SIGTERM / SIGINT / SIGHUP: every member finishes the step, saves `last` and stops, as a lone run does."""

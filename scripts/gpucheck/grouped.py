@@ -66,7 +66,8 @@ def grouped_phase(ctx: Ctx) -> None:
              *md_table(["depth", "kind", "alone ms", "grouped ms", "alone / grouped"], rows, "---:|---|---:|---:|---:"),
              "", "The language models at their cpu-scale size and recipe (`scale=cpu`, real data), a row's seeds "
              "grouped (plain formulas in the group: fused kernels off) vs alone; ms per run-step:", "",
-             *md_table(["model", "seeds", "alone ms", "grouped ms", "alone / grouped"], lm_rows, "---|---:|---:|---:|---:")]
+             *md_table(["model", "seeds", "alone ms", "grouped ms", "alone / grouped"], lm_rows,
+                       "---|---:|---:|---:|---:")]
     from .tables import paper_plan
 
     fig1 = next((p for p in paper_plan() if p["table"] == "hn_fig1"), None)
