@@ -117,13 +117,12 @@ def train_group(jobs: list) -> int:
     signal that stopped it, else 0."""
     from highway_repro.cli import USER_ERRORS, folder_lock, nothing_to_do, summary, user_failure
     from highway_repro.engine.group import Group, Member
-    from highway_repro.models.dropout import member_generators
     from highway_repro.engine.loggers import now, write_json_atomic, write_run_info
     from highway_repro.errors import HighwayError
+    from highway_repro.models.dropout import member_generators
 
     check_groupable([job[0] for job in jobs])
-    members, locks, folders = [], [], [job[1].name for job in jobs]
-    name = f"{jobs[0][1].parent.name}/{folders[0]}+{len(folders) - 1}"  # its first member's folder: unique
+    members, locks = [], []
     try:
         for cfg, out_dir, multirun, build_run in jobs:
             try:
@@ -141,6 +140,8 @@ def train_group(jobs: list) -> int:
                 user_failure(e, out_dir / "metrics.json", multirun)
         if not members:
             return 0
+        folders = [out_dir.name for _, out_dir in members]
+        name = f"{members[0][1].parent.name}/{folders[0]}+{len(folders) - 1}"  # its first member's folder: unique
         for i, (_, out_dir) in enumerate(members):
             info = {"id": name, "size": len(members), "position": i, "members": folders}  # folder names
             write_run_info(out_dir, start_time=now(), group=info)

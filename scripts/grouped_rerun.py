@@ -2,7 +2,9 @@
 
     python -m highway_repro.train -m sweep=hn_fig1/cpu scale=cpu model.depth=10,20 model.kind=highway \
         hydra/launcher=grouped hydra.sweep.dir=runs/grouped/hn_fig1-cpu resume=auto      # (and plain,residual)
-    python scripts/grouped_rerun.py --runs runs/grouped/hn_fig1-cpu
+    python -m highway_repro.train -m sweep=hn_fig1/cpu scale=cpu model.depth=10 model.kind=plain,highway \
+        'trial=range(0,6)' hydra.sweep.dir=runs/grouped/hn_fig1-cpu-lone resume=auto    # some alone, for scale
+    python scripts/grouped_rerun.py --runs runs/grouped/hn_fig1-cpu --lone runs/grouped/hn_fig1-cpu-lone
 
 For every grouped run with a kept lone twin (same folder name in results/highway_networks/runs/hn_fig1-cpu): both
 statuses, the step a diverged one stopped at, the final training loss (a full pass over the 60,000 images) and its
@@ -77,6 +79,8 @@ def fmt(x, digits: int = 4) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=Path, default=ROOT / "runs/grouped/hn_fig1-cpu")
+    ap.add_argument("--lone", type=Path, default=None, help="runs of the same grid re-made alone on this machine: "
+                    "how far a lone run lands from its kept twin, for scale")
     args = ap.parse_args(argv)
     rows = pairs(args.runs)
     if not rows:
@@ -97,6 +101,15 @@ def main(argv=None) -> int:
     diffs = sorted(r["rel_diff"] for r in both)
     cpu = [(r["lone_cpu_s"], r["grouped_cpu_s"]) for r in rows if r["lone_cpu_s"] and r["grouped_cpu_s"]]
     info = _read(args.runs / rows[0]["run"], "run_info.json")
+    kept_info = _read(KEPT / rows[0]["run"], "run_info.json")
+    lone = pairs(args.lone) if args.lone else []
+    lone_diffs = sorted(r["rel_diff"] for r in lone if r["rel_diff"] is not None)
+    same = sum(r["lone_status"] == r["grouped_status"] for r in lone)
+    baseline = (f" For scale, {len(lone)} of these runs re-made alone here ({args.lone.name}: the same commit and "
+                f"machine as the grouped ones): the same status in {same}, "
+                f"relative difference of the final training loss to the kept twin median "
+                f"{fmt(lone_diffs[len(lone_diffs) // 2] if lone_diffs else None, 2)}, largest "
+                f"{fmt(lone_diffs[-1] if lone_diffs else None, 2)}." if lone else "")
     shown = args.runs.resolve().relative_to(ROOT) if args.runs.resolve().is_relative_to(ROOT) else args.runs
     sizes = [r["group_size"] or 0 for r in rows]
     both_diverged = [r for r in rows if r["lone_status"] == r["grouped_status"] == "diverged"]
@@ -121,7 +134,8 @@ def main(argv=None) -> int:
              f"{fmt(diffs[-1] if diffs else None, 2)}. "
              "A grouped run is not bit-identical to its lone twin (other kernels: batched matmuls, a stacked SGD "
              "update); over 16,000 steps of SGD with momentum such rounding differences grow, most where a run is "
-             "near the edge of divergence.",
+             f"near the edge of divergence. The kept runs were made on {kept_info.get('cpu_model')} "
+             f"({kept_info.get('torch')}, commit {str(kept_info.get('git_commit'))[:12]}).{baseline}",
              f"- CPU time: lone {lone_h:.2f} CPU-hours, grouped {grouped_h:.2f} (each member's share of its group's), "
              f"{lone_h / max(grouped_h, 1e-9):.2f}x. "
              "The lone runs were made on another machine of this kind; the benchmark (results/bench_grouped.md) "

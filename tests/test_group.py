@@ -279,3 +279,23 @@ def test_each_member_logs_into_its_own_wandb_run(tmp_path):
     for m in members:
         runs = list((m.out_dir / "wandb").glob("offline-run-*"))
         assert len(runs) == 1 and m.logger.run_id in runs[0].name
+
+
+def test_the_runner_trains_a_table_in_one_grouped_command_per_row_and_size():
+    from highway_repro.errors import ConfigError
+    from highway_repro.grouped import check_groupable
+    from highway_repro.runner.plan import job_names, plan_grids
+    from highway_repro.runner.table import group_commands, group_of
+
+    cfg, fgs = plan_grids("hn_fig1", "cpu", [])
+    files, gs = [f for f, _ in fgs], [g for _, g in fgs]
+    names = job_names(cfg, gs)
+    commands = group_commands(cfg, ["python"], files, gs, names, 32)
+    assert all("hydra/launcher=grouped" in c and "hydra.launcher.size=32" in c for c in commands)
+    trials = [c[-1].split("=", 1)[1].split(",") for c in commands]
+    assert sum(map(len, trials)) == len(names) == 460 and max(map(len, trials)) == 32
+    assert len(commands) == 12 + 2 * 3  # 12 rows of 26 trials; depth 50's second look: 74 trials a row, 32 + 32 + 10
+    assert group_of(cfg, "1") == 1 and group_of(cfg, "auto") == 32 and group_of(cfg, "8") == 8
+    bad = OmegaConf.create({"model": {"_target_": "x.Other"}, "trainer": {"precision": "fp32", "nan_policy": "stop"}})
+    with pytest.raises(ConfigError, match="model._target_=x.Other cannot train in a group"):
+        check_groupable([bad])
