@@ -4,7 +4,8 @@
         hydra/launcher=grouped hydra.sweep.dir=runs/grouped/hn_fig1-cpu resume=auto      # (and plain,residual)
     python -m highway_repro.train -m sweep=hn_fig1/cpu scale=cpu model.depth=10 model.kind=plain,highway \
         'trial=range(0,6)' hydra.sweep.dir=runs/grouped/hn_fig1-cpu-lone resume=auto    # some alone, for scale
-    python scripts/grouped_rerun.py --runs runs/grouped/hn_fig1-cpu --lone runs/grouped/hn_fig1-cpu-lone
+    python scripts/grouped_rerun.py --runs runs/grouped/hn_fig1-cpu --lone runs/grouped/hn_fig1-cpu-lone \
+        --commit 8efce1a70910e888da3535e1e6543ab086945119
 
 For every grouped run with a kept lone twin (same folder name in results/highway_networks/runs/hn_fig1-cpu): both
 statuses, the step a diverged one stopped at, the final training loss (a full pass over the 60,000 images) and its
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -81,6 +83,8 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=Path, default=ROOT / "runs/grouped/hn_fig1-cpu")
     ap.add_argument("--lone", type=Path, default=None, help="runs of the same grid re-made alone on this machine: "
                     "how far a lone run lands from its kept twin, for scale")
+    ap.add_argument("--commit", default=None, help="the commit the grouped runs' process started from, where their "
+                    "run_info.json recorded a later HEAD (written into the kept copies, and said in the report)")
     args = ap.parse_args(argv)
     rows = pairs(args.runs)
     if not rows:
@@ -92,36 +96,50 @@ def main(argv=None) -> int:
         w.writerows(rows)
     KEEP.mkdir(parents=True, exist_ok=True)
     for r in rows:
-        for name in ("metrics.json", "run_info.json"):
-            (KEEP / r["run"]).mkdir(exist_ok=True)
-            shutil.copy2(args.runs / r["run"] / name, KEEP / r["run"] / name)
+        (KEEP / r["run"]).mkdir(exist_ok=True)
+        shutil.copy2(args.runs / r["run"] / "metrics.json", KEEP / r["run"] / "metrics.json")
+        info = _read(args.runs / r["run"], "run_info.json")
+        if args.commit:
+            info["git_commit"] = args.commit
+        (KEEP / r["run"] / "run_info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     kept, mixed = verdicts(args.runs, []), verdicts(args.runs, [r["run"] for r in rows])
     same_status = sum(r["lone_status"] == r["grouped_status"] for r in rows)
     both = [r for r in rows if r["rel_diff"] is not None]
     diffs = sorted(r["rel_diff"] for r in both)
     cpu = [(r["lone_cpu_s"], r["grouped_cpu_s"]) for r in rows if r["lone_cpu_s"] and r["grouped_cpu_s"]]
-    info = _read(args.runs / rows[0]["run"], "run_info.json")
+    info = _read(KEEP / rows[0]["run"], "run_info.json")
     kept_info = _read(KEPT / rows[0]["run"], "run_info.json")
+    lower = sum(r["grouped_loss"] < r["lone_loss"] for r in both)
+    higher = sum(r["grouped_loss"] > r["lone_loss"] for r in both)
+    n = lower + higher  # the sign test: is a grouped run as likely above its twin as below it?
+    sign_p = min(1.0, 2 * sum(math.comb(n, k) for k in range(min(lower, higher) + 1)) / 2 ** n) if n else None
     lone = pairs(args.lone) if args.lone else []
     lone_diffs = sorted(r["rel_diff"] for r in lone if r["rel_diff"] is not None)
     same = sum(r["lone_status"] == r["grouped_status"] for r in lone)
-    baseline = (f" For scale, {len(lone)} of these runs re-made alone here ({args.lone.name}: the same commit and "
-                f"machine as the grouped ones): the same status in {same}, "
+    baseline = (f" For scale, {len(lone)} of these runs re-made alone on the grouped runs' machine "
+                f"({args.lone.name}): the same status in {same}, "
                 f"relative difference of the final training loss to the kept twin median "
                 f"{fmt(lone_diffs[len(lone_diffs) // 2] if lone_diffs else None, 2)}, largest "
-                f"{fmt(lone_diffs[-1] if lone_diffs else None, 2)}." if lone else "")
-    shown = args.runs.resolve().relative_to(ROOT) if args.runs.resolve().is_relative_to(ROOT) else args.runs
+                f"{fmt(lone_diffs[-1] if lone_diffs else None, 2)}"
+                + (": a lone run made again lands exactly on its twin, so the differences above are the group's "
+                   "rounding, grown over the run." if lone_diffs and lone_diffs[-1] == 0 else ".") if lone else "")
+    def shown_path(v):
+        return v.resolve().relative_to(ROOT) if isinstance(v, Path) and v.resolve().is_relative_to(ROOT) else v
+
+    shown = " ".join(f"--{k} {shown_path(v)}" for k, v in vars(args).items() if v is not None)
     sizes = [r["group_size"] or 0 for r in rows]
     both_diverged = [r for r in rows if r["lone_status"] == r["grouped_status"] == "diverged"]
     lone_h, grouped_h = sum(a for a, _ in cpu) / 3600, sum(b for _, b in cpu) / 3600
     lines = ["# Fig. 1, depths 10 and 20, re-run in groups", "",
-             f"Written by `python scripts/grouped_rerun.py --runs {shown}`. "
+             f"Written by `python scripts/grouped_rerun.py {shown}`. "
              f"The grouped runs: `sweep=hn_fig1/cpu scale=cpu model.depth=10,20 hydra/launcher=grouped` (groups of "
              f"one (depth, kind, activation): {len({r['group'] for r in rows})} groups of "
              f"{min(sizes)}-{max(sizes)} runs), "
              f"machine {info.get('cpu_model')}, {info.get('cpu_count')} cores, torch {info.get('torch')}, commit "
-             f"{str(info.get('git_commit'))[:12]}; the lone runs: the kept runs of the table "
-             f"(results/highway_networks/runs/hn_fig1-cpu, made one after another, 1 thread each). The table's runs "
+             f"{str(info.get('git_commit'))[:12]}"
+             + (" (the process's own: its run_info.json recorded the checkout's later HEAD, corrected in the kept "
+                "copies)" if args.commit else "") + "; the lone runs: the kept runs of the table "
+             "(results/highway_networks/runs/hn_fig1-cpu, made one after another, 1 thread each). The table's runs "
              "stay the lone ones; the grouped runs' metrics.json and run_info.json are kept in "
              "results/highway_networks/fig1_grouped_runs/, the per-run comparison in fig1_grouped.csv.", "",
              "## Per run", "",
@@ -132,14 +150,18 @@ def main(argv=None) -> int:
              f"{fmt(diffs[len(diffs) // 2] if diffs else None, 2)}, 90th percentile "
              f"{fmt(diffs[int(0.9 * (len(diffs) - 1))] if diffs else None, 2)}, largest "
              f"{fmt(diffs[-1] if diffs else None, 2)}. "
-             "A grouped run is not bit-identical to its lone twin (other kernels: batched matmuls, a stacked SGD "
-             "update); over 16,000 steps of SGD with momentum such rounding differences grow, most where a run is "
-             f"near the edge of divergence. The kept runs were made on {kept_info.get('cpu_model')} "
+             "A grouped run is not bit-identical to its lone twin (other kernels: batched matmuls, which round "
+             "differently); over 16,000 steps of SGD with momentum such differences grow, most where a run is "
+             f"near the edge of divergence. No direction: the grouped run ends lower in {lower} and higher in "
+             f"{higher} (two-sided sign test p = {fmt(sign_p, 2)}). The kept runs were made on "
+             f"{kept_info.get('cpu_model')} "
              f"({kept_info.get('torch')}, commit {str(kept_info.get('git_commit'))[:12]}).{baseline}",
              f"- CPU time: lone {lone_h:.2f} CPU-hours, grouped {grouped_h:.2f} (each member's share of its group's), "
-             f"{lone_h / max(grouped_h, 1e-9):.2f}x. "
-             "The lone runs were made on another machine of this kind; the benchmark (results/bench_grouped.md) "
-             "compares both on one machine in one process.", "",
+             f"{lone_h / max(grouped_h, 1e-9):.2f}x, not a measure of speed: the kept runs ran in another session "
+             "(two runs side by side), the grouped ones two groups side by side, all under the code that stepped "
+             "each member's optimizer alone (the stacked SGD update came after: it changes the rounding again, not the "
+             "method). The benchmark "
+             "(results/bench_grouped.md) compares both on one machine in one process.", "",
              "## Fig. 1's rows and verdicts, kept runs vs the grouped runs in their places", "",
              "| row | metric | claim | kept | grouped in | kept verdict | grouped verdict |",
              "|---|---|---|---:|---:|---|---|"]

@@ -7,6 +7,7 @@ files, never from a web API; W&B is an optional mirror (offline by default).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -78,8 +79,11 @@ def cpu_bf16_features() -> list[str]:
         return ["mkldnn_bf16"] if torch.ops.mkldnn._is_mkldnn_bf16_supported() else []
 
 
+@functools.cache
 def _git_commit() -> str | None:
-    """The commit of the code that runs (None outside a git checkout or without git)."""
+    """The commit of the code that runs (None outside a git checkout or without git): the checkout's HEAD when this
+    process first asks, at its first run's start; a process trains with the code it loaded, whatever the checkout
+    moves to while it runs (a multirun of many jobs, a group)."""
     try:
         r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True,
                            text=True, timeout=10)
