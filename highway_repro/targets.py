@@ -38,7 +38,7 @@ TARGETS: dict[str, Target] = {
     "demo": Target("demo", "demo/demo", "plain vs highway MLPs at depths 10 and 50 on MNIST (make demo)"),
     "hn_fig1": Target("hn_fig1", "highway_networks/fig1",
                       "Highway Networks Fig. 1: FC depth sweep, plain/highway/residual, random search",
-                      group="auto"),  # 2.2x per run grouped on the reference CPU (results/bench_grouped.md)
+                      group="auto"),  # 2.3x per run grouped on the reference CPU (results/bench_grouped.md)
     "hn_table1": Target("hn_table1", "highway_networks/table1",
                         "Highway Networks Table 1: 10-layer conv net on MNIST, widths 16/32"),
     "hn_cifar": Target("hn_cifar", "highway_networks/cifar",

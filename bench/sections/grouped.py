@@ -102,7 +102,7 @@ def _compare(lone: list, members: list, budget: Budget, args, share: float, min_
     """Interleaved rounds of one step of every run, alone and grouped: (CPU-ms per run-step each, ratio, interval,
     rounds)."""
     t = timing.interleaved(contenders(lone, members), warmup=2, min_rounds=min_rounds,
-                           max_rounds=max(args.max_rounds, 9), budget_s=budget.alloc(share))
+                           max_rounds=max(args.max_rounds, 9), budget_s=budget.alloc(share), floor_rounds=min_rounds)
     r = [a / b for a, b in zip(t["alone"], t["grouped"])]
     per = {k: timing.median(v) / len(lone) * 1e3 for k, v in t.items()}
     return per, timing.median(r), timing.median_ci(r), len(r)
@@ -123,7 +123,7 @@ def section_grouped(rep: Report, budget: Budget, args) -> dict:
             with tempfile.TemporaryDirectory() as tmp:
                 lone = _runs(Trainer, depth, kind, Path(tmp), x, y)
                 members = _runs(Member, depth, kind, Path(tmp), x, y)
-                per, ratio, ci, n = _compare(lone, members, budget, args, 0.04, args.min_rounds)
+                per, ratio, ci, n = _compare(lone, members, budget, args, 0.04, 6)
             ratios.append(ratio)
             lines.append(f"| {depth} | {kind} | {per['alone']:.2f} | {per['grouped']:.2f} | {ratio:.2f} | "
                          + (f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "too few rounds") + f" | {n} |")
@@ -133,7 +133,7 @@ def section_grouped(rep: Report, budget: Budget, args) -> dict:
             with tempfile.TemporaryDirectory() as tmp:
                 lone = _lm_runs(Trainer, experiment, Path(tmp) / "alone")
                 members = _lm_runs(Member, experiment, Path(tmp) / "grouped")
-                per, ratio, ci, n = _compare(lone, members, budget, args, 0.08, 3)
+                per, ratio, ci, n = _compare(lone, members, budget, args, 0.1, 6)  # 6 rounds: an interval
             lm_lines.append(f"| {label} | {per['alone']:.0f} | {per['grouped']:.0f} | {ratio:.2f} | "
                             + (f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "too few rounds") + f" | {n} |")
             rep.row("grouped", experiment, "alone_over_grouped_lm", ratio)
