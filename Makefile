@@ -91,7 +91,7 @@ bench-cpu-scale: setup ## Transformer-L3 at its cpu-scale size vs x-transformers
 bench-precision: setup ## fp32 vs bf16 autocast at the cpu scale of Transformer-L3, Transformer-XL L6, R-Transformer, 1 thread, with the CPU's bf16 features (results/bench_precision.md, ~3 CPU-min; needs the data mirror)
 	$(BIN)/python -m bench --sections precision --threads 1 --clock cpu --out results/bench_precision
 
-bench-grouped: setup ## Fig. 1's nets, 26 runs grouped vs one after another, 1 thread (results/bench_grouped.md, ~5 min)
+bench-grouped: setup ## runs trained together vs one after another: Fig. 1's nets (26 runs), the cpu-scale language models (5 seeds); 1 thread (results/bench_grouped.md, ~6 min; needs the data mirror)
 	$(BIN)/python -m bench --sections grouped --threads 1 --clock cpu --budget-min 4 --min-rounds 9 --out results/bench_grouped
 
 bench-compile: setup ## eager vs torch.compile for the benchmark models (results/bench_compile.md, about 10 min, 1 thread)
