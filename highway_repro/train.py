@@ -93,8 +93,8 @@ def build_run(cfg: DictConfig, out_dir: Path, dist=None, trainer_cls=None):
     n_params = sum(p.numel() for p in model.parameters())
     if is_main:
         write_text_atomic(out_dir / "config_resolved.yaml", OmegaConf.to_yaml(OmegaConf.create(resolved)))
-        log.info("data: %s; model: %s, %s parameters", data.describe() if hasattr(data, "describe") else cfg.data.name,
-                 type(model).__name__, f"{n_params:,}")
+        log.info("data: %s", data.describe() if hasattr(data, "describe") else cfg.data.name)
+        log.info("model: %s, %s parameters", type(model).__name__, f"{n_params:,}")
     logger_kwargs = OmegaConf.to_container(cfg.logger, resolve=True)
     kind = logger_kwargs.pop("kind")
     # resume=auto reads the newest checkpoint once: for the trainer, and for a W&B run to go on in its own W&B run
@@ -135,8 +135,7 @@ def main(cfg: DictConfig):
 
 
 def cli():
-    """`python -m highway_repro.train`, `highway-train`: command-line errors and a stop signal outside training are
-    one line (`cli.prepare`, `cli.one_line_errors`, `cli.stopped`), then Hydra's `main`."""
+    """`python -m highway_repro.train`: one-line errors (`cli.prepare`, `one_line_errors`, `stopped`), then `main`."""
     with stopped(), one_line_errors():
         prepare(sys.argv[1:], CONFIG_DIR)
         main()

@@ -129,15 +129,14 @@ def _group(tmp, family, seeds, steps, dtype, **kw):
 
 
 @pytest.mark.parametrize("family,dtype,steps,tol", [
-    ("mlp", torch.float64, 200, 1e-9), ("mlp", torch.float32, 20, 1e-5),
-    ("mnist_conv", torch.float64, 60, 1e-9), ("cifar_conv", torch.float32, 20, 1e-5),
-    ("transformer_l3", torch.float64, 30, 1e-9), ("transformer_xl", torch.float64, 30, 1e-9),
-    ("r_transformer", torch.float32, 20, 1e-5),
-    # 200 fp64 steps of the families whose fast case is shorter: 10-60 s each here
+    ("mlp", torch.float64, 200, 1e-9), ("mlp", torch.float32, 20, 1e-5), ("cifar_conv", torch.float32, 20, 1e-5),
+    ("transformer_xl", torch.float64, 30, 1e-9), ("r_transformer", torch.float32, 20, 1e-5),
+    # every family over 200 fp64 steps (5-40 s each here), Transformer-L3 and the GRU R-Transformer only here
     *(pytest.param(f, torch.float64, 200, 1e-9, marks=pytest.mark.slow)
       for f in ("mnist_conv", "cifar_conv", "transformer_l3", "transformer_xl", "r_transformer", "r_transformer_gru"))])
 def test_a_member_tracks_its_lone_run_in_groups_of_1_3_8_at_any_place(tmp_path, family, dtype, steps, tol):
-    lone = {s: _lone(tmp_path, family, s, steps, dtype) for s in range(8)}
+    checked = (0, 2, 5)  # at places 0 of 1; 1 and 0 of 3; 7, 5 and 2 of 8
+    lone = {s: _lone(tmp_path, family, s, steps, dtype) for s in checked}
     seen = {}
     for seeds in ([0], [2, 0, 1], [7, 6, 5, 4, 3, 2, 1, 0]):
         members, finals = _group(tmp_path / f"g{len(seeds)}", family, seeds, steps, dtype)
@@ -145,9 +144,10 @@ def test_a_member_tracks_its_lone_run_in_groups_of_1_3_8_at_any_place(tmp_path, 
         for s, m in zip(seeds, members):
             got = _losses(m)
             assert len(got) == steps
-            rel = _rel(got, lone[s])
-            assert rel <= tol, (family, s, len(seeds), rel)
-            seen.setdefault(s, []).append(got)
+            if s in checked:
+                rel = _rel(got, lone[s])
+                assert rel <= tol, (family, s, len(seeds), rel)
+                seen.setdefault(s, []).append(got)
     # member 0 at place 0 of 1, 1 of 3 and 7 of 8: the same numbers wherever it sat, up to the rounding of kernels
     # that differ with the group's size and a slice's memory alignment (bitwise in most places, not in all)
     for a, b in ((seen[0][0], seen[0][1]), (seen[0][1], seen[0][2]), (seen[2][0], seen[2][1])):

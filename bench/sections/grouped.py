@@ -61,15 +61,15 @@ def _runs(cls, depth: int, kind: str, folder: Path, x, y, device: str = "cpu", m
     return runs
 
 
-def _lm_runs(cls, experiment: str, folder: Path, device: str = "cpu", seeds: int = SEEDS) -> list:
-    """SEEDS runs of `experiment` at the cpu scale, built as `python -m highway_repro.train` builds them (real data
-    from the mirror), with no log line, evaluation or checkpoint inside the timed steps."""
+def _lm_runs(cls, experiment: str, folder: Path, device: str = "cpu", seeds: int = SEEDS, scale: str = "cpu") -> list:
+    """`seeds` runs of `experiment` at `scale`, built as `python -m highway_repro.train` builds them (real data from
+    the mirror), with no log line, evaluation or checkpoint inside the timed steps."""
     from bench.sections.precision import compose
     from highway_repro.train import build_run
 
     runs = []
     for seed in range(seeds):
-        cfg = compose(experiment)
+        cfg = compose(experiment, scale)
         cfg.seed = seed
         cfg.trainer.update(log_every=10**9, eval_every=0, checkpoint_every=0, gate_stats_every=0, progress=False,
                            device=device)

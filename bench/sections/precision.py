@@ -29,15 +29,15 @@ CASES = (("Transformer-L3, char-PTB", "ht_char_ptb"),
 WARMUP, LAST, EVAL_BATCHES = 2, 5, 4
 
 
-def compose(experiment: str):
-    """The training config of `experiment` at the cpu scale, as `python -m highway_repro.train` composes it."""
+def compose(experiment: str, scale: str = "cpu"):
+    """The training config of `experiment` at `scale`, as `python -m highway_repro.train` composes it."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
     import highway_repro.train  # noqa: F401  (registers the `hp` resolver)
 
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        return hydra_compose("train", overrides=[f"experiment={experiment}", "scale=cpu"])
+        return hydra_compose("train", overrides=[f"experiment={experiment}", f"scale={scale}"])
 
 
 def matmul_gflops(dtype: torch.dtype, n: int = 1024, reps: int = 4, rounds: int = 7) -> float:

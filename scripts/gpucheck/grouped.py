@@ -53,11 +53,12 @@ def grouped_phase(ctx: Ctx) -> None:
         ctx.rep.row("grouped", f"mlp{depth}-{kind}", "", "fp32", "alone_over_grouped", a / b)
         ctx.rep.row("grouped", f"mlp{depth}-{kind}", "", "fp32", "grouped_s_per_member_step", b, "s")
     lm_rows = []
-    for label, experiment in LM_CASES:  # the language models at their cpu-scale size and recipe, on the device
+    for label, experiment in LM_CASES:  # the language models at their cpu-scale size and recipe on the device
         seeds = 2 if ctx.dry else SEEDS
         with tempfile.TemporaryDirectory() as tmp:
-            lone = _lm_runs(Trainer, experiment, Path(tmp) / "alone", device=ctx.device, seeds=seeds)
-            group_members = _lm_runs(Member, experiment, Path(tmp) / "grouped", device=ctx.device, seeds=seeds)
+            scale = "smoke" if ctx.dry else "cpu"  # (the dry run: the code path at tiny sizes)
+            lone = _lm_runs(Trainer, experiment, Path(tmp) / "alone", ctx.device, seeds, scale)
+            group_members = _lm_runs(Member, experiment, Path(tmp) / "grouped", ctx.device, seeds, scale)
             a, b = measure(lone, group_members, 1 if ctx.dry else ctx.warmup, seeds)
         lm_rows.append([label, seeds, fmt(a * 1e3, 1), fmt(b * 1e3, 1), fmt(a / b, 2)])
         ctx.rep.row("grouped", experiment, "", "fp32", "alone_over_grouped", a / b)
