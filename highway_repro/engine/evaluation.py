@@ -27,8 +27,9 @@ def _to(batch, device, memory_format=torch.contiguous_format):
                   else b.to(device, non_blocking=True)) if torch.is_tensor(b) else b for b in batch)
 
 
-
 class Evaluation:
+    """The evaluation methods of `Trainer`."""
+
     @torch.no_grad()
     def evaluate(self, split: str, max_batches: int | None = None) -> dict:
         self.model.eval()
