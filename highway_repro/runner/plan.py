@@ -47,7 +47,7 @@ def compose_table(t: Target, scale: str, plain: list[str], sweep: str | None = N
     `sweep`: the sweep file (`<table>/<file>`) whose grid `hydra.sweeper.params` holds."""
     from hydra import compose, initialize_config_dir
 
-    import highway_repro.train  # noqa: F401  (registers the `hp` resolver)
+    import highway_repro.resolvers  # noqa: F401  (registers the `hp` resolver)
 
     overrides = [f"experiment={t.experiment}", f"scale={scale}"] + ([f"sweep={sweep}"] if sweep else [])
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=HYDRA_VERSION):
