@@ -46,8 +46,14 @@ def test_torch_side_maps_use_the_choices_of_options():
 
 
 def test_the_option_modules_need_no_torch():
+    """Importing the validators, and validating a whole composed config (the trainer's options included), loads no
+    torch: a bad value fails before torch's seconds of import."""
     code = ("import sys; import highway_repro.config, highway_repro.options, highway_repro.errors, "
-            "highway_repro.models.placement; assert 'torch' not in sys.modules, 'torch imported'")
+            "highway_repro.models.placement, highway_repro.resolvers; "
+            "from hydra import compose, initialize_config_dir; from pathlib import Path; "
+            "initialize_config_dir(config_dir=str(Path('configs').resolve()), version_base='1.3'); "
+            "highway_repro.config.validate(compose('train', overrides=['experiment=ht_char_ptb', 'scale=cpu'])); "
+            "assert 'torch' not in sys.modules, 'torch imported'")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
 

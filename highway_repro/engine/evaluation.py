@@ -11,7 +11,7 @@ import copy
 import torch
 
 from highway_repro.engine import checkpoint as ckpt_lib
-from highway_repro.engine.trainer_config import MEMORY_FORMATS, Interrupted
+from highway_repro.engine.trainer_config import Interrupted, memory_format
 from highway_repro.errors import HighwayError
 
 
@@ -45,7 +45,7 @@ class Evaluation:
                 batch = self.dist.shard(batch, strict=False)
                 if batch[0].shape[0] == 0:
                     continue
-            batch = _to(batch, self.device, MEMORY_FORMATS[self.cfg.memory_format])
+            batch = _to(batch, self.device, memory_format(self.cfg.memory_format))
             with self._autocast():
                 _, s, mems = self._forward(batch, mems, score_len)
             _add(sums, s)

@@ -48,8 +48,8 @@ from highway_repro.engine import checkpoint as ckpt_lib
 from highway_repro.engine import flops as flops_lib
 from highway_repro.engine.evaluation import Evaluation, _add, _to  # noqa: F401  (_to: also the group's)
 from highway_repro.engine.loggers import write_json_atomic
-from highway_repro.engine.trainer_config import (MEMORY_FORMATS, Diverged, Interrupted, TrainerConfig,  # noqa: F401
-                                                 cpu_seconds, resolve_device, tf32)
+from highway_repro.engine.trainer_config import (Diverged, Interrupted, TrainerConfig, cpu_seconds,  # noqa: F401
+                                                 memory_format, resolve_device, tf32)
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class Trainer(Evaluation):
         self.device = resolve_device(cfg.device) if dist is None else dist.device
         # on the device before a checkpoint is loaded: Optimizer.load_state_dict puts the state where the
         # parameters are
-        model.to(self.device, memory_format=MEMORY_FORMATS[cfg.memory_format])
+        model.to(self.device, memory_format=memory_format(cfg.memory_format))
         self.step = 0
         self.best_val = math.inf
         self.mems = None
@@ -230,7 +230,7 @@ class Trainer(Evaluation):
         if self.dist is not None:  # this rank's slice of the global batch; dropout RNG from (seed, step, rank)
             batch = self.dist.shard(batch)
             self.dist.seed_step(step)
-        batch = _to(batch, self.device, MEMORY_FORMATS[self.cfg.memory_format])
+        batch = _to(batch, self.device, memory_format(self.cfg.memory_format))
         self.model.train()
         with self.step_flops.count(batch, self.mems) as counted:
             with self._autocast(), nullcontext() if recorder is None else recorder:

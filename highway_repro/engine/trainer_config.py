@@ -1,6 +1,7 @@
 """The trainer's settings and the small pieces of its loop that know nothing of a run: `TrainerConfig` (the
 `trainer:` config group, checked on construction), the device, the TF32 switch, the process's CPU time, and the two
-ways a run ends early (`Diverged`, `Interrupted`)."""
+ways a run ends early (`Diverged`, `Interrupted`). No torch at import: the config check (`config.py`) reads
+`TrainerConfig` before torch is loaded."""
 
 from __future__ import annotations
 
@@ -8,11 +9,16 @@ import resource
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-import torch
-
 from highway_repro.errors import HighwayError
 
-MEMORY_FORMATS = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
+MEMORY_FORMATS = ("contiguous", "channels_last")
+
+
+def memory_format(name: str):
+    """torch's memory format of `trainer.memory_format`."""
+    import torch
+
+    return {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}[name]
 
 
 @dataclass
@@ -53,7 +59,10 @@ class TrainerConfig:
                 raise HighwayError(f"trainer.{name}={getattr(self, name)!r} is not allowed (valid: {valid})")
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str):
+    """The torch.device of `trainer.device`."""
+    import torch
+
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(name)
@@ -85,6 +94,8 @@ def tf32(on: bool):
     if not on:
         yield
         return
+    import torch
+
     old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     try:
