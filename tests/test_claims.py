@@ -287,16 +287,20 @@ def test_the_second_look_reads_its_runs_at_99_percent_and_the_other_comparisons_
 
 
 def test_a_second_look_grid_rejects_a_value_it_cannot_match(tmp_path, monkeypatch):
-    """A swept value the report cannot expand to the runs' own values (a Hydra function other than range, a list, a
-    bool) is an error naming the file, the key and what is allowed, not a grid that silently matches no run."""
+    """The grid is read by Hydra's own parser (choice(1,2) is seeds 1 and 2, as Hydra runs them); a swept value no run
+    can have (a list, a bool) is an error naming the file, the key and what is allowed, not a grid that silently
+    matches no run."""
     from highway_repro.report import claims
 
     monkeypatch.setattr(claims, "SWEEP_DIR", tmp_path)
     (tmp_path / "t").mkdir()
-    for value in ("choice(1,2)", "[1, 2]", "true"):
-        (tmp_path / "t" / "cpu-second_look.yaml").write_text(f"hydra:\n  sweeper:\n    params:\n      seed: {value}\n")
-        with pytest.raises(ValueError, match=r"cpu-second_look.yaml: seed=.* is not a second look's grid value "
-                                             r"\(valid: a number or name, a comma list, range\(a,b\)\)"):
+    path = tmp_path / "t" / "cpu-second_look.yaml"
+    path.write_text("hydra:\n  sweeper:\n    params:\n      seed: choice(1,2)\n      trial: range(3,5)\n")
+    assert claims.second_look_grid("t", "cpu") == {"seed": {"1", "2"}, "trial": {"3", "4"}}
+    for value in ("[1, 2]", "true"):
+        path.write_text(f"hydra:\n  sweeper:\n    params:\n      seed: {value}\n")
+        with pytest.raises(ValueError, match=r"cpu-second_look.yaml: seed=.* is not a grid value "
+                                             r"\(valid: a number or name, a comma list, range\(a,b\), choice\(...\)\)"):
             claims.second_look_grid("t", "cpu")
 
 

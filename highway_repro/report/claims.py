@@ -12,11 +12,11 @@ import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 from highway_repro.report import papers, stats
 from highway_repro.report.claims_list import PAPER_SCALE_ONLY, counted
+from highway_repro.report.grids import SWEEP_DIR, grid_of
 from highway_repro.report.columns import reach_steps
 from highway_repro.report.measures import Measure, Row, interval, mean_pm, num
 from highway_repro.report.papers import Floor
@@ -105,28 +105,13 @@ def seed_pairs(row: Row, other: Row, m: Measure) -> list[float] | None:
     return [a[k] - b[k] for k in sorted(a)]
 
 
-SWEEP_DIR = Path(__file__).resolve().parents[2] / "configs" / "sweep"
-
-
 def second_look_grid(table: str, scale: str) -> dict[str, set[str]]:
     """The runs a table's second look adds at `scale` (`configs/sweep/<table>/<scale>-second_look.yaml`), as the
-    values each swept key takes: a number or name, a comma list or `range(a,b)`; {} when the table has none."""
-    import yaml
-
+    values each swept key takes; {} when the table has none."""
     path = SWEEP_DIR / table / f"{scale}-second_look.yaml"
     if not table or not path.exists():
         return {}
-    grid = {}
-    for key, spec in yaml.safe_load(path.read_text())["hydra"]["sweeper"]["params"].items():
-        text = str(spec).replace(" ", "")
-        if text.startswith("range(") and text.endswith(")"):
-            grid[key] = {str(i) for i in range(*map(int, text[6:-1].split(",")))}
-        elif isinstance(spec, (int, str)) and not isinstance(spec, bool) and not any(c in text for c in "()[]'\""):
-            grid[key] = set(text.split(","))
-        else:
-            raise ValueError(f"{path.name}: {key}={spec!r} is not a second look's grid value (valid: a number or "
-                             "name, a comma list, range(a,b))")
-    return grid
+    return {k: set(vs) for k, vs in grid_of(path).items()}
 
 
 def _scales(runs: list[Run]) -> set[str]:

@@ -7,24 +7,20 @@ from __future__ import annotations
 
 import math
 import statistics
-from pathlib import Path
 
 from highway_repro.report import papers, stats
+from highway_repro.report.grids import SWEEP_DIR, grid_of
 from highway_repro.report.plots import Panel, curve_panel, plot
 from highway_repro.report.runs import Run
-from highway_repro.report.spec import (NA, Claim, Column, Measure, TableSpec, best, count, mean_pm, params, paper,
+from highway_repro.report.spec import (NA, Claim, Column, Measure, TableSpec, count, mean_pm, params, paper,
                                        pct, ratio_to_baseline, rel_change, stat, steps_to_reach, test_claim)
 
 
 def sweep_rows(name: str) -> tuple[str, ...]:
     """Table `name`'s rows (variants) in display order: as its sweep files list them (`configs/sweep/<name>/`,
     the paper scale's file first), each once."""
-    import yaml
-
-    folder = Path(__file__).resolve().parents[2] / "configs" / "sweep" / name
-    files = sorted(folder.glob("*.yaml"), key=lambda f: (f.stem != "paper", f.stem))
-    params = [yaml.safe_load(f.read_text())["hydra"]["sweeper"]["params"] for f in files]
-    return tuple(dict.fromkeys(v for p in params for v in str(p.get("variant", "")).split(",") if v))
+    files = sorted((SWEEP_DIR / name).glob("*.yaml"), key=lambda f: (f.stem != "paper", f.stem))
+    return tuple(dict.fromkeys(v for f in files for v in grid_of(f).get("variant", [])))
 
 
 ZOO_MODELS = {"ht_char_ptb": "Transformer-L3, char-PTB", "ht_char_ptb_rt": "R-Transformer-L3, char-PTB",
@@ -271,7 +267,7 @@ def paper_anchor_table() -> TableSpec:
 
     columns = (params(), count(), *(stat(m) for m in at.values()),
                paper(f"official log, step {step}", lambda i: official(i), "official_val_bpc"),
-               Column(f"ours - official (95 % interval)", gap_cell, lambda row, t: {"minus_official": gap(row)[0]}),
+               Column("ours - official (95 % interval)", gap_cell, lambda row, t: {"minus_official": gap(row)[0]}),
                Column(f"within {tol} bpc", within_cell, lambda row, t: {"within_tolerance": within_cell(row, t)}),
                stat(test))
 

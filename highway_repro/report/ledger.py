@@ -29,9 +29,8 @@ import math
 import re
 from pathlib import Path
 
-import yaml
-
 from highway_repro.report import papers, stats
+from highway_repro.report.grids import params_of, swept  # noqa: F401  (params_of: scripts/build_ledger.py)
 from highway_repro.targets import CONFIG_DIR, TARGETS, runs_folder
 
 LEDGER = "preregistration.json"
@@ -41,29 +40,16 @@ SECOND_LOOK_FILE = f"{SCALE}-second_look.yaml"
 
 
 # ------------------------------------------------------------ grids
-def swept(spec) -> list[str]:
-    """A swept value as Hydra's basic sweeper reads it: a number or name, a comma list, range(a,b)."""
-    text = str(spec).replace(" ", "")
-    if text.startswith("range(") and text.endswith(")"):
-        return [str(i) for i in range(*map(int, text[6:-1].split(",")))]
-    return text.split(",")
-
-
 def row_label(params: dict) -> str:
     """A grid row as Hydra names a job, less its seed or trial: `model.depth=10,model.kind=plain`."""
     return ",".join(f"{k}={params[k]}" for k in sorted(params) if k not in REPEAT_KEYS)
-
-
-def params_of(text: str) -> dict:
-    """A sweep file's grid: `hydra.sweeper.params`."""
-    return yaml.safe_load(text)["hydra"]["sweeper"]["params"]
 
 
 def grid(param_sets) -> dict[str, list[str]]:
     """The union of grids (each a sweep file's `hydra.sweeper.params`): row label -> its seeds or trials, sorted."""
     out: dict[str, set] = {}
     for spec in param_sets:
-        params = {k: swept(v) for k, v in spec.items()}
+        params = {k: swept(v, k) for k, v in spec.items()}
         rows = [{}]
         for k, vs in params.items():
             rows = [{**r, k: v} for r in rows for v in vs] if k not in REPEAT_KEYS else rows
