@@ -349,3 +349,45 @@ def test_tf32_switch_holds_during_fit_and_is_restored(tmp_path, monkeypatch, tf3
     finally:
         torch.set_float32_matmul_precision(before[0])
         torch.backends.cudnn.allow_tf32 = before[1]
+
+
+@pytest.mark.parametrize("kind", ["transformer_lm", "transformer_xl"])
+def test_stacked_evaluation_scores_what_batch_1_scores(tmp_path, kind):
+    """char-PTB's protocol evaluates one window at a time (eval_batch_size 1); trainer.eval_stack=8 puts up to 8
+    windows of one shape through a model without memory as one batch: the same loss (to float rounding) in fewer
+    forward passes. A model with memory (Transformer-XL) keeps its windows one by one, in order: the same numbers."""
+    import numpy as np
+
+    from highway_repro.data.text import LMData
+    from highway_repro.engine.tasks import LanguageModel
+    from highway_repro.engine.trainer import Trainer, TrainerConfig
+    from highway_repro.models.transformer_lm import TransformerLM
+    from highway_repro.models.transformer_xl import TransformerXL
+
+    class Tok:
+        kind, vocab_size = "fake", 11
+
+    rng = np.random.default_rng(0)
+    data = LMData("toy", {s: rng.integers(0, 11, 300) for s in ("train", "val", "test")}, Tok(), batch_size=2,
+                  seq_len=12, eval_batch_size=1, eval_seq_len=12, eval_score_len=4)
+    out = {}
+    for stack in (1, 8):
+        torch.manual_seed(0)
+        small = {"vocab_size": 11, "n_layers": 1, "d_model": 8, "n_heads": 2, "d_ff": 16, "dropout": 0.0}
+        model = TransformerLM(**small) if kind == "transformer_lm" else TransformerXL(**small, d_head=4, tgt_len=12,
+                                                                                      mem_len=12)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        cfg = TrainerConfig(max_steps=1, eval_every=0, checkpoint_every=0, progress=False, device="cpu",
+                            eval_stack=stack)
+        t = Trainer(model, data, LanguageModel(), opt, build(opt, max_steps=1), tmp_path / str(stack),
+                    JsonlLogger(tmp_path), cfg)
+        calls = []
+        forward = t._forward
+        t._forward = lambda *a, **k: calls.append(1) or forward(*a, **k)
+        out[stack] = (t.evaluate("test")["test/loss"], len(calls))
+    windows = len(data.eval_windows("test"))
+    assert out[1][1] == windows
+    if kind == "transformer_lm":
+        assert out[8][1] < windows / 4 and math.isclose(out[8][0], out[1][0], rel_tol=1e-6)
+    else:
+        assert out[8] == out[1]

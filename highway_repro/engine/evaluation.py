@@ -27,15 +27,35 @@ def _to(batch, device, memory_format=torch.contiguous_format):
                   else b.to(device, non_blocking=True)) if torch.is_tensor(b) else b for b in batch)
 
 
+def _stacked(batches: list) -> tuple:
+    """Batches of one shape as one: their rows one after another."""
+    return tuple(torch.cat(parts) for parts in zip(*batches))
+
+
 class Evaluation:
     """The evaluation methods of `Trainer`."""
 
     @torch.no_grad()
     def evaluate(self, split: str, max_batches: int | None = None) -> dict:
+        """Metrics of one pass over `split` (its first `max_batches` batches). With `trainer.eval_stack` N > 1 and a
+        model without memory, up to N consecutive batches of one shape (char-PTB's batch-1 windows, say) go through
+        the model as one: the same windows and scored tokens, so the same sums up to the order of the additions;
+        a model with memory (Transformer-XL) sees its batches one by one, in order."""
         self.model.eval()
         sums: dict = {}
-        mems = None
         score_len = getattr(self.data, "eval_score_len", None)
+        stack = self.cfg.eval_stack if self.dist is None else 1
+        pending: list = []
+        state = {"mems": None, "memoryless": None}  # known after the first batch: does the model return a memory?
+
+        def run(batch) -> None:
+            batch = _to(batch, self.device, memory_format(self.cfg.memory_format))
+            with self._autocast():
+                _, s, state["mems"] = self._forward(batch, state["mems"], score_len)
+            if state["memoryless"] is None:
+                state["memoryless"] = state["mems"] is None
+            _add(sums, s)
+
         for i, batch in enumerate(self.data.eval_batches(split)):
             if max_batches is not None and i >= max_batches:
                 break
@@ -45,10 +65,15 @@ class Evaluation:
                 batch = self.dist.shard(batch, strict=False)
                 if batch[0].shape[0] == 0:
                     continue
-            batch = _to(batch, self.device, memory_format(self.cfg.memory_format))
-            with self._autocast():
-                _, s, mems = self._forward(batch, mems, score_len)
-            _add(sums, s)
+            if stack > 1 and state["memoryless"] and all(torch.is_tensor(b) for b in batch):
+                if pending and (len(pending) == stack or pending[0][0].shape != batch[0].shape):
+                    run(_stacked(pending))
+                    pending = []
+                pending.append(batch)
+            else:
+                run(batch)
+        if pending:
+            run(_stacked(pending))
         if self.dist is not None:
             sums = self.dist.all_reduce_sums(sums)
         if not sums:

@@ -29,6 +29,7 @@ class TrainerConfig:
     eval_max_batches: int | None = None  # cap for intermediate evaluations
     final_max_batches: int | None = None  # cap for the final evaluation (smoke tests only; null = full)
     eval_train: bool = False  # also evaluate the training set without augmentation at each evaluation
+    eval_stack: int = 1  # evaluate up to N batches of one shape as one (a model without memory)
     checkpoint_every: int = 500  # 0 = only at the end
     grad_clip: float | None = None
     precision: str = "fp32"  # fp32 | bf16 (autocast)
@@ -47,6 +48,7 @@ class TrainerConfig:
         checks = [
             ("max_steps", self.max_steps >= 1, ">= 1"), ("log_every", self.log_every >= 1, ">= 1"),
             ("eval_every", self.eval_every >= 0, ">= 0"), ("checkpoint_every", self.checkpoint_every >= 0, ">= 0"),
+            ("eval_stack", self.eval_stack >= 1, ">= 1"),
             ("precision", self.precision in ("fp32", "bf16"), "'fp32' or 'bf16'"),
             ("memory_format", self.memory_format in MEMORY_FORMATS, "'contiguous' or 'channels_last'"),
             ("nan_policy", self.nan_policy in ("stop", "skip"), "'stop' or 'skip'"),
