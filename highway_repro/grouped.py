@@ -79,6 +79,9 @@ def check_groupable(cfgs: list) -> None:
                               f"{', '.join(GROUPABLE)}; run it alone: without hydra/launcher=grouped, or GROUP=1)")
         if cfg.trainer.precision != "fp32":
             raise ConfigError(f"trainer.precision={cfg.trainer.precision} cannot train in a group (valid: fp32)")
+        if cfg.trainer.get("compile", "off") != "off":
+            raise ConfigError(f"trainer.compile={cfg.trainer.compile} cannot train in a group (valid: off; a group "
+                              "runs its members' stacked forward under vmap)")
         if cfg.trainer.nan_policy == "skip" and str(cfg.model._target_).endswith("TransformerXL"):
             raise ConfigError("trainer.nan_policy=skip cannot train in a group with Transformer-XL (a skipped batch "
                               "empties one member's memory; valid: stop, or GROUP=1)")

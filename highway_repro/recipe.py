@@ -26,7 +26,8 @@ from highway_repro.report.runs import read_yaml
 # training loss averages over, not the weights). `trainer.tf32` is not among them: like `trainer.precision`, it
 # changes the numbers (of CUDA matrix products).
 NOT_RECIPE = ("resume", "threads", "logger", "est_step_s", "est_peak_gb", "extra_grids", "trainer.progress",
-              "trainer.device", "trainer.log_every", "trainer.checkpoint_every", "trainer.eval_stack")
+              "trainer.device", "trainer.log_every", "trainer.checkpoint_every", "trainer.eval_stack",
+              "trainer.compile", "trainer.compile_backend")
 
 
 def flat(d: dict, prefix: str = "") -> dict:

@@ -12,6 +12,7 @@ import torch
 from highway_repro.engine import checkpoint as ck
 from highway_repro.engine.loggers import JsonlLogger
 from highway_repro.engine.schedules import build
+from highway_repro.errors import HighwayError
 from highway_repro.engine.tasks import Classification, LanguageModel
 
 
@@ -150,8 +151,8 @@ def _fit(tmp_path, model, max_steps=4, gate_recorder=None, **cfg):
 
     tmp_path.mkdir(exist_ok=True)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    trainer_cfg = TrainerConfig(max_steps=max_steps, log_every=2, eval_every=0, checkpoint_every=0, progress=False,
-                                device="cpu", **cfg)
+    trainer_cfg = TrainerConfig(**{"max_steps": max_steps, "log_every": 2, "eval_every": 0, "checkpoint_every": 0,
+                                   "progress": False, "device": "cpu", **cfg})
     trainer = Trainer(model, _Images(), Classification(), opt, build(opt, max_steps=max_steps), tmp_path,
                       JsonlLogger(tmp_path), trainer_cfg, gate_recorder=gate_recorder)
     final = trainer.fit()
@@ -391,3 +392,31 @@ def test_stacked_evaluation_scores_what_batch_1_scores(tmp_path, kind):
         assert out[8][1] < windows / 4 and math.isclose(out[8][0], out[1][0], rel_tol=1e-6)
     else:
         assert out[8] == out[1]
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+def test_a_compiled_model_trains_as_the_eager_one(tmp_path, backend):
+    """trainer.compile=default (torch.compile, static shapes): the same losses as eager within float tolerance, the
+    checkpoint of the module itself; aot_eager compiles the graphs without generated code (fast), inductor generates
+    it (20-70 s a model here: slow)."""
+    import torch._dynamo
+
+    from highway_repro.engine.checkpoint import load
+
+    runs = {}
+    torch._dynamo.reset()
+    for mode in ("off", "default"):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+        final, lines = _fit(tmp_path / mode, model, max_steps=6, log_every=1, compile=mode, compile_backend=backend,
+                            checkpoint_every=3)
+        runs[mode] = [x["train/loss"] for x in lines if "train/loss" in x]
+        assert final["status"] == "done"
+        assert set(load(tmp_path / mode / "ckpt" / "last.pt")["model"]) == {"0.weight", "0.bias", "2.weight", "2.bias"}
+    assert len(runs["off"]) == 6 and all(math.isclose(a, b, rel_tol=1e-5) for a, b in zip(runs["off"], runs["default"]))
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1  # it did compile (a graph of the forward)
+
+
+def test_an_unknown_compile_backend_is_one_line(tmp_path):
+    with pytest.raises(HighwayError, match=r"trainer.compile_backend='nope' is not known \(valid: .*inductor"):
+        _fit(tmp_path, torch.nn.Linear(5, 3), compile="default", compile_backend="nope")

@@ -50,8 +50,22 @@ from highway_repro.engine.evaluation import Evaluation, _add, _to  # noqa: F401 
 from highway_repro.engine.loggers import write_json_atomic
 from highway_repro.engine.trainer_config import (Diverged, Interrupted, TrainerConfig, cpu_seconds,  # noqa: F401
                                                  memory_format, resolve_device, tf32)
+from highway_repro.errors import HighwayError
 
 log = logging.getLogger(__name__)
+
+
+def compile_model(model, cfg: TrainerConfig) -> None:
+    """`model.compile()` (torch.compile in place: the module, its parameter names and hooks stay) with
+    `trainer.compile`'s mode and backend, shapes static (a new shape compiles anew: Transformer-XL's first step
+    without memory, an evaluation's last short window)."""
+    import torch._dynamo
+
+    backends = torch._dynamo.list_backends(exclude_tags=())
+    if cfg.compile_backend not in backends:
+        raise HighwayError(f"trainer.compile_backend={cfg.compile_backend!r} is not known (valid: "
+                           f"{', '.join(sorted(backends))})")
+    model.compile(mode=None if cfg.compile == "default" else cfg.compile, backend=cfg.compile_backend, dynamic=False)
 
 
 def _detach_mems(mems):
@@ -83,6 +97,8 @@ class Trainer(Evaluation):
         # on the device before a checkpoint is loaded: Optimizer.load_state_dict puts the state where the
         # parameters are
         model.to(self.device, memory_format=memory_format(cfg.memory_format))
+        if cfg.compile != "off":  # the model's forward (and its backward) compiled in place
+            compile_model(self.raw_model, cfg)
         self.step = 0
         self.best_val = math.inf
         self.mems = None

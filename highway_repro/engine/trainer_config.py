@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from highway_repro.errors import HighwayError
 
 MEMORY_FORMATS = ("contiguous", "channels_last")
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 
 
 def memory_format(name: str):
@@ -36,6 +37,8 @@ class TrainerConfig:
     tf32: bool = False  # CUDA float32 matrix products and cuDNN in TF32 during fit (`tf32`); false: torch's settings
     memory_format: str = "contiguous"  # contiguous | channels_last: 4-D weights and inputs (the conv nets: faster on CPU)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
+    compile: str = "off"  # off | default | reduce-overhead (CUDA graphs on a GPU) | max-autotune: torch.compile's mode
+    compile_backend: str = "inductor"  # torch.compile's backend (aot_eager: the graphs without generated code)
     gate_stats_every: int = 0  # 0 = off; else record gate statistics on every n-th step
     nan_policy: str = "stop"  # stop | skip
     max_bad_steps: int = 10  # with nan_policy=skip: stop after this many skipped steps
@@ -53,6 +56,7 @@ class TrainerConfig:
             ("memory_format", self.memory_format in MEMORY_FORMATS, "'contiguous' or 'channels_last'"),
             ("nan_policy", self.nan_policy in ("stop", "skip"), "'stop' or 'skip'"),
             ("final_eval", self.final_eval in ("last", "best"), "'last' or 'best'"),
+            ("compile", self.compile in COMPILE_MODES, ", ".join(COMPILE_MODES)),
             ("grad_clip", self.grad_clip is None or self.grad_clip > 0, "> 0 or null"),
             ("peak_flops", self.peak_flops is None or self.peak_flops > 0, "> 0 or null"),
         ]
