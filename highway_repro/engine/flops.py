@@ -160,6 +160,11 @@ class _Count:
         self.by_shape, self.key, self.cancelled = by_shape, key, False
         self.mode = None if key in by_shape else fc.FlopCounterMode(display=False)
 
+    @property
+    def counting(self) -> bool:
+        """Whether this step is counted (the first of its shapes)."""
+        return self.mode is not None
+
     def __enter__(self) -> "_Count":
         if self.mode is not None:
             self.mode.__enter__()

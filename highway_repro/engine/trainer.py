@@ -55,17 +55,18 @@ from highway_repro.errors import HighwayError
 log = logging.getLogger(__name__)
 
 
-def compile_model(model, cfg: TrainerConfig) -> None:
-    """`model.compile()` (torch.compile in place: the module, its parameter names and hooks stay) with
-    `trainer.compile`'s mode and backend, shapes static (a new shape compiles anew: Transformer-XL's first step
-    without memory, an evaluation's last short window)."""
+def compiled(model, cfg: TrainerConfig):
+    """`torch.compile(model)` with `trainer.compile`'s mode and backend, shapes static (a new shape compiles anew:
+    Transformer-XL's first step without memory, an evaluation's last short window). Not `model.compile()` in place:
+    in torch 2.13 its compiled call runs the forward uncompiled."""
     import torch._dynamo
 
     backends = torch._dynamo.list_backends(exclude_tags=())
     if cfg.compile_backend not in backends:
         raise HighwayError(f"trainer.compile_backend={cfg.compile_backend!r} is not known (valid: "
                            f"{', '.join(sorted(backends))})")
-    model.compile(mode=None if cfg.compile == "default" else cfg.compile, backend=cfg.compile_backend, dynamic=False)
+    return torch.compile(model, mode=None if cfg.compile == "default" else cfg.compile, backend=cfg.compile_backend,
+                         dynamic=False)
 
 
 def _detach_mems(mems):
@@ -78,6 +79,7 @@ def _detach_mems(mems):
 
 class Trainer(Evaluation):
     defer_nan_check: bool | None = None  # see _loss_finite; None = on CUDA only
+    counting_step: bool = False  # this step's FLOPs are counted: it runs `eager_model` (see __init__)
     in_final_eval: bool = False  # a stop signal ends the evaluation (`evaluate`) only in the final one
 
     def __init__(self, model, data, task, optimizer, schedule, out_dir, logger, cfg: TrainerConfig,
@@ -97,8 +99,9 @@ class Trainer(Evaluation):
         # on the device before a checkpoint is loaded: Optimizer.load_state_dict puts the state where the
         # parameters are
         model.to(self.device, memory_format=memory_format(cfg.memory_format))
-        if cfg.compile != "off":  # the model's forward (and its backward) compiled in place
-            compile_model(self.raw_model, cfg)
+        self.eager_model = model  # the model's own forward: FLOPs are counted on it (a compiled call under the
+        if cfg.compile != "off":  # counter would stay uncompiled for good); raw_model stays the module
+            self.model = compiled(model, cfg)
         self.step = 0
         self.best_val = math.inf
         self.mems = None
@@ -177,7 +180,8 @@ class Trainer(Evaluation):
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.precision == "bf16")
 
     def _forward(self, batch, mems, score_len):
-        return self.task.forward(self.model, batch, mems, score_len=score_len)
+        model = self.eager_model if self.counting_step else self.model
+        return self.task.forward(model, batch, mems, score_len=score_len)
 
     # ----------------------------------------------------------------- train
     def _request_stop(self, signum, frame):
@@ -250,7 +254,11 @@ class Trainer(Evaluation):
         self.model.train()
         with self.step_flops.count(batch, self.mems) as counted:
             with self._autocast(), nullcontext() if recorder is None else recorder:
-                loss, sums, new_mems = self._forward(batch, self.mems, getattr(self.data, "score_len", None))
+                self.counting_step = counted.counting
+                try:
+                    loss, sums, new_mems = self._forward(batch, self.mems, getattr(self.data, "score_len", None))
+                finally:
+                    self.counting_step = False
             finite = self._loss_finite(loss, step)
             if finite:
                 self.optimizer.zero_grad(set_to_none=True)
