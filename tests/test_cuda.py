@@ -4,7 +4,8 @@
 They check: the Transformer-XL attention kernel equals the plain formulas (fp64) and stays close to fp32
 under bf16 autocast; every experiment's model trains a step under bf16 autocast with finite fp32 gradients;
 the deferred NaN check (the CUDA default) stops a run exactly as the per-step check; a checkpoint written on
-the device (memory included) resumes the run.
+the device (memory included) resumes the run; a group of runs with dropout trains there, each member drawing from
+the device's generator.
 """
 
 from __future__ import annotations
@@ -211,3 +212,47 @@ def test_the_model_is_on_its_device_before_a_checkpoint_is_loaded(tmp_path, monk
     assert final["status"] == "done" and final["step"] == 4
     assert "load" in events and "to" in events[:events.index("load")], events
     assert events.count("to") == 1, events  # moved once, by the trainer's constructor (fit moves nothing)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_group_with_dropout_trains_on_the_device(tmp_path, device):
+    """A group of two MNIST conv nets (dropout) on the device: each member's masks from its own generator there,
+    checkpoints holding that generator where a lone run keeps the device's, both done and resumable."""
+    from highway_repro.engine.group import Group, Member
+    from highway_repro.engine.loggers import JsonlLogger
+    from highway_repro.engine.schedules import build
+    from highway_repro.engine.tasks import Classification
+    from highway_repro.engine.trainer import TrainerConfig
+    from highway_repro.models.convnets import MnistHighwayNet
+    from highway_repro.models.dropout import member_generators
+
+    class Images:
+        kind, splits, steps_per_epoch = "classification", ("test",), 4
+
+        def __init__(self, seed):
+            g = torch.Generator().manual_seed(seed)
+            self.x, self.y = torch.randn(4, 2, 1, 28, 28, generator=g), torch.randint(0, 10, (4, 2), generator=g)
+
+        def train_batch(self, step):
+            return self.x[step % 4], self.y[step % 4]
+
+        def eval_batches(self, split):
+            yield self.x[0], self.y[0]
+
+    members = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        model = MnistHighwayNet(width=3)
+        opt = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
+        cfg = TrainerConfig(max_steps=4, log_every=1, eval_every=0, checkpoint_every=2, progress=False,
+                            device=device, splits=["test"])
+        out = tmp_path / str(seed)
+        out.mkdir()
+        members.append(Member(model, Images(seed), Classification(), opt, build(opt, max_steps=4), out,
+                              JsonlLogger(out), cfg))
+    finals = Group(members, draws=member_generators).fit()
+    assert [f["status"] for f in finals] == ["done", "done"]
+    for m in members:
+        ckpt = ckpt_lib.load(m.ckpt_dir / "last.pt")
+        saved = ckpt["rng"]["cuda"][m._cuda_index()] if device == "cuda" else ckpt["rng"]["torch"]
+        assert torch.equal(saved, m.gen.get_state())

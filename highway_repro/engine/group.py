@@ -33,7 +33,7 @@ import logging
 import signal
 import threading
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import torch
 from torch.func import functional_call, vmap
@@ -51,9 +51,30 @@ class Member(Trainer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.gen = torch.Generator().set_state(torch.get_rng_state())  # after its own seeding and building
+        # the generator a lone run's dropout would draw from (the device's default one), in its state after the
+        # run's own seeding and building
+        self.gen = torch.Generator(device=self.device).set_state(self._device_rng())
         self.clock = [0.0, 0.0]
         self.defer_nan_check = False  # the group reads every member's loss each step anyway
+
+    def _cuda_index(self) -> int:
+        return self.device.index if self.device.index is not None else torch.cuda.current_device()
+
+    def _device_rng(self) -> torch.Tensor:
+        """The default generator's state of this member's device (CPU, or its CUDA device)."""
+        return torch.cuda.get_rng_state(self._cuda_index()) if self.device.type == "cuda" else torch.get_rng_state()
+
+    @contextmanager
+    def own_draws(self):
+        """Within: the device's default generator in the state of `gen` (a lone forward draws what the group's
+        stacked forward would), the process's generators restored after."""
+        cuda = self.device.type == "cuda"
+        with torch.random.fork_rng(devices=[self._cuda_index()] if cuda else []):
+            if cuda:
+                torch.cuda.set_rng_state(self.gen.get_state(), self._cuda_index())
+            else:
+                torch.set_rng_state(self.gen.get_state())
+            yield
 
     def _wall(self) -> float:
         return self.clock[0]
@@ -66,12 +87,18 @@ class Member(Trainer):
         state["model"] = {k: v.clone() for k, v in state["model"].items()}
         state["optimizer"]["state"] = {k: {n: v.clone() if torch.is_tensor(v) else v for n, v in st.items()}
                                        for k, st in state["optimizer"]["state"].items()}
-        state["rng"] = {**state["rng"], "torch": self.gen.get_state()}
+        if self.device.type == "cuda":  # where a lone run keeps its device's generator
+            cuda = list(state["rng"].get("cuda", []))
+            cuda[self._cuda_index()] = self.gen.get_state()
+            state["rng"] = {**state["rng"], "cuda": cuda}
+        else:
+            state["rng"] = {**state["rng"], "torch": self.gen.get_state()}
         return state
 
     def load_state(self, ckpt: dict) -> None:
         super().load_state(ckpt)
-        self.gen.set_state(ckpt["rng"]["torch"])
+        rng = ckpt["rng"]
+        self.gen.set_state(rng["cuda"][self._cuda_index()] if self.device.type == "cuda" else rng["torch"])
 
     def save(self, name: str = "last") -> None:
         mems, self.mems = self.mems, None if self.mems is None else [m.clone() for m in self.mems]  # own copies
@@ -271,9 +298,7 @@ class Group:
         for i, m in enumerate(cohort):
             rec = m._recorder()
             if rec is not None:  # gate statistics: the member's own forward, with the draws the group's makes
-                state = m.gen.get_state()
-                with torch.no_grad(), torch.random.fork_rng(devices=[]), rec:
-                    torch.set_rng_state(state)
+                with torch.no_grad(), m.own_draws(), rec:
                     m.raw_model.train()
                     m._forward(batches[i], None, self.score_len)
                 recorders[m] = rec
