@@ -171,8 +171,14 @@ class DistInfo:
         tdist.broadcast_object_list(box, src=src, group=self._flag_group)
         return box[0]
 
-    def cleanup(self) -> None:
+    def cleanup(self, finished: bool = True) -> None:
+        """Destroy the process group. After a finished job every rank first meets the others (a barrier on the
+        CPU group): a rank that tears gloo down while a peer still holds its connection aborts the peer
+        (`terminate called without an active exception`, exit code -6 under torchrun). After a failed job the
+        others may never arrive, so it does not wait."""
         if tdist.is_initialized():
+            if finished:
+                tdist.barrier(group=self._flag_group)
             tdist.destroy_process_group()
 
 
