@@ -33,10 +33,7 @@ def test_holm_verdicts_reduce_to_the_raw_ones_for_a_family_of_one_and_are_strict
     claim's side: each alone HELD (0.02 < 0.025), together none (10 x 0.02 > 0.025); a small p stays HELD."""
     a, b = [2.00, 2.01, 2.02], [2.10, 2.12, 2.11]
     ci = stats.welch_interval(a, b)
-    se, df = stats.welch_se_df(a, b)
-    diff = sum(a) / 3 - sum(b) / 3
-    test = {"p_side": stats.side_p(diff, se, df, "lower"), "p_other": stats.side_p(diff, se, df, "higher"),
-            "p_equiv": None}
+    test = stats.t_test(a, b, "lower")["tests"]
     assert stats.holm_verdicts([test]) == [stats.verdict(ci, "lower")] == [stats.HELD]
     assert stats.holm_verdicts([test | {"p_side": test["p_other"], "p_other": test["p_side"]}]) == [stats.NOT_HELD]
     weak = {"p_side": 0.02, "p_other": 0.98, "p_equiv": None}
@@ -224,12 +221,12 @@ def test_a_second_look_p_value_says_what_its_99_percent_interval_says():
     """A test read at the second look: its one-sided p-values, scaled by (1 - 0.95) / (1 - 0.99) = 5, fall below
     0.025 exactly when the 99 % interval lies on that side, so the raw verdict and Holm's family of one agree with
     the interval; at the first look's 95 % they are unchanged."""
-    a, b = [2.00, 2.01, 2.02, 2.03], [2.05, 2.06, 2.07, 2.08]  # diff -0.05, se 0.00913, df 6
-    se, df = stats.welch_se_df(a, b)
+    a, b = [2.00, 2.01, 2.02, 2.03], [2.05, 2.06, 2.07, 2.08]  # diff -0.05, se sqrt(2 x 0.000167 / 4), df 6
+    se, df = math.sqrt(2 * 0.01 ** 2 * 5 / 3 / 4), 6.0
     cut = stats.t_quantile(0.995, df) * se  # the 99 % interval's half-width: it excludes 0 when |diff| > cut
     for diff in (-cut * (1 + 1e-6), -cut * (1 - 1e-6), -cut * 0.7, -cut * 1.5):
         xs = [x + diff + 0.05 for x in a]  # the same spread, this difference
-        p = stats.second_look_p({"p_side": stats.side_p(diff, se, df, "lower"), "p_other": None}, 0.99)
+        p = stats.second_look_p({"p_side": stats.t_test(xs, b, "lower")["tests"]["p_side"], "p_other": None}, 0.99)
         lo, hi = stats.welch_interval(xs, b, 0.99)
         assert (p["p_side"] < 0.025) == (hi < 0) == (diff < -cut) and p["p_other"] is None
         assert stats.holm_verdicts([{**p, "p_other": 1.0, "p_equiv": None}]) == [

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -268,3 +270,16 @@ def test_no_python_file_of_the_package_scripts_or_benchmarks_is_over_500_lines()
             if (n := len(p.read_text().splitlines())) > 500}
     assert not long, long
     assert len((root / "highway_repro" / "train.py").read_text().splitlines()) < 150
+
+
+def test_the_runner_and_the_gpu_check_start_without_the_statistics_libraries():
+    """scipy and statsmodels are imported inside the report's functions that test claims, never at module level
+    anywhere in the package: the runner, the report's constants and the GPU check's entry load neither (nor torch,
+    which the runner leaves to the jobs it launches)."""
+    code = ("import sys; sys.path.insert(0, 'scripts'); import highway_repro.reproduce, highway_repro.runner, "
+            "highway_repro.report, highway_repro.report.stats, gpucheck.cli; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'scipy', 'statsmodels', 'torch'}))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    from highway_repro.report import stats
+    assert stats.t_test([1.0, 2.0], [3.0, 5.0])["ci"] and {"scipy", "statsmodels"} <= set(sys.modules)

@@ -1,4 +1,4 @@
-"""The report package: t quantiles and Welch intervals against known values, the four verdicts, the header read
+"""The report package: t quantiles, t-tests and Welch intervals against known values, the four verdicts, the header read
 from run folders (not from the machine that builds the report), claims files, results/summary.csv and the claims list
 of results/README.md, the README's "at a glance" table, and paper tables end to end from fake run folders."""
 
@@ -32,28 +32,28 @@ def test_t_quantile_matches_published_values(df):
     assert stats.t_quantile(0.025, df) == pytest.approx(-T975[df], abs=2e-7)
 
 
-@pytest.mark.parametrize("t", [-3.0, -0.4, 0.0, 0.7, 2.5, 40.0])
-def test_t_cdf_matches_closed_forms(t):
-    """1 degree of freedom: Cauchy, 1/2 + atan(t)/pi; 2: 1/2 + t / (2 sqrt(2 + t^2)); non-integer df in between."""
-    assert stats.t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-12)
-    assert stats.t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * math.sqrt(2 + t * t)), abs=1e-12)
-    lo, hi = sorted((stats.t_cdf(t, 1), stats.t_cdf(t, 2)))
-    assert lo - 1e-12 <= stats.t_cdf(t, 1.5) <= hi + 1e-12
+SLEEP = ([0.7, -1.6, -0.2, -1.2, -0.1, 3.4, 3.7, 0.8, 0.0, 2.0], [1.9, 0.8, 1.1, 0.1, -0.1, 4.4, 5.5, 1.6, 4.6, 3.4])
 
 
-@pytest.mark.parametrize("df", [1.5, 4.0755, 7.3])
-def test_t_cdf_non_integer_df(df):
-    """Against Simpson's rule on the t density (an independent computation)."""
-    def density(x):
-        return math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi) \
-            * (1 + x * x / df) ** (-(df + 1) / 2)
-
-    for t in (0.5, 2.0, 2.756285):
-        n, h = 2000, t / 2000
-        simpson = (density(0) + density(t) + sum((4 if i % 2 else 2) * density(i * h) for i in range(1, n))) * h / 3
-        assert stats.t_cdf(t, df) == pytest.approx(0.5 + simpson, abs=1e-10)
-    if df == 4.0755:
-        assert stats.t_quantile(0.975, 4 / ((1 / 9) / 2 + (25 / 9) / 3)) == pytest.approx(2.756285, abs=1e-6)
+def test_t_test_on_students_sleep_data():
+    """R's `t.test` on Student's (1908) sleep data (R's `sleep`, the output on its help page): Welch t = -1.8608,
+    df = 17.776, p = 0.07939 two-sided, 95 % CI [-3.3654832, 0.2054832]; paired t = -4.0621, df = 9, p = 0.002833,
+    CI [-2.4598858, -0.7001142]. A one-sided p on the estimate's side is half the two-sided one. Equivalence within
+    -1.58 +-2 of nothing: TOST against -2 and +2 on the paired difference, se = 1.58 / 4.0621, is the larger of the
+    two one-sided p-values, P(T_9 >= 0.42 / se) = 0.15416 (t = 1.0798)."""
+    drug1, drug2 = SLEEP
+    welch = stats.t_test(drug1, drug2, "lower")
+    assert welch["estimate"] == pytest.approx(-1.58) and welch["ci"] == pytest.approx((-3.3654832, 0.2054832), abs=1e-6)
+    assert welch["tests"]["p_side"] == pytest.approx(0.07939 / 2, abs=5e-6)
+    assert welch["tests"]["p_other"] == pytest.approx(1 - 0.07939 / 2, abs=5e-6) and welch["tests"]["p_equiv"] is None
+    diffs = [a - b for a, b in zip(drug1, drug2)]
+    paired = stats.t_test(diffs, None, "lower", delta=2.0)
+    assert paired["ci"] == pytest.approx((-2.4598858, -0.7001142), abs=1e-6)
+    assert paired["tests"]["p_side"] == pytest.approx(0.002833 / 2, abs=1e-6)
+    assert paired["tests"]["p_equiv"] == pytest.approx(0.15416, abs=2e-5)
+    assert stats.t_test(diffs, None, "higher", threshold=-1.58 + 1e-9)["tests"]["p_side"] == pytest.approx(0.5)
+    assert stats.t_test([1.0], drug2) is None and stats.t_test([2.0, 2.0], [1.0, 1.0], "higher")["tests"] == {
+        "p_side": 0.0, "p_other": 1.0, "p_equiv": None}  # no spread: the difference is exact
 
 
 def test_welch_interval_against_hand_computed_values():
@@ -66,7 +66,7 @@ def test_welch_interval_against_hand_computed_values():
     half = 0.95 / math.sqrt(2 * 0.975 * 0.025) * math.sqrt(1 / 3)
     assert (lo, hi) == (pytest.approx(-3 - half, abs=1e-9), pytest.approx(-3 + half, abs=1e-9))
     # unequal variances: df = (1/3 + 5/3)^2 / ((1/3)^2 / 2 + (5/3)^2 / 3) = 4.0755 by hand, se = sqrt(2),
-    # t(0.975, 4.0755) = 2.756285 (from integrating the t density as in test_t_cdf_non_integer_df)
+    # t(0.975, 4.0755) = 2.756285 (integrating the t density)
     lo, hi = stats.welch_interval([1, 2, 3], [2, 4, 6, 8])
     assert (lo, hi) == (pytest.approx(-6.897975, abs=1e-5), pytest.approx(0.897975, abs=1e-5))
     assert stats.welch_interval([1.0], [2, 3, 4]) is None and stats.welch_interval([1, 2], [3]) is None

@@ -274,22 +274,18 @@ def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> dict:
     if two_rows:
         ys = _values(other, c)
         res["other_mean"], res["other_n"] = statistics.fmean(ys), len(ys)
-        res["diff"] = res["mean"] - res["other_mean"]
-        res["ci"] = stats.welch_interval(xs, ys, level)
-        se_df, sds = stats.welch_se_df(xs, ys), (res["std"], stats.mean_std(ys)[1])
-        how = ("Welch " if res["ci"] else "", "")  # the test, before and after its interval in the line
-        pairs = seed_pairs(row, other, m) if c.pick == "all" and not (pooled(c.row) or pooled(c.against)) else None
-        if pairs:  # the seeds both rows finished: the paired t interval of their differences
-            ds, res["ci_unpaired"] = pairs, res["ci"]
-            res["diff"], sd = stats.mean_std(ds)
-            res["ci"], se_df, sds = stats.mean_interval(ds, level), (sd / math.sqrt(len(ds)), len(ds) - 1), (sd, 0.0)
-            how = "paired ", f" over {len(ds)} seeds (Welch's: " + "[{:.4g}, {:.4g}])".format(*res["ci_unpaired"])
         if c.threshold == 0:
             res["delta"] = papers.margin(m.metric, res["other_mean"], res["paper_effect"])
+        test = welch = stats.t_test(xs, ys, c.side, c.threshold, res["delta"], level)
+        sds, how = (res["std"], stats.mean_std(ys)[1]), ("Welch " if welch else "", "")  # the test, around its CI
+        pairs = seed_pairs(row, other, m) if c.pick == "all" and not (pooled(c.row) or pooled(c.against)) else None
+        if pairs:  # the seeds both rows finished: the paired t-test of their differences
+            test, res["ci_unpaired"] = stats.t_test(pairs, None, c.side, c.threshold, res["delta"], level), welch["ci"]
+            sds = (stats.mean_std(pairs)[1], 0.0)
+            how = "paired ", f" over {len(pairs)} seeds (Welch's: " + "[{:.4g}, {:.4g}])".format(*res["ci_unpaired"])
+        res["diff"] = test["estimate"] if test else res["mean"] - res["other_mean"]
+        res["ci"], res["tests"] = (test["ci"], stats.second_look_p(test["tests"], level)) if test else (None, None)
         res["verdict"] = stats.verdict(res["ci"], c.side, c.threshold, res["delta"])
-        if se_df:
-            res["tests"] = stats.second_look_p(_t_tests(res["diff"], *se_df, c.side, c.threshold, res["delta"]),
-                                               level)
         if res["verdict"] == stats.NOT_RESOLVED:
             res["seeds_needed"] = stats.seeds_needed(*sds, res["diff"], res["delta"], stats.SECOND_LOOK,
                                                      start=max(len(xs), len(ys)))
@@ -311,11 +307,9 @@ def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> dict:
         value = num(res["mean"], d, sci=abs(res["mean"]) < 1e-2)
         line = f"{label} {c.text}: best of {res['n']} runs {value} (a single value, no interval)"
     else:
-        res["ci"] = stats.mean_interval(xs, level)
+        test = stats.t_test(xs, None, c.side, float(c.against), None, level)
+        res["ci"], res["tests"] = (test["ci"], stats.second_look_p(test["tests"], level)) if test else (None, None)
         res["verdict"] = stats.verdict(res["ci"], c.side, float(c.against))
-        if len(xs) > 1:
-            res["tests"] = stats.second_look_p(_t_tests(res["mean"], res["std"] / math.sqrt(len(xs)), len(xs) - 1,
-                                                        c.side, float(c.against), None), level)
         if res["verdict"] == stats.NOT_RESOLVED:
             res["seeds_needed"] = stats.seeds_needed(res["std"], 0.0, res["mean"] - float(c.against), None,
                                                      stats.SECOND_LOOK, start=len(xs))
@@ -331,16 +325,6 @@ def _last_look(res: dict, row: Row, other: Row | None, table: str, keys: tuple) 
     """A comparison left NOT RESOLVED by its second look once all of that look's runs have ended: no look follows."""
     return (res["level"] == stats.SECOND_LOOK and res["verdict"] == stats.NOT_RESOLVED and
             all(second_look_complete(r, table, keys) for r in (row, other) if r is not None))
-
-
-def _t_tests(estimate: float, se: float, df: float, side: str, threshold: float, delta: float | None) -> dict:
-    """The one-sided p-values of a t-test result (stats.holm_verdicts' input): the claim's side, the other side,
-    and equivalence within +-delta (two one-sided tests, the larger p)."""
-    other = "higher" if side == "lower" else "lower"
-    equiv = None if delta is None else max(stats.side_p(estimate, se, df, "lower", threshold + delta),
-                                           stats.side_p(estimate, se, df, "higher", threshold - delta))
-    return {"p_side": stats.side_p(estimate, se, df, side, threshold),
-            "p_other": stats.side_p(estimate, se, df, other, threshold), "p_equiv": equiv}
 
 
 def family(results: list[dict], elsewhere: Callable | None = None) -> None:

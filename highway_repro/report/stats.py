@@ -1,25 +1,23 @@
 """Means, 95 % confidence intervals and the four verdicts.
 
-- `mean_interval(xs)`: the t-interval of a mean (one sample, n - 1 degrees of freedom); of per-seed differences,
-  the paired interval of two rows trained on the same seeds.
-- `welch_interval(a, b)`: the interval of mean(a) - mean(b) with Welch's standard error and
-  Welch-Satterthwaite degrees of freedom (no equal-variance assumption).
+- `t_test(xs, ys, side, threshold, delta)`: the t-test of a claim by statsmodels: the interval of a mean (one
+  sample, n - 1 degrees of freedom; of per-seed differences, the paired test of two rows trained on the same seeds)
+  or of mean(xs) - mean(ys) by Welch (Welch-Satterthwaite degrees of freedom), the one-sided p-values of the claim's
+  side and of the other, and equivalence within +-delta (TOST); `mean_interval`, `welch_interval`: its interval.
 - `verdict(interval, side, threshold, delta)`: HELD when the interval lies wholly on the claim's side of the
   threshold, DID NOT HOLD when wholly on the other side, NO DIFFERENCE when it contains the threshold and lies
   wholly within +-delta of it (a comparison of two rows with an equivalence margin), NOT RESOLVED otherwise (and
   when an interval cannot be formed: fewer than 2 values on a side).
-- `side_p`, `holm`, `holm_verdicts`: one-sided p-values of the same tests and the verdicts of a family of them
-  after Holm's (1979) step-down adjustment.
+- `holm`, `holm_verdicts`: Holm's (1979) step-down adjustment (statsmodels) and the verdicts of a family of tests.
 - `second_look_p`: the p-values of a comparison at its second look (`SECOND_LOOK`) on the first look's scale;
 - `seeds_needed`: the seeds per row at which a Welch (or paired) interval would decide, from the measured spread;
   `decision_cost`: the runs and hours that would take, against the cpu scale's budget of a table.
 - `quantile_test`: a random search's q-quantile of its trials (or two searches' difference) against a threshold,
-  by exact order-statistic intervals; `quantile_trials_needed`: the trials per row at which it would decide;
-  `expected_best`: the expected best of k trials, k = 1..N (descriptive).
+  by exact order-statistic intervals (binomial tails from scipy); `quantile_trials_needed`: the trials per row at
+  which it would decide; `expected_best`: the expected best of k trials, k = 1..N (descriptive).
 
-The t quantile is computed here (scipy is not a dependency): Student's t CDF through the regularised
-incomplete beta function (continued fraction, Numerical Recipes 6.4), inverted by bisection. The tests
-check it against closed forms (1 and 2 degrees of freedom) and published table values.
+scipy and statsmodels are imported inside the functions that use them: the runner and the GPU check, which import
+the report's constants, start without them.
 """
 
 from __future__ import annotations
@@ -27,6 +25,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
+from functools import partial
 
 HELD, NOT_HELD, NO_DIFFERENCE, NOT_RESOLVED = "HELD", "DID NOT HOLD", "NO DIFFERENCE", "NOT RESOLVED"
 VERDICTS = (HELD, NOT_HELD, NO_DIFFERENCE, NOT_RESOLVED)
@@ -61,93 +60,75 @@ def mean_std(values) -> tuple[float, float]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else math.nan)
 
 
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz)."""
-    tiny, eps = 1e-300, 3e-16
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 400):
-        m2 = 2 * m
-        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
-            d = 1.0 + aa * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + aa / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < eps:
-            break
-    return h
-
-
-def betainc(a: float, b: float, x: float) -> float:
-    """Regularised incomplete beta function I_x(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def t_cdf(t: float, df: float) -> float:
-    """P(T <= t) for Student's t with `df` (> 0, not necessarily whole) degrees of freedom."""
-    if math.isinf(df):
-        return 0.5 * math.erfc(-t / math.sqrt(2.0))
-    tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))
-    return 1.0 - tail if t > 0 else tail
-
-
 def t_quantile(p: float, df: float) -> float:
-    """The t with t_cdf(t, df) = p (0 < p < 1), by bisection to 1e-12."""
-    if not 0.0 < p < 1.0 or not df > 0:
-        raise ValueError(f"t_quantile(p={p}, df={df}): need 0 < p < 1 and df > 0")
-    if p < 0.5:
-        return -t_quantile(1.0 - p, df)
-    lo, hi = 0.0, 1.0
-    while t_cdf(hi, df) < p:
-        lo, hi = hi, hi * 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if t_cdf(mid, df) < p:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-12 * max(1.0, hi):
-            break
-    return 0.5 * (lo + hi)
+    """The p-quantile of Student's t with `df` (> 0, not necessarily whole) degrees of freedom (scipy.stats.t)."""
+    from scipy.stats import t
+    return float(t.ppf(p, df))
 
 
 def _finite(values) -> list[float]:
     return [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
 
 
+ALTERNATIVE = {"lower": "smaller", "higher": "larger"}  # a claim's side as statsmodels names the alternative
+
+
+def _side(side: str) -> str:
+    if side not in ALTERNATIVE:
+        raise ValueError(f"side={side!r} is not known (valid: lower, higher)")
+    return side
+
+
+def t_test(xs, ys=None, side: str = "lower", threshold: float = 0.0, delta: float | None = None,
+           level: float = LEVEL) -> dict | None:
+    """The t-test of a claim that mean(xs) (with `ys`: mean(xs) - mean(ys), Welch's test, no equal-variance
+    assumption) lies on `side` of `threshold`, by statsmodels (`DescrStatsW`, `CompareMeans`): {"estimate", "ci": the
+    interval at `level`, "tests": the one-sided p-values of the claim's side ("p_side") and of the other ("p_other"),
+    and of equivalence within threshold +-delta ("p_equiv": TOST, the larger of its two one-sided p-values; None
+    without a margin)}. Paired rows: xs their per-seed differences, ys None. None when a side has fewer than two
+    values. Values without spread (se 0): the estimate is exact, its interval a point, p 0 or 1 (1/2 on the
+    threshold)."""
+    from statsmodels.stats.weightstats import CompareMeans, DescrStatsW
+
+    _side(side)
+    xs, ys = _finite(xs), None if ys is None else _finite(ys)
+    if len(xs) < 2 or (ys is not None and len(ys) < 2):
+        return None
+    if ys is None:
+        one = DescrStatsW(xs)
+        est, se = float(one.mean), float(one.std_mean)
+        ci, test, tost = one.tconfint_mean, one.ttest_mean, one.ttost_mean
+    else:
+        two = CompareMeans(DescrStatsW(xs), DescrStatsW(ys))
+        est, se = statistics.fmean(xs) - statistics.fmean(ys), float(two.std_meandiff_separatevar)
+        ci, test, tost = (partial(f, usevar="unequal") for f in (two.tconfint_diff, two.ttest_ind, two.ttost_ind))
+    other = "higher" if side == "lower" else "lower"
+    if se == 0.0:  # no spread: the difference is known exactly
+        def one_sided(value, alt):
+            return 0.5 if est == value else float((est > value) == (alt == "smaller"))
+        interval = (est, est)
+        equiv = None if delta is None else max(one_sided(threshold - delta, "larger"),
+                                               one_sided(threshold + delta, "smaller"))
+    else:
+        def one_sided(value, alt):
+            return float(test(value=value, alternative=alt)[1])
+        interval = tuple(float(e) for e in ci(alpha=1.0 - level))
+        equiv = None if delta is None else float(tost(threshold - delta, threshold + delta)[0])
+    tests = {"p_side": one_sided(threshold, ALTERNATIVE[side]), "p_other": one_sided(threshold, ALTERNATIVE[other]),
+             "p_equiv": equiv}
+    return {"estimate": est, "ci": interval, "tests": tests}
+
+
 def mean_interval(values, level: float = LEVEL) -> tuple[float, float] | None:
     """t-interval of the mean; None for fewer than two values."""
-    xs = _finite(values)
-    if len(xs) < 2:
-        return None
-    m, s = mean_std(xs)
-    half = t_quantile(0.5 + level / 2, len(xs) - 1) * s / math.sqrt(len(xs))
-    return m - half, m + half
+    t = t_test(values, level=level)
+    return t and t["ci"]
 
 
 def welch_interval(a, b, level: float = LEVEL) -> tuple[float, float] | None:
-    """Interval of mean(a) - mean(b) (Welch); None when a side has fewer than two values."""
-    a, b = _finite(a), _finite(b)
-    if len(a) < 2 or len(b) < 2:
-        return None
-    (ma, sa), (mb, sb) = mean_std(a), mean_std(b)
-    va, vb = sa * sa / len(a), sb * sb / len(b)
-    diff, se = ma - mb, math.sqrt(va + vb)
-    if se == 0.0:  # both sides constant: the difference is known exactly
-        return diff, diff
-    df = (va + vb) ** 2 / (va * va / (len(a) - 1) + vb * vb / (len(b) - 1))
-    half = t_quantile(0.5 + level / 2, df) * se
-    return diff - half, diff + half
+    """Welch's interval of mean(a) - mean(b); None when a side has fewer than two values."""
+    t = t_test(a, b, level=level)
+    return t and t["ci"]
 
 
 def verdict(interval: tuple[float, float] | None, side: str, threshold: float = 0.0,
@@ -179,31 +160,6 @@ def point_verdict(value: float, side: str, threshold: float) -> str:
 
 
 # ------------------------------------------------------------------ p-values, Holm, seeds needed
-def side_p(estimate: float, se: float, df: float, side: str, threshold: float = 0.0) -> float:
-    """One-sided p-value of "the true value lies on `side` of `threshold`" from t = (estimate - threshold) / se:
-    P(T <= t) for side "lower" (small when the estimate lies far below the threshold), P(T >= t) for "higher".
-    The 95 % interval lies wholly on the side exactly when this p is below (1 - LEVEL) / 2. se 0: 0 or 1 (0.5 on
-    the threshold)."""
-    if side not in ("lower", "higher"):
-        raise ValueError(f"side={side!r} is not known (valid: lower, higher)")
-    gap = estimate - threshold
-    if se == 0.0:
-        return 0.5 if gap == 0 else float((gap > 0) == (side == "lower"))
-    t = gap / se
-    return t_cdf(t, df) if side == "lower" else 1.0 - t_cdf(t, df)
-
-
-def welch_se_df(a, b) -> tuple[float, float] | None:
-    """(standard error of mean(a) - mean(b), Welch-Satterthwaite df); None when a side has fewer than two values."""
-    a, b = _finite(a), _finite(b)
-    if len(a) < 2 or len(b) < 2:
-        return None
-    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    if va + vb == 0.0:
-        return 0.0, math.inf
-    return math.sqrt(va + vb), (va + vb) ** 2 / (va * va / (len(a) - 1) + vb * vb / (len(b) - 1))
-
-
 def second_look_p(tests: dict | None, level: float) -> dict | None:
     """One-sided p-values of a test read at `level` on the scale of LEVEL's: multiplied by (1 - LEVEL) / (1 - level)
     (at most 1), so that a p below (1 - LEVEL) / 2 says what the `level` interval says (Bonferroni), in the raw
@@ -215,16 +171,13 @@ def second_look_p(tests: dict | None, level: float) -> dict | None:
 
 
 def holm(pvalues: list[float]) -> list[float]:
-    """Holm's (1979) step-down adjustment: with the m p-values sorted ascending, the i-th (1-based) becomes
-    max over j <= i of min(1, (m - j + 1) p_(j)); returned in the input order. Rejecting where the adjusted p is
-    below alpha controls the family-wise error rate at alpha, whatever the dependence between the tests."""
-    m = len(pvalues)
-    order = sorted(range(m), key=lambda i: pvalues[i])
-    out, running = [0.0] * m, 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * pvalues[i]))
-        out[i] = running
-    return out
+    """Holm's (1979) step-down adjustment (statsmodels' `multipletests`): with the m p-values sorted ascending, the
+    i-th (1-based) becomes max over j <= i of min(1, (m - j + 1) p_(j)); returned in the input order. Rejecting where
+    the adjusted p is below alpha controls the family-wise error rate at alpha, whatever the dependence."""
+    if len(pvalues) < 2:  # a family of one is its own adjustment (and multipletests runs gc.collect, ~50 ms, each call)
+        return [min(1.0, float(p)) for p in pvalues]
+    from statsmodels.stats.multitest import multipletests
+    return [float(p) for p in multipletests(pvalues, method="holm")[1]]
 
 
 def holm_verdicts(tests: list[dict], alpha: float = 1.0 - LEVEL) -> list[str]:
@@ -263,13 +216,15 @@ def seeds_needed(sd_a: float, sd_b: float, diff: float, delta: float | None, lev
     if not all(math.isfinite(x) for x in (va, vb, diff)) or va + vb == 0.0:
         return None
     target = max(abs(diff), (delta - abs(diff)) if delta is not None else 0.0)
-    if target <= 0.0:
+    if target <= 0.0 or max(2, start) > cap:
         return None
-    for n in range(max(2, start), cap + 1):
-        df = (n - 1) * (va + vb) ** 2 / (va * va + vb * vb)
-        if t_quantile(0.5 + level / 2, df) * math.sqrt((va + vb) / n) < target:
-            return n
-    return None
+    import numpy as np
+    from scipy.stats import t
+
+    n = np.arange(max(2, start), cap + 1)
+    half = t.ppf(0.5 + level / 2, (n - 1) * (va + vb) ** 2 / (va * va + vb * vb)) * np.sqrt((va + vb) / n)
+    decides = np.flatnonzero(half < target)
+    return int(n[decides[0]]) if decides.size else None
 
 
 # The cpu scale's budget: every table within 8 hours on 2 cores (2 jobs x 1 thread), runs it already has included.
@@ -291,13 +246,9 @@ def decision_cost(seeds: int, have: tuple[int, int], run_s: float,
 # ------------------------------------------------------------------ a random search: its trials' quantile
 @functools.lru_cache(maxsize=4096)
 def binom_cdf(n: int, q: float) -> tuple[float, ...]:
-    """(P(B <= k) for k = 0..n), B ~ Binomial(n, q), 0 < q < 1 (the pmf by its recurrence, summed in order)."""
-    pmf, total, out = (1.0 - q) ** n, 0.0, []
-    for k in range(n + 1):
-        total += pmf
-        out.append(total)
-        pmf *= (n - k) / (k + 1) * q / (1.0 - q)
-    return tuple(out)
+    """(P(B <= k) for k = 0..n), B ~ Binomial(n, q) (scipy.stats.binom)."""
+    from scipy.stats import binom
+    return tuple(float(c) for c in binom.cdf(range(n + 1), n, q))
 
 
 @functools.lru_cache(maxsize=4096)
