@@ -7,6 +7,7 @@ import json
 import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -170,7 +171,11 @@ def test_wandb_offline_run_contains_the_metrics(tmp_path, monkeypatch):
     out = run(cfg, tmp_path)
     files = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(files) == 1
-    blob = files[0].read_bytes()
+    for _ in range(100):  # W&B's service may still be writing the file when finish() returns (seen under load)
+        blob = files[0].read_bytes()
+        if b"test/acc" in blob:
+            break
+        time.sleep(0.1)
     for key in ("train/loss", "test/acc", "model/params", "smoke-run", "tests"):
         assert key.encode() in blob, key
     assert json.dumps(out["test/acc"]).encode() in blob
