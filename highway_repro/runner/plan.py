@@ -10,12 +10,13 @@ file's jobs into one sweep folder, each job's folder named by Hydra's `override_
 from __future__ import annotations
 
 import functools
+import itertools
 
 from highway_repro.targets import CONFIG_DIR, TARGETS, Target
 
 SCALES = tuple(sorted(p.stem for p in (CONFIG_DIR / "scale").glob("*.yaml")))  # configs/scale/<name>.yaml
 REPEAT_KEYS = ("seed", "trial")  # the keys that repeat one cell of a grid (its rows are the other keys)
-HYDRA_VERSION = "1.3"  # the hydra-core release whose basic sweeper `jobs_of` calls (tests/test_grid.py pins it)
+HYDRA_VERSION = "1.3"  # the version_base of the configs' composition
 
 
 def split_sweep(overrides: list[str]) -> tuple[list[str], list[str]]:
@@ -72,13 +73,19 @@ def grid_of(cfg, extra: list[str], rows: list[str] | None = None) -> list[str] |
 
 
 def jobs_of(grid: list[str]) -> list[list[str]]:
-    """Every job (a list of key=value overrides) of one grid, expanded by Hydra's basic sweeper itself. Its
-    `split_arguments` is not public API: this is the one place that calls it (hydra-core `HYDRA_VERSION`)."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    """Every job (a list of key=value overrides) of one grid, as Hydra's basic sweeper expands it, read by Hydra's
+    public override parser: each key's values (a later override of a key takes its place), their product in order;
+    a sweep that is not a list of values (an interval) is a ValueError naming the key."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    parsed = OverridesParser.create().parse_overrides(grid)
-    return [list(job) for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+    choices: dict[str, list[str]] = {}
+    for o in OverridesParser.create().parse_overrides(grid):
+        key = o.get_key_element()
+        if o.is_sweep_override() and not o.is_discrete_sweep():
+            raise ValueError(f"{key}: an interval sweep is not a grid (valid: a comma list, range(a,b), choice(...))")
+        values = o.sweep_string_iterator() if o.is_sweep_override() else [o.get_value_element_as_str()]
+        choices[key] = [f"{key}={v}" for v in values]
+    return [list(job) for job in itertools.product(*choices.values())]
 
 
 def dirname(job: list[str], exclude: list[str]) -> str:
