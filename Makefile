@@ -103,9 +103,12 @@ bench-compile: setup ## eager vs torch.compile for the benchmark models (results
 # the venv's Python where there is one (DRY=1: the one `setup` makes), else the machine's (GPU_PYTHON=... to choose)
 GPU_PYTHON ?= $(if $(DRY)$(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 GPU_CHECK_ARGS ?=
-.PHONY: gpu-check
+.PHONY: gpu-check gpu-check-compiled
 gpu-check: $(if $(DRY),setup) ## one GPU, < 8 min: speed, MFU, memory, bf16, nccl, NaN policy, enwik8 curve (results/gpu_check.md); DRY=1: CPU, tiny
 	$(GPU_PYTHON) scripts/gpu_check.py $(if $(DRY),--dry-run) $(GPU_CHECK_ARGS)
+
+gpu-check-compiled: $(if $(DRY),setup) ## one GPU, < 9 min: the language models eager vs compiled vs CUDA graphs (results/gpu_check_compiled.md)
+	$(GPU_PYTHON) scripts/gpu_check.py $(if $(DRY),--dry-run) --compiled --skip peak,nan,throughput,curve,ddp,tests,grouped,tables --budget-s 510 --out $(if $(DRY),runs/gpu_check_dry/gpu_check_compiled,results/gpu_check_compiled) $(GPU_CHECK_ARGS)
 
 clean: ## remove run folders (not results/)
 	rm -rf runs multirun outputs

@@ -17,7 +17,7 @@ from conftest import REPO, mirror, needs_mirror
 
 
 sys.path.insert(0, str(REPO / "scripts"))  # the parts of scripts/gpu_check.py, as the script itself finds them
-from gpucheck import cases, cli, common, cuda_tests, tables, throughput  # noqa: E402
+from gpucheck import cases, cli, common, compiled, cuda_tests, tables, throughput  # noqa: E402
 from gpucheck.data import prepare_data  # noqa: E402
 from gpucheck.phases import Ctx  # noqa: E402
 from gpucheck.report import Report  # noqa: E402
@@ -47,7 +47,7 @@ def test_dry_run_writes_every_section_of_the_report(tmp_path, monkeypatch):
     monkeypatch.setenv("HIGHWAY_DATA_MIRROR", str(mirror()))
     monkeypatch.setattr(sys, "path", list(sys.path))
     out = tmp_path / "report" / "gpu_check"
-    assert cli.main(["--dry-run", "--cases", "txl6,mnist_conv", "--skip", "tests,tables", "--data", str(mirror()),
+    assert cli.main(["--dry-run", "--cases", "txl6,mnist_conv", "--skip", "tests,tables,compiled", "--data", str(mirror()),
                     "--out", str(out), "--runs", str(tmp_path / "runs")]) == 0
     md = out.with_suffix(".md").read_text()
     for heading in ("# GPU check (DRY RUN)", "## Targets", "Machine", "## 2. Data", "Matmul peak", "NaN policy",
@@ -251,7 +251,7 @@ def test_dry_run_of_every_case_and_variant_reports_no_problem(tmp_path, monkeypa
     monkeypatch.setenv("HIGHWAY_DATA_OFFLINE", "1")
     monkeypatch.setattr(sys, "path", list(sys.path))
     out = tmp_path / "gpu_check"
-    cli.main(["--dry-run", "--skip", "peak,nan,curve,ddp,tests,tables", "--data", str(mirror()), "--out", str(out),
+    cli.main(["--dry-run", "--skip", "peak,nan,curve,ddp,tests,tables,compiled", "--data", str(mirror()), "--out", str(out),
              "--runs", str(tmp_path / "runs")])
     md = out.with_suffix(".md").read_text()
     problems = md.split("## Errors and skipped parts")[1].split("##")[0].strip()
@@ -272,3 +272,46 @@ def test_every_variant_the_check_names_has_a_config():
     assert names <= cases.VARIANTS and "sdu_tanh" in names
     with pytest.raises(ValueError, match="variant='tanh_all'"):
         cases.variant("tanh_all")
+
+
+def _result(step_s: float, loss: float) -> dict:
+    return {"step_s": step_s, "rate": 1000 / step_s, "unit": "tokens", "mfu": 0.1, "mem": 2 ** 30, "loss_last": loss}
+
+
+def test_compiled_section_compares_each_mode_with_eager(tmp_path):
+    """The table of phase `compiled`: each mode's step time against the eager run of the same case and precision
+    (speedup = eager step / this step), the last loss against eager's; a mode not measured is left out."""
+    args = cli.parse(["--dry-run", "--out", str(tmp_path / "gpu_check"), "--runs", str(tmp_path / "runs")])
+    ctx = Ctx(args, Report(Path(args.out), True, "test"))
+    ctx.results = {("tlm3", "baseline", "bf16"): _result(0.030, 1.500),
+                   ("tlm3", "baseline+compile-default", "bf16"): _result(0.020, 1.501),
+                   ("tlm3", "baseline+compile-reduce-overhead", "bf16"): _result(0.012, 1.499)}
+    compiled.compiled_section(ctx)
+    body = "\n".join(ctx.rep.sections["compiled"][1])
+    assert "| Transformer-L3, char-PTB | bf16 | default | 20.0 | 50,000 tokens/s | 1.50 |" in body
+    assert "| reduce-overhead | 12.0 | 83,333 tokens/s | 2.50 |" in body and "| +1.00e-03 |" in body
+    assert "fp32" not in body.split("|---|")[-1]  # no fp32 run measured: no fp32 row
+    speedups = {r[4]: float(r[5]) for r in ctx.rep.rows if r[0] == "compiled"}
+    assert speedups == {"speedup_default": pytest.approx(1.5), "speedup_reduce-overhead": pytest.approx(2.5)}
+
+
+@needs_mirror
+@pytest.mark.slow
+def test_dry_run_of_the_compiled_phase_reports_no_problem(tmp_path, monkeypatch):
+    """Phase `compiled` on CPU at smoke sizes (inductor compiles for the CPU, about a minute a model here): every mode
+    and precision of the Transformer-L3 baseline trains with no problem and a finite, falling loss."""
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setenv("HIGHWAY_DATA_OFFLINE", "1")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    out = tmp_path / "gpu_check"
+    assert cli.main(["--dry-run", "--cases", "tlm3", "--skip", "peak,nan,throughput,curve,ddp,tests,grouped,tables",
+                     "--data", str(mirror()), "--out", str(out), "--runs", str(tmp_path / "runs")]) == 0
+    md = out.with_suffix(".md").read_text()
+    assert md.split("## Errors and skipped parts")[1].split("##")[0].strip() == "none", md
+    assert "The compiled step: eager vs inductor vs CUDA graphs" in md
+    rows = _rows(out.with_suffix(".csv"))
+    for mode in compiled.MODES:
+        for precision in compiled.PRECISIONS:
+            name = compiled.label("baseline", mode)
+            assert float(_value(rows, "throughput", "step_s", "tlm3", name, precision)) > 0
+            assert _value(rows, "throughput", "finite", "tlm3", name, precision) == "True"

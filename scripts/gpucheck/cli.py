@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from .cases import CASE_BY_KEY, CASES
+from .compiled import run_compiled
 from .common import GPU_CACHE, GPU_MIRROR, REPO, elapsed, preflight, restart_clock, say, setup_paths
 from .cuda_tests import cuda_tests
 from .curve import curve_need, curve_run, curves_png, plot_curves
@@ -40,7 +41,9 @@ def parse(argv):
     ap.add_argument("--cases", default="", help="only these speed cases, comma-separated: "
                     + ",".join(c.key for c in CASES))
     ap.add_argument("--skip", default="", help="phases to skip, comma-separated: peak,nan,throughput,curve,ddp,tests,"
-                                                "grouped,tables")
+                                                "grouped,tables,compiled")
+    ap.add_argument("--compiled", action="store_true", help="run phase `compiled` too (eager vs inductor vs CUDA "
+                    "graphs: on a GPU a call of its own, `make gpu-check-compiled`; the dry run always runs it)")
     ap.add_argument("--prepare", action="store_true", help="write data/gpu_mirror, data/gpu_cache and .gpu_deps "
                                                            "here (CPU), then exit")
     ap.add_argument("--from", dest="prepare_from", help="--prepare: the full offline mirror (default "
@@ -60,7 +63,7 @@ def parse(argv):
     args.out = args.out or str(REPO / ("runs/gpu_check_dry/gpu_check" if dry else "results/gpu_check"))
     args.runs = args.runs or str(REPO / ("runs/gpu_check_dry" if dry else "runs/gpu_check"))
     args.cases = [c for c in args.cases.split(",") if c]
-    args.skip = {s for s in args.skip.split(",") if s}
+    args.skip = {s for s in args.skip.split(",") if s} | (set() if args.compiled or dry else {"compiled"})
     unknown = [c for c in args.cases if c not in CASE_BY_KEY]
     if unknown:
         ap.error(f"--cases {','.join(unknown)}: not known (valid: {', '.join(CASE_BY_KEY)})")
@@ -167,6 +170,8 @@ def check(ctx: Ctx, args) -> int:
             phase(ctx, "grouped", 60 if ctx.dry else 120, grouped_phase)
         if on("tables"):
             phase(ctx, "table times", 3, tables_section)
+        if on("compiled"):
+            run_compiled(ctx)
     rep.finished = True
     rep.write()
     say(f"done in {elapsed():.0f} s: {rep.out.with_suffix('.md')}, {rep.out.with_suffix('.csv')}; "
