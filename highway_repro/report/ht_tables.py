@@ -272,7 +272,8 @@ def paper_anchor_table() -> TableSpec:
                stat(test))
 
     def claims(by_id) -> list[Claim]:
-        return [Claim(f"ends lower than the baseline at step {step}: {pc.says}", pc.row, last, pc.side, pc.against)
+        return [Claim(f"ends {pc.side} than {'the baseline' if pc.against == ('baseline',) else pc.against[0]} at step "
+                      f"{step}: {pc.says}", pc.row, last, pc.side, pc.against)
                 for pc in papers.PAPER_CLAIMS if pc.table == "ht_paper_anchor"]
 
     def notes(runs, by_id) -> str:

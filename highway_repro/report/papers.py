@@ -277,6 +277,12 @@ PAPER_CLAIMS = [
     # the official training logs at step 400 (paper size, enwik8 prefix)
     PaperClaim("ht_paper_anchor", ("sdu_tanh",), ("baseline",), "val/bpc@400", "lower",
                "official logs, step 400: 2.4276 vs 2.5668 valid", "trend"),
+    # the placement claim at the paper's size, early in training: our rows against each other (the paper's 'layers
+    # 3-6' number is an artifact, docs/discrepancies.md), and single layers (ours, as in the placement scan)
+    PaperClaim("ht_paper_anchor", ("tanh_l1_3",), ("tanh_l3_6",), "val/bpc@400", "lower",
+               "gating the bottom layers helps more than gating the top ones (layers 1-3 vs 3-6)", "trend"),
+    PaperClaim("ht_paper_anchor", ("tanh_l1",), ("tanh_l6",), "val/bpc@400", "lower",
+               "gating a bottom layer helps more than gating a top layer", "own"),
 ]
 
 
