@@ -1,7 +1,8 @@
 """README.md's "Results at a glance" from results/summary.csv (`make readme`; standard library only).
 
-The claims picture results/claims.png, the counts of verdicts (each claim type apart), then one line per table (a
-study's parts counted in the study's line): its headline number against the paper's and how many of its distinct
+First the findings: for each table with a paper trend claim, in plain words, what held and what did not, with the
+difference and its interval, and how many stay unresolved (`findings`). Then the claims picture results/claims.png,
+the counts of verdicts (each claim type apart), then one line per table (a study's parts counted in the study's line): its headline number against the paper's and how many of its distinct
 comparisons each verdict got (a level claim of the paper at another scale than the paper's gets none: its scale
 cell counts it). The headline is the table's reference row (the row of its first floor, else its first row with a paper
 number, else its first row) on the metric that row reports. The full list of comparisons and floors is in
@@ -67,9 +68,34 @@ def compact(rows: list[dict], results: Path) -> str:
     return "\n".join(lines)
 
 
+def _said(r: dict) -> str:
+    """A claim line in plain words: '<row> <claim>' without the paper's numbers after ';' or ':'."""
+    claim = r["claim"].split(";")[0].split(": ")[0]
+    return f"{r['row'].split(' (')[0]} {claim} ({r['metric']} {r['split']}: {num(r['diff'])} [{num(r['ci_low'])}, " \
+           f"{num(r['ci_high'])}])"
+
+
+def findings(rows: list[dict], results: Path) -> str:
+    """One line per table with a paper trend claim: what held, what did not (each with its difference and interval),
+    how many are not resolved; a second look's and Holm's readings are in results/README.md."""
+    lines = []
+    tables: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["kind"] == "claim" and r.get("claim_type") == "trend" and counted(r):
+            tables.setdefault(r["file"], []).append(r)
+    for file, mine in tables.items():
+        said = [f"{SHORT[v]}: " + "; ".join(_said(r) for r in mine if r["verdict"] == v)
+                for v in ("HELD", "DID NOT HOLD", "NO DIFFERENCE") if any(r["verdict"] == v for r in mine)]
+        open_ = sum(r["verdict"] == "NOT RESOLVED" for r in mine)
+        said += [f"{open_} not resolved"] if open_ else []
+        lines.append(f"- **{_title(results, file, mine[0]['table'])}** ({scale(mine[0])}): " + ". ".join(said) + ".")
+    return "\n".join(["What the papers' trend claims came to (a difference of ours and its interval; the level "
+                      "claims, the project's own and the rest below):", "", *lines])
+
+
 def glance(rows: list[dict], results: Path) -> str:
     claims = [r for r in rows if r["kind"] == "claim"]
-    return "\n".join(["![every distinct comparison: difference, 95 % interval (99 % at a second look), +-delta, the "
+    return "\n".join([findings(rows, results), "", "![every distinct comparison: difference, 95 % interval (99 % at a second look), +-delta, the "
                       "paper's effect](results/claims.png)", "", counts(claims), "", compact(rows, results)])
 
 

@@ -571,3 +571,26 @@ def test_the_index_names_a_commit_that_holds_the_archive():
     assert {"cpu-v1", "cpu-v2", "cpu-v3", "cpu-v4", "cpu-v5"} <= set(listing)
     assert not (REPO / "results" / "archive").exists()
     assert f"git checkout {ARCHIVE_COMMIT[:12]} -- results/archive" in (REPO / "results" / "README.md").read_text()
+
+
+def test_the_glance_opens_with_the_findings_of_the_papers_trend_claims(tmp_path):
+    """The findings that open the README's glance: one line per table with a paper trend claim, the held and the
+    not-held claims in words with their difference and interval, the unresolved ones counted; level, own and
+    artifact claims, and study lines that repeat a table's comparison, left out."""
+    def row(table, claim, verdict, claim_type="trend", diff="-0.05", **kw):
+        return {"table": table, "file": f"ht/{table}.md", "kind": "claim", "row": "SDU tanh, all layers (sdu_tanh)",
+                "claim": claim, "verdict": verdict, "claim_type": claim_type, "metric": "bpc", "split": "test",
+                "diff": diff, "ci_low": "-0.08", "ci_high": "-0.02", "scale": "cpu", "runs": "10",
+                "runs_planned": "10", **kw}
+
+    rows = [row("a", "ends lower than the baseline; paper -8.8%", "HELD"),
+            row("a", "converges faster than the baseline", "NOT RESOLVED"),
+            row("a", "reaches 1.2", "DID NOT HOLD", claim_type="level"),
+            row("a", "ends lower than x", "HELD", claim_type="own"),
+            row("b", "ends higher than the baseline; paper +5.3%", "DID NOT HOLD")]
+    text = load_update_readme().findings(rows, tmp_path)
+    lines = [ln for ln in text.splitlines() if ln.startswith("- ")]
+    assert lines == ["- **a** (cpu): held: SDU tanh, all layers ends lower than the baseline (bpc test: -0.05 "
+                     "[-0.08, -0.02]). 1 not resolved.",
+                     "- **b** (cpu): did not hold: SDU tanh, all layers ends higher than the baseline (bpc test: "
+                     "-0.05 [-0.08, -0.02])."]
