@@ -347,8 +347,8 @@ def test_every_paper_claim_names_its_type_and_the_known_ones_are_not_trends():
     """Each claim of papers.PAPER_CLAIMS names its type (no default); by hand, the ones that are not the papers'
     trends (by table, row and what it is compared with, whatever statistic tests it): the levels (absolute numbers:
     CIFAR >= 92 %, Table 1's accuracies, plain nets of 10 and 20 layers below 1e-4), the comparisons the papers
-    never stated (the single-layer scan, Fig. 1 at depth 50) and the 'layers 3-6' number that the official code's
-    placement made (docs/discrepancies.md H1)."""
+    never stated (the single-layer scan and single layers at the paper's size, Fig. 1 at depth 50) and the
+    'layers 3-6' number that the official code's placement made (docs/discrepancies.md H1)."""
     from highway_repro.report.papers import CLAIM_TYPES, PAPER_CLAIMS, PaperClaim
 
     assert "claim_type" not in PaperClaim._field_defaults
@@ -365,6 +365,7 @@ def test_every_paper_claim_names_its_type_and_the_known_ones_are_not_trends():
         ("hn_cifar", ("highway",), "number"): {"level"},
         ("hn_fig1", ("50", "highway"), ("50", "plain")): {"own"},
         ("ht_placement_scan", ("tanh_l1",), ("tanh_l6",)): {"own"},
+        ("ht_paper_anchor", ("tanh_l1",), ("tanh_l6",)): {"own"},
         ("ht_placement_scan", ("tanh_l1", "tanh_l2", "tanh_l3"), ("tanh_l4", "tanh_l5", "tanh_l6")): {"own"},
         ("ht_enwik8_l6", ("tanh_l1_3",), ("tanh_l3_6",)): {"artifact"}}
 
