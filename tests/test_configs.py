@@ -134,7 +134,7 @@ def test_cli_help_and_cfg_job():
 
 
 def test_unknown_config_group_value_is_one_line():
-    r = _cli("model=nope")  # (more cases: test_reliability.py::test_a_misspelt_config_choice_is_one_line_before_hydra)
+    r = _cli("model=nope")  # (more cases: test_errors.py::test_a_misspelt_config_choice_is_one_line_before_hydra)
     assert r.returncode == 2
     assert r.stderr.strip() == ("error: model=nope is not a config of configs/model/ (valid: cifar_convnet, mlp, "
                                 "mnist_convnet, r_transformer, transformer_lm, transformer_xl)")

@@ -80,7 +80,6 @@ def test_every_swept_variant_exists():
 def test_grid_of_enwik8_l6_at_cpu_scale():
     """Two seeds for every row, five for the rows a paper claim compares, from the files."""
     from highway_repro.runner.plan import plan
-    from highway_repro.targets import TARGETS
 
     _, grids, names = plan("ht_enwik8_l6", "cpu", [])
     assert len(grids) == 2 and len(names) == 8 * 2 + 6 * 3 == len(set(names))
@@ -103,7 +102,6 @@ def test_paper_claim_rows_have_five_seeds_at_cpu_scale():
 
     from highway_repro.report.papers import PAPER_CLAIMS
     from highway_repro.runner.plan import override_key, plan
-    from highway_repro.targets import TARGETS
 
     def cells(table):
         out = Counter()

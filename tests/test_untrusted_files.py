@@ -11,7 +11,6 @@ slow test at the end.
 
 from __future__ import annotations
 
-import base64
 import os
 import pickle
 import shutil
