@@ -146,20 +146,24 @@ def _crafted(path: Path, kind: str, marker: Path) -> Path:
     return path
 
 
-def _refusal(path: Path) -> str:
+def _refusal(path: Path, kind: str = "zip") -> str:
+    """The start of the refusal: a zip names what it asks for (torch's static scan), a bare pickle is refused whole."""
+    if kind == "pickle":
+        return f"checkpoint {path} is a bare pickle, which no checkpoint of this project is"
     return f"checkpoint {path} holds {SYSTEM}, which no checkpoint of this project holds"
 
 
 @pytest.mark.parametrize("kind", ["zip", "pickle"])
 def test_a_checkpoint_that_would_run_code_is_refused_not_run(kind, tmp_path):
     """checkpoint.load reads with weights_only: the crafted file is refused in one line naming it and what it holds
-    (an UnsafeCheckpointError, not a CheckpointError), and nothing in it runs. Plain unpickling of the same bytes
+    (a zip: the global; a bare pickle: that it is one), an UnsafeCheckpointError, not a CheckpointError, and nothing
+    in it runs. Plain unpickling of the same bytes
     does run it (the file is a real threat)."""
     marker = tmp_path / "marker"
     path = _crafted(tmp_path / "last.pt", kind, marker)
     with pytest.raises(ck.UnsafeCheckpointError) as e:
         ck.load(path)
-    assert str(e.value).startswith(_refusal(path)) and "\n" not in str(e.value), e.value
+    assert str(e.value).startswith(_refusal(path, kind)) and "\n" not in str(e.value), e.value
     assert not isinstance(e.value, ck.CheckpointError) and isinstance(e.value, USER_ERRORS)
     assert not marker.exists()
     if kind == "zip":
@@ -182,7 +186,7 @@ def test_resume_auto_refuses_a_last_checkpoint_that_would_run_code(tmp_path):
     prev = (tmp_path / "prev.pt").read_bytes()
     for kind in ("zip", "pickle"):
         _crafted(tmp_path / "last.pt", kind, marker)
-        with pytest.raises(ck.UnsafeCheckpointError, match=_refusal(tmp_path / "last.pt")):
+        with pytest.raises(ck.UnsafeCheckpointError, match=_refusal(tmp_path / "last.pt", kind)):
             ck.load_latest(tmp_path)
         assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt", "prev.pt"]
     assert (tmp_path / "prev.pt").read_bytes() == prev
@@ -269,17 +273,17 @@ def test_the_training_command_refuses_a_checkpoint_that_would_run_code(route, ki
         shutil.copytree(crashed_run / "run", out)
         bad = _crafted(out / "ckpt" / "last.pt", kind, marker)
         before = {p.name: p.read_bytes() for p in (out / "ckpt").iterdir()}
-        line = f"error: {_refusal(bad)}"
+        line = f"error: {_refusal(bad, kind)}"
         overrides.append("resume=auto")
     elif route == "resume_path":
         out.mkdir()
         bad = _crafted(tmp_path / "given.pt", kind, marker)
-        line = f"error: resume={bad}: {_refusal(bad)}"
+        line = f"error: resume={bad}: {_refusal(bad, kind)}"
         overrides.append(f"resume={bad}")
     else:
         out.mkdir()
         bad = _crafted(out / "ckpt" / "best.pt", kind, marker)  # no val split: training never writes a best.pt
-        line = f"error: {_refusal(bad)}"
+        line = f"error: {_refusal(bad, kind)}"
         overrides.append("trainer.final_eval=best")
     with pytest.raises(SystemExit) as e:
         run_job(compose(overrides), out, False, run)
