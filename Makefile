@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-all demo bench bench-grouped bench-cpu-scale bench-precision bench-compile tables reproduce-table reproduce-all estimate-all calibrate parity readme clean wandb-export wandb-dashboards
+.PHONY: help setup test lint test-all demo bench bench-grouped bench-cpu-scale bench-precision bench-compile tables reproduce-table reproduce-all estimate-all calibrate parity readme clean wandb-export wandb-dashboards
 # (not the reproduce-<table> names: make skips pattern rules for .PHONY targets)
 
 help: ## list every target with one line each (the paper tables: reproduce-<table>, from highway_repro/targets.py)
@@ -29,6 +29,9 @@ setup: $(VENV)/.installed ## create .venv and install the package (torch pinned 
 
 test: setup ## fast test suite (pytest -m "not slow"; set HIGHWAY_DATA_MIRROR for the data tests)
 	$(BIN)/python -m pytest -m "not slow" -q $(PYTEST_ARGS)
+
+lint: setup ## ruff: unused imports and names, undefined names, lines over 120 characters (pyproject.toml)
+	$(BIN)/ruff check highway_repro scripts bench hydra_plugins tests
 
 test-all: setup ## every test, slow ones included
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

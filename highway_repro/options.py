@@ -265,8 +265,8 @@ LEARNING_RATE = Rule("a finite number >= 0", lambda v: is_number(v) and math.isf
 # ----------------------------------------------------------------------------- trainer
 
 # The bounds that engine.trainer.TrainerConfig does not check itself (it checks max_steps, log_every, eval_every,
-# checkpoint_every, grad_clip, precision, memory_format, nan_policy, final_eval). The types of all its fields come from its
-# annotations (`annotation_rule`).
+# checkpoint_every, grad_clip, precision, memory_format, nan_policy, final_eval). The types of all its fields come from
+# its annotations (`annotation_rule`).
 TRAINER = {"gate_stats_every": NON_NEGATIVE_INT, "max_bad_steps": NON_NEGATIVE_INT,
            "eval_max_batches": optional(POSITIVE_INT), "final_max_batches": optional(POSITIVE_INT),
            "device": Rule("auto, cpu, cuda, cuda:N", lambda v: isinstance(v, str))}  # torch.device parses it

@@ -148,7 +148,8 @@ def write_report(args, prepared, records, facts, wall, failures) -> None:
     L = ["# Parity with the official code", "",
          "Our models against the official implementations, with our (perturbed) weights copied into the "
          "official model by an explicit name mapping (`txl_to_official` in `scripts/parity_txl.py`, "
-         "`rt_to_official` in `scripts/parity_rt.py`), dropout off, several segments. Each cell is the largest absolute difference "
+         "`rt_to_official` in `scripts/parity_rt.py`), dropout off, several segments. Each cell is the largest "
+         "absolute difference "
          "over all segments, positions and entries: log-probabilities of the whole vocabulary (`logprob`), "
          "per-token loss (`nll`), memories of every layer (`mems`), gradients of every parameter after "
          "backward of the summed segment losses (`grads`), and the log-probabilities on the no-autograd "

@@ -2,7 +2,8 @@
 
 First the findings: for each table with a paper trend claim, in plain words, what held and what did not, with the
 difference and its interval, and how many stay unresolved (`findings`). Then the claims picture results/claims.png,
-the counts of verdicts (each claim type apart), then one line per table (a study's parts counted in the study's line): its headline number against the paper's and how many of its distinct
+the counts of verdicts (each claim type apart), then one line per table (a study's parts counted in the study's
+line): its headline number against the paper's and how many of its distinct
 comparisons each verdict got (a level claim of the paper at another scale than the paper's gets none: its scale
 cell counts it). The headline is the table's reference row (the row of its first floor, else its first row with a paper
 number, else its first row) on the metric that row reports. The full list of comparisons and floors is in
@@ -95,7 +96,8 @@ def findings(rows: list[dict], results: Path) -> str:
 
 def glance(rows: list[dict], results: Path) -> str:
     claims = [r for r in rows if r["kind"] == "claim"]
-    return "\n".join([findings(rows, results), "", "![every distinct comparison: difference, 95 % interval (99 % at a second look), +-delta, the "
+    return "\n".join([findings(rows, results), "",
+                      "![every distinct comparison: difference, 95 % interval (99 % at a second look), +-delta, the "
                       "paper's effect](results/claims.png)", "", counts(claims), "", compact(rows, results)])
 
 

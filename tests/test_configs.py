@@ -39,7 +39,8 @@ def test_experiment_composes(experiment, scale):
 
 
 def test_gate_analyses_augment_mnist_only_at_the_cpu_scale():
-    """The cpu scale's one change to the paper's Figs. 2-4 recipe (docs/discrepancies.md O8); the paper scale has none."""
+    """The cpu scale's one change to the paper's Figs. 2-4 recipe (docs/discrepancies.md O8); the paper scale has
+    none."""
     assert compose(["experiment=hn_analysis", "scale=cpu"]).data.augment is True
     paper = compose(["experiment=hn_analysis", "scale=paper"])
     assert paper.data.augment is False and paper.model.width == "paper" and paper.trainer.max_steps == 30000

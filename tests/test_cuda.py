@@ -29,7 +29,8 @@ VOCAB = 50
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("kw", [{}, {"clamp_len": 3}, {"same_length": True}, {"norm_position": "pre", "gate_kind": "sdu_tanh"}])
+@pytest.mark.parametrize("kw", [{}, {"clamp_len": 3}, {"same_length": True},
+                                {"norm_position": "pre", "gate_kind": "sdu_tanh"}])
 def test_transformer_xl_core_equals_explicit_attention(kw, device):
     """The hand-written training kernel (_RelAttnCore: strided rel-shift view, un-shift in backward) against the
     plain formulas, the same weights in both (`fused` builds the same parameters from the same seed)."""

@@ -66,7 +66,8 @@ class FakeTok:
 def test_unknown_name_and_options():
     with pytest.raises(ValueError, match=r"'nope'.*valid names: mnist, cifar10"):
         data.build("nope")
-    with pytest.raises(ConfigError, match=r"^data.colour=1: not an option of data set 'ptb_word' \(valid: .*vocab_size"):
+    with pytest.raises(ConfigError,
+                       match=r"^data.colour=1: not an option of data set 'ptb_word' \(valid: .*vocab_size"):
         data.build("ptb_word", colour=1)
     with pytest.raises(ConfigError, match="data.newlines='drop'"):
         data.build("ptb_char", newlines="drop")

@@ -186,7 +186,8 @@ def test_rel_attn_core_gradcheck(q, k, window):
     assert torch.autograd.gradcheck(lambda *a: kernels._RelAttnCore.apply(*a, _mask(q, k, window), 0.5), args)
 
 
-@pytest.mark.parametrize("kw", [{}, {"clamp_len": 3}, {"same_length": True}, {"norm_position": "pre", "gate_kind": "sdu_tanh"},
+@pytest.mark.parametrize("kw", [{}, {"clamp_len": 3}, {"same_length": True},
+                                {"norm_position": "pre", "gate_kind": "sdu_tanh"},
                                 {"gate_kind": ["highway", "gated_attn"]}])
 def test_transformer_xl_fused_equals_plain_with_memory(kw):
     """Training (the hand-written core) and inference (scaled_dot_product_attention with BD as a bias) paths."""

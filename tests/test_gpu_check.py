@@ -1,6 +1,6 @@
-"""`make gpu-check` (scripts/gpu_check.py, its parts in scripts/gpucheck/): its dry run on CPU takes the code path of the GPU run; its pieces
-(run counts per paper table, the table-time formula, the cuDNN RNN FLOP formula, the carried data subset,
-the fail-fast module check) against hand-computed facts."""
+"""`make gpu-check` (scripts/gpu_check.py, its parts in scripts/gpucheck/): its dry run on CPU takes the code path of
+the GPU run; its pieces (run counts per paper table, the table-time formula, the cuDNN RNN FLOP formula, the carried
+data subset, the fail-fast module check) against hand-computed facts."""
 
 from __future__ import annotations
 
@@ -47,8 +47,8 @@ def test_dry_run_writes_every_section_of_the_report(tmp_path, monkeypatch):
     monkeypatch.setenv("HIGHWAY_DATA_MIRROR", str(mirror()))
     monkeypatch.setattr(sys, "path", list(sys.path))
     out = tmp_path / "report" / "gpu_check"
-    assert cli.main(["--dry-run", "--cases", "txl6,mnist_conv", "--skip", "tests,tables,compiled", "--data", str(mirror()),
-                    "--out", str(out), "--runs", str(tmp_path / "runs")]) == 0
+    assert cli.main(["--dry-run", "--cases", "txl6,mnist_conv", "--skip", "tests,tables,compiled",
+                    "--data", str(mirror()), "--out", str(out), "--runs", str(tmp_path / "runs")]) == 0
     md = out.with_suffix(".md").read_text()
     for heading in ("# GPU check (DRY RUN)", "## Targets", "Machine", "## 2. Data", "Matmul peak", "NaN policy",
                     "Training speed, MFU and memory", "Learning curve: enwik8 6 layers, 4 steps",
@@ -86,11 +86,13 @@ def test_paper_plan_counts_the_runs_of_each_table():
     """Runs and steps per table at scale=paper (REFERENCE.md: 100 random-search runs per depth and kind in Fig. 1,
     5 runs per net in Tables 1-3, 40,000 steps for enwik8 6 layers; one seed (1111) per HT variant)."""
     plan = {p["table"]: p for p in tables.paper_plan()}
-    assert (plan["hn_fig1"]["runs"], plan["hn_fig1"]["base_runs"], plan["hn_fig1"]["steps"]) == (4 * 3 * 100, 400, 60000)
+    assert (plan["hn_fig1"]["runs"], plan["hn_fig1"]["base_runs"],
+            plan["hn_fig1"]["steps"]) == (4 * 3 * 100, 400, 60000)
     assert (plan["hn_table1"]["runs"], plan["hn_table1"]["steps"]) == (2 * 5, 180000)
     assert (plan["hn_cifar"]["runs"], plan["hn_cifar"]["base_runs"], plan["hn_cifar"]["steps"]) == (10, 5, 200000)
     assert (plan["hn_analysis"]["runs"], plan["hn_analysis"]["base_runs"]) == (1, 0)
-    assert (plan["ht_enwik8_l6"]["runs"], plan["ht_enwik8_l6"]["base_runs"], plan["ht_enwik8_l6"]["steps"]) == (8, 1, 40000)
+    assert (plan["ht_enwik8_l6"]["runs"], plan["ht_enwik8_l6"]["base_runs"],
+            plan["ht_enwik8_l6"]["steps"]) == (8, 1, 40000)
     assert plan["ht_enwik8_l6"]["eval_every"] == 400
     assert (plan["ht_enwik8_l12"]["runs"], plan["ht_enwik8_l12"]["steps"]) == (5, 400000)
     assert (plan["ht_char_ptb"]["runs"], plan["ht_word_ptb"]["runs"]) == (5, 3)
@@ -102,7 +104,8 @@ def test_table_time_is_steps_times_step_time_plus_evaluation_passes():
     ev = {"batch_s": 0.01, "sizes": {"val": (10, 1000), "test": (20, 2000)}, "data_name": "ptb_word"}
     base, gated = {"step_s": 0.1, "eval": ev}, {"step_s": 0.2, "eval": ev}
     # per run: val at steps 50 and 100 (10 batches each) + one test pass (20 batches)
-    assert tables.table_time(plan, base, gated) == pytest.approx(1 * (100 * 0.1 + 40 * 0.01) + 2 * (100 * 0.2 + 40 * 0.01))
+    assert tables.table_time(plan, base, gated) == pytest.approx(1 * (100 * 0.1 + 40 * 0.01)
+                                                                 + 2 * (100 * 0.2 + 40 * 0.01))
     capped = {**plan, "eval_cap": 4}  # the evaluation at step 50 is capped, the final one is not
     assert tables.table_time(capped, base, None) == pytest.approx(3 * (100 * 0.1 + (4 + 10 + 20) * 0.01))
     prefix = {"batch_s": 0.01, "sizes": {"val": (10, 1000)}, "data_name": "enwik8_prefix"}
@@ -212,7 +215,8 @@ def test_cuda_tests_phase_reads_the_junit_report(tmp_path, monkeypatch):
         Path(xml).write_text(
             '<testsuites><testsuite name="pytest" tests="3">'
             '<testcase classname="tests.test_cuda" name="test_a" />'
-            '<testcase classname="tests.test_cuda" name="test_b"><failure message="assert 1 == 2">x</failure></testcase>'
+            '<testcase classname="tests.test_cuda" name="test_b">'
+            '<failure message="assert 1 == 2">x</failure></testcase>'
             '<testcase classname="tests.test_cuda" name="test_c"><skipped message="needs a CUDA GPU" /></testcase>'
             '</testsuite></testsuites>')
         return 1, "1 failed, 1 passed, 1 skipped"
@@ -251,8 +255,8 @@ def test_dry_run_of_every_case_and_variant_reports_no_problem(tmp_path, monkeypa
     monkeypatch.setenv("HIGHWAY_DATA_OFFLINE", "1")
     monkeypatch.setattr(sys, "path", list(sys.path))
     out = tmp_path / "gpu_check"
-    cli.main(["--dry-run", "--skip", "peak,nan,curve,ddp,tests,tables,compiled", "--data", str(mirror()), "--out", str(out),
-             "--runs", str(tmp_path / "runs")])
+    cli.main(["--dry-run", "--skip", "peak,nan,curve,ddp,tests,tables,compiled", "--data", str(mirror()),
+             "--out", str(out), "--runs", str(tmp_path / "runs")])
     md = out.with_suffix(".md").read_text()
     problems = md.split("## Errors and skipped parts")[1].split("##")[0].strip()
     jobs = {(case.key, variant, precision) for case, variant, _, precision in throughput.throughput_jobs("ABC")}

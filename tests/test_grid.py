@@ -44,7 +44,8 @@ def test_a_missing_scale_file_is_an_error(tmp_path):
 
     check_scale_file(CONFIG_DIR, "hn_fig1", "cpu")
     check_scale_file(CONFIG_DIR, None, "cpu")  # runs without an experiment compose as before
-    with pytest.raises(ConfigError, match=r"scale=cpux is not allowed for experiment=hn_fig1 \(valid: cpu, paper, smoke"):
+    with pytest.raises(ConfigError,
+                       match=r"scale=cpux is not allowed for experiment=hn_fig1 \(valid: cpu, paper, smoke"):
         check_scale_file(CONFIG_DIR, "hn_fig1", "cpux")
 
 

@@ -26,7 +26,8 @@ FAST = {"hn_cifar"}
 
 
 @needs_mirror
-@pytest.mark.parametrize("target", [t if t in FAST else pytest.param(t, marks=pytest.mark.slow) for t in sorted(TARGETS)])
+@pytest.mark.parametrize("target", [t if t in FAST else pytest.param(t, marks=pytest.mark.slow)
+                                    for t in sorted(TARGETS)])
 def test_target_pipeline_smoke(target, tmp_path):
     out, expected = TARGETS[target]
     r = subprocess.run([sys.executable, "-m", "highway_repro.reproduce", target, "--scale", "smoke",
@@ -45,7 +46,8 @@ def test_target_pipeline_smoke(target, tmp_path):
         # a fresh clone has no checkpoint: `make tables` rebuilds the same report from the kept files
         shutil.rmtree(tmp_path / "runs")
         (tmp_path / "results" / f"{out}.md").unlink()
-        r = subprocess.run([sys.executable, "-m", "highway_repro.reproduce", target, "--scale", "smoke", "--report-only",
+        r = subprocess.run([sys.executable, "-m", "highway_repro.reproduce", target,
+                            "--scale", "smoke", "--report-only",
                             "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "results")],
                            cwd=REPO, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr[-3000:]

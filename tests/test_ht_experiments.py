@@ -89,7 +89,8 @@ def test_paper_scale_values():
     assert "momentum" not in c.optim.optimizer  # plain SGD
     assert c.trainer.grad_clip == 0.15 and c.trainer.max_steps == 99600 and c.optim.scheduler.factor == 0.1
     w = _compose(["experiment=ht_word_ptb", "scale=paper"])
-    assert (w.model.d_model, w.model.rnn, w.model.window, w.model.dropout, w.model.emb_dropout) == (128, "lstm", 9, 0.35, 0.15)
+    assert (w.model.d_model, w.model.rnn, w.model.window, w.model.dropout,
+            w.model.emb_dropout) == (128, "lstm", 9, 0.35, 0.15)
     assert (w.data.seq_len, w.data.score_len, w.data.eval_batch_size) == (80, 40, 10)
     assert w.trainer.max_steps == 145100 and w.trainer.grad_clip == 0.35 and w.optim.scheduler.factor == 0.5
     assert w.optim.optimizer._target_ == "torch.optim.SGD" and w.optim.optimizer.lr == 2.0  # P5

@@ -26,7 +26,8 @@ PKG = "highway_repro"
 
 # importer (a module or package, with everything under it) -> what it must never import; a trailing * is a prefix
 # of module names (`highway_repro.report*`: report.py, a report/ package, report_x.py)
-ENTRY = ("highway_repro.reproduce", "highway_repro.runner", "highway_repro.train", "highway_repro.cli")  # the commands and their job
+ENTRY = ("highway_repro.reproduce", "highway_repro.runner", "highway_repro.train",
+         "highway_repro.cli")  # the commands and their job
 FORBIDDEN = {
     "highway_repro.models": ("highway_repro.engine", "highway_repro.report*", "highway_repro.tables*", *ENTRY,
                              "highway_repro.recipe", "highway_repro.runtime", "highway_repro.data"),

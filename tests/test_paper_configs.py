@@ -1,5 +1,5 @@
-"""Every experiment at `scale=paper` builds its model at the paper's size and takes 2 optimizer steps on CPU, on the real
-data of the offline mirror (slow).
+"""Every experiment at `scale=paper` builds its model at the paper's size and takes 2 optimizer steps on CPU, on the
+real data of the offline mirror (slow).
 
 Each experiment runs as the command line runs it (`python -m highway_repro.train experiment=<exp> scale=paper`), in its
 own process (so that one run's memory is not held for the next), with 2 steps, one thread, one batch of final

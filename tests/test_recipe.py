@@ -56,7 +56,8 @@ def _job_configs(folders: list[Path]):
     cells = {}
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         for folder in folders:
-            job = [o for o in yaml.load((folder / ".hydra" / "overrides.yaml").read_text(), Loader=LOADER)  # the grid file
+            job = [o for o in yaml.load((folder / ".hydra" / "overrides.yaml").read_text(),
+                                        Loader=LOADER)  # the grid file
                    if not o.startswith(("hydra", "sweep="))]  # sets only the sweeper (and the job names experiment=)
             cell = tuple(o for o in job if o.split("=", 1)[0] not in REPEAT)
             if cell not in cells:

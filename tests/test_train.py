@@ -149,7 +149,8 @@ def test_resume_auto_refuses_a_run_folder_of_another_recipe(tmp_path):
     with pytest.raises(SystemExit) as e:
         run_job(compose(base + [f"trainer.max_steps={steps + 1}"]), tmp_path, False, run)
     assert e.value.code == 2 and (tmp_path / "metrics.json").read_bytes() == before
-    check_same_recipe(compose(["experiment=demo", "scale=smoke", f"trainer.max_steps={steps + 1}"]), tmp_path)  # resume=null
+    check_same_recipe(compose(["experiment=demo", "scale=smoke", f"trainer.max_steps={steps + 1}"]),
+                      tmp_path)  # resume=null
 
 
 def test_recipe_diff_skips_new_options_and_the_matched_width():
@@ -257,7 +258,8 @@ def test_report_mean_std_and_failed_cells(tmp_path, capsys):
 def test_bf16_autocast_is_on_and_best_checkpoint_eval_runs(tmp_path):
     """trainer.precision=bf16 trains under autocast: the same run in fp32 ends with a close but different loss.
     (Which weights final_eval=best reloads: test_engine.py::test_best_checkpoint_is_chosen_on_the_evaluation_...)"""
-    over = ["experiment=demo", "scale=smoke", "data.val_size=200", "trainer.final_eval=best", "trainer.splits=[val,test]"]
+    over = ["experiment=demo", "scale=smoke", "data.val_size=200", "trainer.final_eval=best",
+            "trainer.splits=[val,test]"]
     (tmp_path / "bf16").mkdir()
     (tmp_path / "fp32").mkdir()
     bf16 = run(compose(over + ["trainer.precision=bf16"]), tmp_path / "bf16")

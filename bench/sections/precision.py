@@ -115,7 +115,8 @@ def section_precision(rep: Report, budget: Budget, args) -> dict:
     lines = [f"CPU bf16 features (/proc/cpuinfo): {', '.join(features) or 'none'}; oneDNN bf16 supported: "
              f"{torch.ops.mkldnn._is_mkldnn_bf16_supported()}. Matmul 1024 x 1024, 1 thread: fp32 "
              f"{mm['fp32']:.0f} GFLOP/s, bf16 {mm['bf16']:.0f} GFLOP/s ({mm['bf16'] / mm['fp32']:.1f}x).", "",
-             f"Each model as its experiment's cpu scale configures it (`configs/experiment_scale/<experiment>/cpu.yaml`: "
+             f"Each model as its experiment's cpu scale configures it "
+             "(`configs/experiment_scale/<experiment>/cpu.yaml`: "
              f"size, batch, optimizer, learning rate without its schedule, clipping), {steps} steps on the data of the "
              f"mirror from the same initial weights, once per precision. Step: {timing.clock_name()} time of forward, "
              f"backward and optimizer step, median after {WARMUP} warm-up steps. Train loss: mean of the last {LAST} "

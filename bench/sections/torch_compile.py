@@ -17,7 +17,8 @@ from bench.peers import cases_version
 from bench.report import REPO, Budget, Report
 
 
-COMPILE_GROUPS = (("ours_tlm_xt", "xt"), ("txl-none",), ("tlm-none", "tlm-sdu_sigmoid"), ("mlp100-plain", "mlp100-highway"))
+COMPILE_GROUPS = (("ours_tlm_xt", "xt"), ("txl-none",), ("tlm-none", "tlm-sdu_sigmoid"),
+                  ("mlp100-plain", "mlp100-highway"))
 
 
 def section_compile(rep: Report, budget: Budget, args) -> dict:

@@ -101,7 +101,8 @@ class LMData:
         self.eval_batch_size = int(eval_batch_size if eval_batch_size is not None else batch_size)
         self.eval_seq_len = int(eval_seq_len if eval_seq_len is not None else seq_len)
         if eval_score_len is None:
-            eval_score_len = self.eval_seq_len if self.score_len == self.seq_len else min(self.score_len, self.eval_seq_len)
+            eval_score_len = (self.eval_seq_len if self.score_len == self.seq_len
+                              else min(self.score_len, self.eval_seq_len))
         self.eval_score_len = int(eval_score_len)
         for what, s, t in (("", self.score_len, self.seq_len), ("eval_", self.eval_score_len, self.eval_seq_len)):
             if not 1 <= s <= t:
@@ -110,12 +111,13 @@ class LMData:
             raise sources.DataError(f"{name}: batch sizes must be >= 1")
         for split, stream in self.streams.items():
             if (len(stream) - 1) // (self.batch_size if split == "train" else self.eval_batch_size) < 1:
-                raise sources.DataError(f"{name}: the {split} split has {len(stream)} tokens, too few for its batch size")
+                raise sources.DataError(f"{name}: the {split} split has {len(stream)} tokens, "
+                                        "too few for its batch size")
         self._train = _columns(self.streams["train"], self.batch_size)
         L = self._train[0].shape[1]
         if L < self.seq_len:
-            raise sources.DataError(f"{name}: train split too small: {len(self.streams['train']):,} tokens give columns of "
-                             f"{L} < seq_len={self.seq_len} with batch_size={self.batch_size}")
+            raise sources.DataError(f"{name}: train split too small: {len(self.streams['train']):,} tokens give "
+                             f"columns of {L} < seq_len={self.seq_len} with batch_size={self.batch_size}")
         self.steps_per_epoch = (L - self.seq_len) // self.score_len + 1
 
     def train_batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -224,8 +226,9 @@ def _text_stream_data(name: str, folder: str, pattern: str, *, tokenizer: str, v
 
 def ptb_word(*, tokenizer="word", reader="plain", vocab_size=None, sp_model_type="unigram", cache_dir=None, **lm):
     """Word-level PTB (tokenizer ``word`` or ``sentencepiece``)."""
-    return _text_stream_data("ptb_word", "ptb", "ptb.{}.txt", tokenizer=tokenizer, valid_tokenizers=("word", "sentencepiece"),
-                             reader=reader, vocab_size=vocab_size, sp_model_type=sp_model_type, cache_dir=cache_dir, **lm)
+    return _text_stream_data("ptb_word", "ptb", "ptb.{}.txt", tokenizer=tokenizer,
+                             valid_tokenizers=("word", "sentencepiece"), reader=reader, vocab_size=vocab_size,
+                             sp_model_type=sp_model_type, cache_dir=cache_dir, **lm)
 
 
 def ptb_char(*, tokenizer="char", cache_dir=None, **lm):

@@ -150,7 +150,8 @@ class ImageData:
                  eval_batch_size: int = 1000, seed: int = 0, val_size: int = 0, augment: bool = False,
                  train_limit: int | None = None):
         if normalize not in normalizations:
-            raise sources.DataError(f"{name}: normalize={normalize!r} is not valid; choose one of {', '.join(normalizations)}")
+            raise sources.DataError(f"{name}: normalize={normalize!r} is not valid; "
+                                    f"choose one of {', '.join(normalizations)}")
         if augment and name not in AUGMENT:
             raise sources.DataError(f"{name}: augment=True is not defined for it; defined for {', '.join(AUGMENT)}")
         self.name, self.seed, self.normalize, self.augment = name, int(seed), normalize, bool(augment)

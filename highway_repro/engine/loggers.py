@@ -97,8 +97,8 @@ def write_run_info(out_dir: Path, **extra) -> dict:
 
     Fields: machine, cpu_model (/proc/cpuinfo, else null), cpu_count, torch, python, cuda_device (null without
     CUDA), threads (torch.get_num_threads()), git_commit (null when unknown), plus `extra` (train.py passes
-    start_time at the start, end_time and peak_rss_gb at the end). An existing file is updated: a resumed run keeps its first
-    start_time and records the machine of its latest segment.
+    start_time at the start, end_time and peak_rss_gb at the end). An existing file is updated: a resumed run keeps
+    its first start_time and records the machine of its latest segment.
     """
     import torch
 

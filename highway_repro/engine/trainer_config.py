@@ -35,7 +35,8 @@ class TrainerConfig:
     grad_clip: float | None = None
     precision: str = "fp32"  # fp32 | bf16 (autocast)
     tf32: bool = False  # CUDA float32 matrix products and cuDNN in TF32 during fit (`tf32`); false: torch's settings
-    memory_format: str = "contiguous"  # contiguous | channels_last: 4-D weights and inputs (the conv nets: faster on CPU)
+    memory_format: str = "contiguous"  # contiguous | channels_last: 4-D weights and inputs (the conv nets: faster
+    #                                    on CPU)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     compile: str = "off"  # off | default | reduce-overhead (CUDA graphs on a GPU) | max-autotune: torch.compile's mode
     compile_backend: str = "inductor"  # torch.compile's backend (aot_eager: the graphs without generated code)

@@ -8,12 +8,12 @@
 | module | what |
 |---|---|
 | `runs.py` | run folders -> `Run` (overrides, config, final metrics, history, status, run_info) |
-| `stats.py` | mean ± std, t- and Welch intervals (own t quantile), the four verdicts, Holm, a random search's quantile test and expected best of k, seeds needed |
+| `stats.py` | t-tests (statsmodels: paired, Welch, TOST), the four verdicts, Holm, quantile tests, seeds needed |
 | `papers.py` | every paper number, claim threshold and floor |
 | `spec.py` | the one table style: `TableSpec` (rows, columns, claims, floors) and `render` |
 | `measures.py` | `Measure` (one number per run), `Row` (the runs of a row), the number formats |
 | `columns.py` | the column constructors (`stat`, `best`, `paper`, ...) and a row's mean learning curve |
-| `claims.py` | `Claim` and its tests (paired by seed or Welch, one-sample t, a quantile of trials), the family with Holm, floors as claims |
+| `claims.py` | `Claim` and its tests (paired by seed or Welch, one-sample, a quantile of trials), Holm, floors |
 | `tables.py` | `TABLES` (name -> spec), `build_table` and `findings_path` (a follow-up step's kept findings) |
 | `header.py` | the one header writer (command, scale, seeds, runs, times, machine from run_info.json) |
 | `plots.py` | the one plotting helper |

@@ -51,7 +51,8 @@ def placed(r: dict) -> tuple[str, float, float, float, float | None, float | Non
         return ("relative", diff * scale, lo * scale, hi * scale, delta * scale if math.isfinite(delta) else None,
                 100.0 * rel if math.isfinite(rel) else None)
     if metric == "log10 loss":
-        return "log10 loss", diff, lo, hi, delta if math.isfinite(delta) else None, paper if math.isfinite(paper) else None
+        return ("log10 loss", diff, lo, hi, delta if math.isfinite(delta) else None,
+                paper if math.isfinite(paper) else None)
     threshold = _f(r.get("threshold"))
     if metric == "acc":
         if two_rows:
@@ -128,7 +129,8 @@ def forest(rows: list[dict], path: Path) -> Path | None:
                 matplotlib.patches.Patch(color="tab:blue", alpha=0.12, label="+-delta (equivalence margin)")]
     fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=7, frameon=False)
     height = 0.22 * sum(heights) + 1.2
-    fig.subplots_adjust(left=0.42, right=0.98, top=1 - 0.6 / height, bottom=0.3 / height, hspace=3.0 * len(groups) / sum(heights))
+    fig.subplots_adjust(left=0.42, right=0.98, top=1 - 0.6 / height, bottom=0.3 / height,
+                        hspace=3.0 * len(groups) / sum(heights))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -367,7 +367,8 @@ def gate_zoo_table() -> TableSpec:
 
     return TableSpec("Study: the gate zoo (every gate kind x 3 models, with a parameter-matched baseline)",
                      keys=("name", "variant"), label=label, label_header="model: variant",
-                     columns=(params(), count(), stat(test), delta_vs("baseline", "Δ test vs baseline", "rel_vs_baseline"),
+                     columns=(params(), count(), stat(test),
+                              delta_vs("baseline", "Δ test vs baseline", "rel_vs_baseline"),
                               delta_vs("baseline_matched", "Δ test vs matched baseline", "rel_vs_matched"),
                               stat(auc)),
                      primary=test, claims=claims, measures={test.key: test},

@@ -5,8 +5,9 @@ page `results/README.md`, which also names the expected tables not made yet and 
 A claims file holds one entry per table row (kind `row`: the table's main number, its 95 % interval, the paper's
 number, the floor and whether it is met) and one per claim or floor (kind `claim` / `floor`: the tested
 interval and its `level`, 0.99 at a comparison's second look, delta and the verdict). In summary.csv each
-distinct comparison (the same runs on each side, the same statistic) is one `claim` line, in its home table (`home_rank`); a line of another table on it becomes kind `same`
-with `same_as` naming the home. Per table, the family of its claim lines gets Holm-adjusted verdicts.
+distinct comparison (the same runs on each side, the same statistic) is one `claim` line, in its home table
+(`home_rank`); a line of another table on it becomes kind `same` with `same_as` naming the home. Per table, the
+family of its claim lines gets Holm-adjusted verdicts.
 """
 
 from __future__ import annotations

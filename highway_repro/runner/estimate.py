@@ -91,7 +91,8 @@ def wall_s(secs: list[float], jobs: int) -> float:
 
 
 # ------------------------------------------------------------------ calibration
-CALIBRATION_FILE = "calibration.json"  # in the results root, {machine: {scale: {table: probe}}}, committed with the runs
+CALIBRATION_FILE = "calibration.json"  # in the results root, {machine: {scale: {table: probe}}}, committed with
+#                                        the runs
 CALIBRATION: Path | None = None  # another file instead (the tests: none of this machine's)
 PROBE_STEPS = 8  # a probe's training steps; the second half is timed
 

@@ -53,7 +53,8 @@ class Progress(threading.Thread):
     def __init__(self, name: str, sweep_dir: Path, names: list[str], jobs: int, est: float | None, every: float = 60,
                  max_steps: int | None = None, on_tick=None, sweep: bool = True):
         super().__init__(daemon=True)
-        self.name_, self.sweep_dir, self.names, self.jobs, self.est, self.every = name, sweep_dir, names, jobs, est, every
+        (self.name_, self.sweep_dir, self.names, self.jobs, self.est,
+         self.every) = name, sweep_dir, names, jobs, est, every
         self.max_steps, self.on_tick, self.sweep = max_steps, on_tick, sweep
         self.stop = threading.Event()
         self.start_done = {n for n in names if run_status(self._folder(n)) in FINISHED}
@@ -73,7 +74,8 @@ class Progress(threading.Thread):
         todo = [n for n in self.names if n not in done and n not in failed]
         secs = per_run_s(todo, [self._folder(n) for n in done], per) if self.sweep else [per] * len(todo)
         if self.max_steps:  # the unfinished part of started runs
-            secs = [s and s * (1.0 - min(1.0, _last_step(self._folder(n)) / self.max_steps)) for n, s in zip(todo, secs)]
+            secs = [s and s * (1.0 - min(1.0, _last_step(self._folder(n)) / self.max_steps))
+                    for n, s in zip(todo, secs)]
         return len(done), len(failed), secs
 
     def line(self) -> str:

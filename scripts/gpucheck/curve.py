@@ -79,8 +79,8 @@ def curve_section(ctx: Ctx) -> None:
     for variant, r in ctx.curves.items():
         ref = official.get(variant)
         diff = r["val_bpc"] - ref if ref is not None else None
-        rows.append([variant, f"{r['val_bpc']:.4f}", f"{ref:.4f}" if ref else "", f"{diff:+.4f}" if diff is not None else "",
-                     f"{r['wall_s']:.0f} s"])
+        rows.append([variant, f"{r['val_bpc']:.4f}", f"{ref:.4f}" if ref else "",
+                     f"{diff:+.4f}" if diff is not None else "", f"{r['wall_s']:.0f} s"])
         if ref is not None and steps == 400:
             ctx.rep.target(f"bpc400_{variant}", f"step-400 val bpc, {variant}, vs official log {ref}",
                            f"{r['val_bpc']:.4f} ({diff:+.4f})", f"within {TARGETS['bpc400']}",
@@ -91,14 +91,16 @@ def curve_section(ctx: Ctx) -> None:
                        f"{t['val_bpc']:.4f} vs {b['val_bpc']:.4f}", "tanh < baseline", t["val_bpc"] < b["val_bpc"],
                        "indicative: enwik8 prefix")
     lines = [
-        f"Transformer-XL 6 layers at the paper's size and hyperparameters (`experiment=ht_enwik8_l6 scale={ctx.scale}`: "
+        "Transformer-XL 6 layers at the paper's size and hyperparameters "
+        f"(`experiment=ht_enwik8_l6 scale={ctx.scale}`: "
         "d 512, 8 heads, d_inner 2048, tgt/mem 512, batch 22, Adam 2.5e-4, clip 0.25, dropout 0.1, seed 1111), bf16, "
         f"{steps} steps; validation every {max(1, steps // 4)} steps with the paper's evaluation (tgt 128, mem 896). "
         "The learning rate is held constant (`optim.scheduler.kind=constant`): the paper's cosine over 40,000 steps "
         "is within 0.03% of its start over the first 400 steps.", "",
         "**Data: the enwik8 prefix (4.15 MB, split 90/5/5), not the full corpus of the official runs**: its 3.7M "
         "training bytes are seen 1.2 times in 400 steps (the official runs see 4.5M new bytes), and its validation "
-        "split is another 207k bytes than the official 5M. The comparison with the official logs is indicative only.", "",
+        "split is another 207k bytes than the official 5M. The comparison with the official logs is indicative "
+        "only.", "",
         *md_table(["variant", f"val bpc at step {steps}", "official log at step 400", "difference", "wall"], rows),
     ]
     if ctx.curves:

@@ -120,7 +120,8 @@ def prepare_data(src: Path, dst: Path, cache: Path, n_train: int = 3000, n_test:
                                 timeout=5).stdout.strip()
     info = {"commit": commit or "unknown", "prepared": datetime.datetime.now(datetime.timezone.utc).isoformat(
         timespec="seconds"), "from": str(src),
-        "note": f"Prepared subset of the offline mirror (`scripts/gpu_check.py --prepare`): enwik8 prefix, PTB and MNIST "
+        "note": f"Prepared subset of the offline mirror (`scripts/gpu_check.py --prepare`): "
+                f"enwik8 prefix, PTB and MNIST "
                 f"as they are; CIFAR-10 cut to the first {n_train:,} training and {n_test:,} test images (in the data "
                 f"cache `{cache.name}`, vouched for by their `.sha256` records)."}
     (dst / "PREPARED.json").write_text(json.dumps(info, indent=1))

@@ -100,7 +100,8 @@ def ddp_worker(args) -> int:
         result.update({
             "steps": steps, "half": half, "ckpt_step": ck["step"], "ckpt_mems": len(ck.get("mems") or []),
             "resumed_step": resumed.get("step"), "compared": compared,
-            "uninterrupted": {k: float(whole[k]) for k in compared}, "resumed": {k: float(resumed[k]) for k in compared},
+            "uninterrupted": {k: float(whole[k]) for k in compared},
+            "resumed": {k: float(resumed[k]) for k in compared},
             "max_rel_diff": max(abs(float(whole[k]) - float(resumed[k])) / abs(float(whole[k])) for k in compared),
             "wall_s": time.perf_counter() - t0})
         dist.cleanup()

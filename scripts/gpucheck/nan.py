@@ -53,7 +53,8 @@ def nan_check(ctx: Ctx) -> dict:
     for k, v in res.items():
         ctx.rep.row("nan", "txl6", "baseline", "bf16", k, v)
     ctx.rep.section("nan", "NaN policy on the device (deferred check)", [
-        f"Transformer-XL 6 layers (`ht_enwik8_l6`, `scale={ctx.scale}`), bf16, {steps} steps, checkpoints every {every}, "
+        f"Transformer-XL 6 layers (`ht_enwik8_l6`, `scale={ctx.scale}`), bf16, {steps} steps, "
+        f"checkpoints every {every}, "
         f"`trainer.nan_policy=stop`; the loss of step {bad} is multiplied by NaN (a Trainer subclass).", "",
         *md_table(["expected", "got"], [
             ["status diverged", res["status"]], [f"stopped at step {bad}", res["step"]],
@@ -62,6 +63,7 @@ def nan_check(ctx: Ctx) -> dict:
             ["caught by the deferred check" + ("" if not ctx.dry else " (forced on CPU)"), res["deferred"]]]),
     ])
     ctx.rep.target("nan", f"NaN policy on {ctx.device}: injected NaN caught by the deferred check, stop with the "
-                          "last good checkpoint", f"{res['status']} at step {res['step']}, ckpt step {res['ckpt_step']}",
+                          "last good checkpoint",
+                   f"{res['status']} at step {res['step']}, ckpt step {res['ckpt_step']}",
                    f"diverged at {bad}, ckpt 10", ok)
     return res

@@ -13,7 +13,8 @@ from .common import elapsed
 
 
 class Report:
-    """Everything measured so far; `write()` renders <out>.md and <out>.csv (after each phase, and by the time guard)."""
+    """Everything measured so far; `write()` renders <out>.md and <out>.csv (after each phase, and by the time
+    guard)."""
 
     ORDER = ["machine", "data", "peak", "nan", "throughput", "curve", "ddp", "tests", "grouped", "tables", "compiled"]
 
