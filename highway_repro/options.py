@@ -139,8 +139,8 @@ MODELS: dict[str, dict[str, Rule]] = {
         "width_mult": POSITIVE_NUMBER},
 }
 
-# Model options renamed: the old name is an error naming the new one (`check_model`); in a saved config (a kept
-# run's config_resolved.yaml) the old name reads as the new one (`recipe.flat`).
+# Model options renamed: the old name is an error naming the new one (`check_model`); a saved config that holds it
+# is another recipe until scripts/migrate_kept_runs.py rewrites it (`recipe.recipe_diff` names the script).
 RENAMED = {"norm": "norm_position", "norm_style": "norm_impl"}
 
 

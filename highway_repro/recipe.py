@@ -4,9 +4,9 @@ A finished run is reused (resume=auto, the table runner's kept runs) only when i
 same recipe as the config about to run. `recipe_diff` names the keys whose values differ and the keys only the
 saved config has (a file is read as data, and a key nothing here would set, a planted `_target_` say, is never
 waved through), leaving out the keys of `NOT_RECIPE` and the keys only the config about to run has (an option added
-since, whose default keeps the old behaviour). A saved config's renamed model options (`options.RENAMED`, e.g.
-`norm` -> `norm_position`) are read under their new names, so a run kept before a rename still counts, and still
-has those keys compared.
+since, whose default keeps the old behaviour). A saved config that still holds a renamed model option
+(`options.RENAMED`, e.g. `norm` -> `norm_position`) is another recipe, its line naming the migration that rewrites it
+(`scripts/migrate_kept_runs.py`; the kept runs of the repository are migrated).
 """
 
 from __future__ import annotations
@@ -31,14 +31,20 @@ NOT_RECIPE = ("resume", "threads", "logger", "est_step_s", "est_peak_gb", "extra
 
 
 def flat(d: dict, prefix: str = "") -> dict:
-    """{"model": {"d_ff": 512}} -> {"model.d_ff": 512}; a model option's old name becomes its new one."""
+    """{"model": {"d_ff": 512}} -> {"model.d_ff": 512}."""
     out = {}
     for k, v in d.items():
-        if prefix == "model." and k in RENAMED:
-            k = RENAMED[k]
-        key = f"{prefix}{k}"
-        out.update(flat(v, key + ".") if isinstance(v, dict) else {key: v})
+        out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
     return out
+
+
+def _absent(key: str) -> str:
+    """What the line of a key only the saved config has adds: for an old option name, its new name and the
+    migration that rewrites it."""
+    old = key.removeprefix("model.")
+    if key.startswith("model.") and old in RENAMED:
+        return f" (now model.{RENAMED[old]}: python scripts/migrate_kept_runs.py <folder> rewrites it)"
+    return ""
 
 
 def recipe_diff(there: dict, here: dict) -> list[str]:
@@ -48,8 +54,9 @@ def recipe_diff(there: dict, here: dict) -> list[str]:
     is model.d_ff (the saved config holds the widened width)."""
     a, b = flat(there if isinstance(there, dict) else {}), flat(here)
     skip = NOT_RECIPE + (("model.d_ff",) if here.get("match_params") else ())
-    return [f"{k}: {a[k]!r} there, {repr(b[k]) if k in b else 'absent'} here" for k in sorted(a)
-            if (k not in b or a[k] != b[k]) and not any(k == s or k.startswith(s + ".") for s in skip)]
+    compared = [k for k in sorted(a) if not any(k == s or k.startswith(s + ".") for s in skip)]
+    return [f"{k}: {a[k]!r} there, {repr(b[k]) if k in b else 'absent'} here{'' if k in b else _absent(k)}"
+            for k in compared if k not in b or a[k] != b[k]]
 
 
 def check_same_recipe(cfg: DictConfig, out_dir: Path) -> None:

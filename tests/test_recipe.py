@@ -1,30 +1,41 @@
 """The recipe guard (`highway_repro.recipe`): a kept run counts as a job's run only when its saved config holds the
-recipe the config files give that job now; renamed options are read under their new names."""
+recipe the config files give that job now; a saved config with a renamed option is another recipe until the
+migration (scripts/migrate_kept_runs.py) rewrites it, and the kept runs are migrated."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from conftest import CONFIG_DIR, REPO
+from conftest import REPO
 from highway_repro.options import RENAMED
-from highway_repro.recipe import NOT_RECIPE, flat, recipe_diff
+from highway_repro.recipe import NOT_RECIPE, recipe_diff
 
 KEPT = sorted(p.parent for p in (REPO / "results").glob("*/runs/*/*/config_resolved.yaml"))
-REPEAT = ("seed", "trial")  # a cell's repeats: set on a copy of the cell's composed config
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's where PyYAML has it: hundreds of files here
 
 
-def test_a_renamed_option_is_compared_under_its_new_name():
-    there = {"model": {"norm": "pre", "norm_style": "torch", "d_ff": 8}}
-    here = {"model": {"norm_position": "post", "norm_impl": "torch", "d_ff": 8}}
-    assert flat(there) == {"model.norm_position": "pre", "model.norm_impl": "torch", "model.d_ff": 8}
-    assert recipe_diff(there, here) == ["model.norm_position: 'pre' there, 'post' here"]
-    assert recipe_diff({"model": {"norm": "post"}}, {"model": {"norm_position": "post"}}) == []
-    assert flat({"data": {"norm": 1}}) == {"data.norm": 1}  # only the model's options were renamed
+def test_a_saved_config_with_an_old_option_name_is_another_recipe_naming_the_migration(tmp_path):
+    """A run folder saved before `norm` became `norm_position` is refused by the guard, its line naming the new name and
+    the migration; the migration rewrites just those keys, in place, and the run then passes; a second run of it
+    changes nothing."""
+    from conftest import load_script
+
+    there = {"model": {"norm": "post", "norm_style": "torch", "d_ff": 8}, "data": {"norm": 1}}
+    here = {"model": {"norm_position": "post", "norm_impl": "torch", "d_ff": 8}, "data": {"norm": 1}}
+    assert recipe_diff(there, here) == [
+        "model.norm: 'post' there, absent here (now model.norm_position: python scripts/migrate_kept_runs.py "
+        "<folder> rewrites it)",
+        "model.norm_style: 'torch' there, absent here (now model.norm_impl: python scripts/migrate_kept_runs.py "
+        "<folder> rewrites it)"]
+    saved = tmp_path / "run" / "config_resolved.yaml"
+    saved.parent.mkdir()
+    saved.write_text(OmegaConf.to_yaml(OmegaConf.create(there)))
+    migrate = load_script("migrate_kept_runs")
+    assert migrate.migrate(tmp_path) == [saved]
+    assert saved.read_text() == OmegaConf.to_yaml(OmegaConf.create(
+        {"model": {"norm_position": "post", "norm_impl": "torch", "d_ff": 8}, "data": {"norm": 1}}))
+    assert recipe_diff(yaml.safe_load(saved.read_text()), here) == [] and migrate.migrate(tmp_path) == []
 
 
 def test_keys_of_not_recipe_and_keys_only_the_new_config_has_are_not_compared():
@@ -44,54 +55,11 @@ def test_a_key_only_the_saved_config_has_is_another_recipe():
     assert recipe_diff({**here, "threads": 1}, here) == []  # NOT_RECIPE keys still are not compared
 
 
-def _job_configs(folders: list[Path]):
-    """(folder, saved config, the config its job composes now) for each kept run: the job's overrides
-    (.hydra/overrides.yaml) composed once per grid cell, its seed / trial set on a copy, a variant's gate options
-    settled as `python -m highway_repro.train` does."""
-    from hydra import compose, initialize_config_dir
-
-    import highway_repro.train  # noqa: F401  (the `hp` resolver)
-    from highway_repro.config import settle_variant
-
-    cells = {}
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        for folder in folders:
-            job = [o for o in yaml.load((folder / ".hydra" / "overrides.yaml").read_text(),
-                                        Loader=LOADER)  # the grid file
-                   if not o.startswith(("hydra", "sweep="))]  # sets only the sweeper (and the job names experiment=)
-            cell = tuple(o for o in job if o.split("=", 1)[0] not in REPEAT)
-            if cell not in cells:
-                cfg = compose("train", overrides=list(cell))
-                settle_variant(cfg, CONFIG_DIR, any(o.startswith("variant=") for o in cell))
-                cells[cell] = cfg
-            cfg = cells[cell].copy()
-            for o in job:
-                if o.split("=", 1)[0] in REPEAT:
-                    OmegaConf.update(cfg, o.split("=", 1)[0], yaml.safe_load(o.split("=", 1)[1]))
-            here = OmegaConf.to_container(cfg, resolve=True)
-            here.pop("hydra", None)
-            yield folder, yaml.load((folder / "config_resolved.yaml").read_text(), Loader=LOADER), here
-
-
-def test_every_kept_run_of_the_old_option_names_passes_the_guard():
-    """Every run kept under results/*/runs/ that was made before the norm options were renamed (its saved config
-    says `norm` or `norm_style`) is the run its job would make now: no recipe key differs, and the renamed keys are
-    among those compared (not skipped as keys of one side only). Every kept run against the runner's guard:
-    test_grid.test_every_kept_run_matches_the_recipe_of_its_table."""
+def test_no_kept_run_holds_an_old_option_name():
+    """The kept runs were migrated (scripts/migrate_kept_runs.py): no saved config under results/*/runs/ holds a
+    renamed option, among them the Transformer-XL (`norm_position`) and R-Transformer (`norm_impl`) runs. Every kept
+    run against the runner's guard: test_grid.test_every_kept_run_matches_the_recipe_of_its_table."""
     assert len(KEPT) >= 400, len(KEPT)
-    old_named = [f for f in KEPT if RENAMED.keys() & set(
-        yaml.load((f / "config_resolved.yaml").read_text(), Loader=LOADER).get("model") or {})]
-    assert len(old_named) >= 150, len(old_named)  # Transformer-XL (norm) and R-Transformer (norm_style) runs
-    for folder, there, here in _job_configs(old_named):
-        assert recipe_diff(there, here) == [], folder
-        for k in RENAMED.keys() & there["model"].keys():
-            assert f"model.{RENAMED[k]}" in flat(there).keys() & flat(here).keys(), folder
-
-
-@pytest.mark.parametrize("key, value", [("norm", "pre"), ("norm_style", "torch")])
-def test_a_kept_run_with_another_value_of_a_renamed_option_is_refused(key, value):
-    """The same kept run with its old-named option changed is another recipe: the guard names the new key."""
-    folder = next(f for f in KEPT if key in yaml.safe_load((f / "config_resolved.yaml").read_text())["model"])
-    (_, there, here), = _job_configs([folder])
-    there["model"][key] = value
-    assert recipe_diff(there, here) == [f"model.{RENAMED[key]}: {value!r} there, {here['model'][RENAMED[key]]!r} here"]
+    models = [yaml.load((f / "config_resolved.yaml").read_text(), Loader=LOADER).get("model") or {} for f in KEPT]
+    assert not [f for f, m in zip(KEPT, models) if RENAMED.keys() & m.keys()]
+    assert sum(set(RENAMED.values()) & m.keys() != set() for m in models) >= 150
