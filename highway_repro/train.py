@@ -113,7 +113,7 @@ def build_run(cfg: DictConfig, out_dir: Path, dist=None, trainer_cls=None):
     elif cfg.resume:
         try:
             trainer.load_state(ckpt_lib.load(Path(cfg.resume), map_location=trainer.device))
-        except (ckpt_lib.CheckpointError, ckpt_lib.UnsafeCheckpointError) as e:
+        except (ckpt_lib.CheckpointError, ckpt_lib.UnsafeCheckpointError, ckpt_lib.OldCheckpointError) as e:
             raise type(e)(f"resume={cfg.resume}: {e}") from None
     if is_main and trainer.step == 0:
         trainer._log({"model/params": n_params})

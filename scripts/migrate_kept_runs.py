@@ -1,12 +1,16 @@
-"""Rewrite run folders' saved configs to the current option names (`options.RENAMED`: `model.norm` ->
-`model.norm_position`, `model.norm_style` -> `model.norm_impl`), so that the recipe guard compares them as they are.
+"""Rewrite run folders to the current formats: saved configs to the current option names (`options.RENAMED`:
+`model.norm` -> `model.norm_position`, `model.norm_style` -> `model.norm_impl`), so that the recipe guard compares
+them as they are; checkpoints whose numpy RNG state is an array (older checkpoints) to that state as plain data, so
+that `checkpoint.load` reads them with no allowlist.
 
     python scripts/migrate_kept_runs.py            # every kept run under results/ (its result is committed)
     python scripts/migrate_kept_runs.py runs/x     # the run folders under a folder of your own
 
 Each `config_resolved.yaml` is read as data and written back as OmegaConf writes a run's config (the same bytes but
-for the renamed keys, each in its place); a file that needs nothing is left untouched. Running it twice changes
-nothing the second time.
+for the renamed keys, each in its place); each `ckpt/*.pt` that `checkpoint.load` names as the older format is read
+with exactly the old numpy state's globals allowed (`checkpoint.load_old_format`) and written back with that state as
+`checkpoint.rng_state` writes it (the same generator state). A file that needs nothing is left untouched; running it
+twice changes nothing the second time.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from highway_repro.engine import checkpoint as ck  # noqa: E402
 from highway_repro.options import RENAMED  # noqa: E402
 
 
@@ -31,15 +36,39 @@ def migrated(config: dict) -> dict | None:
     return {**config, "model": {RENAMED.get(k, k): v for k, v in model.items()}}
 
 
+def plain_numpy_state(state) -> dict:
+    """np.random.get_state()'s tuple (key a uint32 array) as `checkpoint.rng_state` stores it."""
+    import torch
+
+    name, key, pos, has_gauss, cached_gaussian = state
+    return {"bit_generator": str(name), "key": torch.from_numpy(key.astype("int64")), "pos": int(pos),
+            "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)}
+
+
+def migrate_checkpoint(path: Path) -> bool:
+    """Rewrite one checkpoint of the old numpy RNG format; False when it is in the current format (or not one)."""
+    try:
+        ck.load(path)
+        return False
+    except ck.OldCheckpointError:
+        c = ck.load_old_format(path)
+    except Exception:  # not a checkpoint this migration reads: left as it is
+        return False
+    c["rng"]["numpy"] = plain_numpy_state(c["rng"]["numpy"])
+    ck.atomic_torch_save(c, path)
+    return True
+
+
 def migrate(folder: Path) -> list[Path]:
-    """Rewrite every config_resolved.yaml under `folder` that holds an old name; the files rewritten."""
+    """Rewrite every config_resolved.yaml under `folder` that holds an old name and every checkpoint of the old
+    numpy RNG format; the files rewritten."""
     done = []
     for path in sorted(folder.rglob("config_resolved.yaml")):
         new = migrated(OmegaConf.to_container(OmegaConf.load(path)))  # OmegaConf's safe loader, its value types
         if new is not None:
             path.write_text(OmegaConf.to_yaml(OmegaConf.create(new)))
             done.append(path)
-    return done
+    return done + [p for p in sorted(folder.rglob("ckpt/*.pt")) if migrate_checkpoint(p)]
 
 
 def main(argv=None) -> int:
@@ -48,7 +77,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     for folder in args.folders:
         done = migrate(folder)
-        print(f"{folder}: {len(done)} saved config(s) rewritten to the current option names")
+        print(f"{folder}: {len(done)} file(s) rewritten to the current formats")
     return 0
 
 

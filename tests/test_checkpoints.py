@@ -197,20 +197,28 @@ def test_resume_auto_refuses_a_last_checkpoint_that_would_run_code(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt", "prev.pt"] and not marker.exists()
 
 
-def test_only_the_numpy_types_of_an_old_rng_state_are_allowed(tmp_path):
-    """The allowlist for checkpoints with a numpy RNG state is a uint32 array's types, nothing more of numpy."""
+def test_the_old_numpy_rng_format_is_named_and_any_other_numpy_type_refused(tmp_path):
+    """A checkpoint asking for a uint32 array's types and nothing else is the older format of this project's
+    checkpoints: one line naming the migration (an OldCheckpointError, never fallen back from); any other numpy type
+    is refused as asking for code no checkpoint holds, naming it."""
     for value, name in ((np.zeros(3), "Float64DType"), (np.float64(1.0), "scalar")):
         torch.save({"format_version": ck.FORMAT_VERSION, "model": {}, "x": value}, tmp_path / "x.pt")
         with pytest.raises(ck.UnsafeCheckpointError, match=rf"x.pt holds numpy\.\S*{name}"):
             ck.load(tmp_path / "x.pt")
+    (tmp_path / "ckpt").mkdir()
     torch.save({"format_version": ck.FORMAT_VERSION, "model": {}, "x": np.arange(3, dtype=np.uint32)},
-               tmp_path / "x.pt")
-    assert ck.load(tmp_path / "x.pt")["x"].tolist() == [0, 1, 2]
+               tmp_path / "ckpt" / "x.pt")
+    with pytest.raises(ck.OldCheckpointError) as e:
+        ck.load(tmp_path / "ckpt" / "x.pt")
+    assert str(e.value) == (f"checkpoint {tmp_path / 'ckpt' / 'x.pt'} holds numpy's RNG state as an array, the "
+                            f"format of older checkpoints of this project: python scripts/migrate_kept_runs.py "
+                            f"{tmp_path} rewrites it")
+    assert not isinstance(e.value, ck.CheckpointError) and isinstance(e.value, USER_ERRORS)
 
 
 def test_rng_state_is_plain_data_and_restores_numpy_exactly(tmp_path):
     """rng_state() holds no numpy object (the checkpoint needs no allowlisted global); numpy's state comes back
-    exactly, the cached Gaussian included; the old form (np.random.get_state()'s tuple) is accepted too."""
+    exactly, the cached Gaussian included."""
     import random
 
     np.random.seed(3)
@@ -224,22 +232,25 @@ def test_rng_state_is_plain_data_and_restores_numpy_exactly(tmp_path):
     draws = (np.random.standard_normal(3), np.random.random(4), random.random(), torch.rand(2))
     assert torch.serialization.get_unsafe_globals_in_checkpoint(tmp_path / "last.pt") == []
     saved = ck.load(tmp_path / "last.pt")["rng"]
-    for numpy_state in (saved["numpy"], want):  # the new form, then the old one
-        np.random.seed(99)
-        random.seed(99)
-        torch.manual_seed(99)
-        ck.set_rng_state({**saved, "numpy": numpy_state})
-        got = np.random.get_state()
-        assert got[0] == want[0] and np.array_equal(got[1], want[1]) and got[2:] == want[2:]
-        again = (np.random.standard_normal(3), np.random.random(4), random.random(), torch.rand(2))
-        assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(again, draws))
+    np.random.seed(99)
+    random.seed(99)
+    torch.manual_seed(99)
+    ck.set_rng_state(saved)
+    got = np.random.get_state()
+    assert got[0] == want[0] and np.array_equal(got[1], want[1]) and got[2:] == want[2:]
+    again = (np.random.standard_normal(3), np.random.random(4), random.random(), torch.rand(2))
+    assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(again, draws))
 
 
 @needs_mirror
-def test_a_checkpoint_with_a_numpy_rng_state_still_loads_and_resumes(crashed_run, tmp_path):
-    """A checkpoint written before the numpy RNG state was plain data (np.random.get_state(), a uint32 array) loads
-    through the numpy allowlist and resumes to the uninterrupted run's metrics and metrics.jsonl."""
+def test_a_checkpoint_with_a_numpy_rng_state_is_migrated_and_then_resumes_exactly(crashed_run, tmp_path):
+    """A checkpoint written before the numpy RNG state was plain data (np.random.get_state(), a uint32 array):
+    resume=auto stops in one line naming the migration (no fall-back to prev.pt, which has the same format, no start
+    from step 0); scripts/migrate_kept_runs.py rewrites it and then the run resumes to the uninterrupted run's
+    metrics and metrics.jsonl."""
     import shutil
+
+    from conftest import load_script
 
     out = tmp_path / "run"
     shutil.copytree(crashed_run / "run", out)
@@ -249,8 +260,11 @@ def test_a_checkpoint_with_a_numpy_rng_state_still_loads_and_resumes(crashed_run
     c["rng"]["numpy"] = np.random.get_state()  # what the older code wrote at this step
     torch.save(c, last)
     assert "numpy.ndarray" in torch.serialization.get_unsafe_globals_in_checkpoint(last)
-    old = ck.load(last)["rng"]["numpy"]
-    assert isinstance(old[1], np.ndarray) and old[1].dtype == np.uint32
+    with pytest.raises(ck.OldCheckpointError, match="migrate_kept_runs.py"):
+        run(compose(SMALL + ["resume=auto", "threads=1"]), out)
+    assert sorted(p.name for p in (out / "ckpt").iterdir()) == ["last.pt", "prev.pt"]
+    assert load_script("migrate_kept_runs").migrate(out) == [last]
+    assert isinstance(ck.load(last)["rng"]["numpy"], dict)
     final = run(compose(SMALL + ["resume=auto", "threads=1"]), out)
     assert _stable(final) == _stable(_final(crashed_run / "ref"))
     assert _history(out) == _history(crashed_run / "ref")

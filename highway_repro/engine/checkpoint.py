@@ -2,12 +2,12 @@
 
 A checkpoint holds {format_version, model, optimizer, scheduler, step, best_val, rng, config, mems, extra}:
 tensors and plain Python values only (the numpy RNG state as a dict with its key as a tensor). `load` reads
-with `torch.load(weights_only=True)`, which builds tensors and plain values and nothing else; checkpoints
-written before the numpy RNG state was stored as plain data hold it as a numpy array, read through an
-allowlist of exactly the numpy globals such an array needs (`OLD_NUMPY_GLOBALS`). A file that asks for anything
-else (a pickle calling `os.system`, say; found by torch's own static scan) or that is a bare pickle rather than a
-torch.save zip is refused with `UnsafeCheckpointError`, one line naming the file and what it asks for; it is never
-taken for a corrupt file (nothing falls back from it, nothing renames it).
+with `torch.load(weights_only=True)`, which builds tensors and plain values and nothing else; a checkpoint written
+before the numpy RNG state was stored as plain data (a numpy array: exactly the globals of `OLD_NUMPY_GLOBALS`)
+is an `OldCheckpointError`, one line naming the migration that rewrites it (scripts/migrate_kept_runs.py). A file
+that asks for anything else (a pickle calling `os.system`, say; found by torch's own static scan) or that is a
+bare pickle rather than a torch.save zip is refused with `UnsafeCheckpointError`, one line naming the file and what
+it asks for. Neither is taken for a corrupt file (nothing falls back from it, nothing renames it).
 
 `resume=auto` loads `ckpt/last.pt`; if that file is truncated or corrupt it is reported by name, renamed to
 `last.pt.corrupt` (so that the next save does not rotate it into prev.pt) and the previous good one
@@ -42,6 +42,11 @@ class CheckpointError(HighwayError):
     """A checkpoint that is missing, corrupt, of another format version or of another architecture."""
 
 
+class OldCheckpointError(HighwayError):
+    """A checkpoint of this project in an older format: refused with the migration that rewrites it. Not a
+    CheckpointError: nothing falls back from it to an older checkpoint (which has the same format) or starts over."""
+
+
 class UnsafeCheckpointError(HighwayError):
     """A checkpoint file that asks for code (a global) no checkpoint of this project holds: refused, never run.
 
@@ -50,7 +55,8 @@ class UnsafeCheckpointError(HighwayError):
 
 def _old_numpy_globals() -> list:
     """What a numpy RNG state pickled as a numpy array (checkpoints written before it was stored as plain data)
-    needs: the array's reconstructor, ndarray, dtype and the class of its uint32 dtype. Nothing else of numpy."""
+    asks for: the array's reconstructor, ndarray, dtype and the class of its uint32 dtype. Only recognised here (the
+    file is refused naming the migration); scripts/migrate_kept_runs.py reads it with exactly these allowed."""
     reconstruct = np.zeros(1, dtype=np.uint32).__reduce__()[0]  # numpy._core.multiarray._reconstruct (numpy 2)
     return [reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
 
@@ -94,15 +100,12 @@ def rng_state() -> dict:
     return state
 
 
-def _numpy_state(saved) -> tuple:
-    """np.random.set_state's tuple from a checkpoint's numpy entry: the plain dict of `rng_state`, or the tuple
-    np.random.get_state() returns (key a uint32 array), as older checkpoints hold it."""
-    if isinstance(saved, dict):
-        key = saved["key"]
-        key = key.numpy() if torch.is_tensor(key) else np.asarray(key)
-        return (saved["bit_generator"], key.astype(np.uint32), int(saved["pos"]), int(saved["has_gauss"]),
-                float(saved["cached_gaussian"]))
-    return tuple(saved)
+def _numpy_state(saved: dict) -> tuple:
+    """np.random.set_state's tuple from a checkpoint's numpy entry (the plain dict of `rng_state`)."""
+    key = saved["key"]
+    key = key.numpy() if torch.is_tensor(key) else np.asarray(key)
+    return (saved["bit_generator"], key.astype(np.uint32), int(saved["pos"]), int(saved["has_gauss"]),
+            float(saved["cached_gaussian"]))
 
 
 def set_rng_state(state: dict) -> None:
@@ -149,13 +152,21 @@ def _refused(path: Path, error: Exception) -> list[str]:
         with open(path, "rb") as f:
             return [BARE_PICKLE] if f.read(1) == pickle.PROTO else []
     try:
-        with torch.serialization.safe_globals(OLD_NUMPY_GLOBALS):
+        with torch.serialization.safe_globals(OLD_NUMPY_GLOBALS):  # what the old format holds is not what is refused
             asked = sorted(torch.serialization.get_unsafe_globals_in_checkpoint(path))
     except Exception:  # a damaged zip: the loader's own words
         asked = []
     msg = str(error)
     return asked or list(dict.fromkeys(re.findall(r"GLOBAL ([\w.]+)", msg) +
                                        re.findall(r"but got <class '([\w.]+)'>", msg)))
+
+
+def load_old_format(path: Path) -> dict:
+    """A checkpoint of the older format, read with exactly the old numpy state's globals allowed (weights only):
+    how `load` tells that format apart, and how scripts/migrate_kept_runs.py reads it."""
+    with torch.serialization.safe_globals(OLD_NUMPY_GLOBALS), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Detected pickle protocol")
+        return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def load(path: Path, map_location="cpu") -> dict:
@@ -165,10 +176,19 @@ def load(path: Path, map_location="cpu") -> dict:
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
     try:
-        with torch.serialization.safe_globals(OLD_NUMPY_GLOBALS), warnings.catch_warnings():
+        with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Detected pickle protocol")  # a bare pickle: refused below
             ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # a refused global (UnpicklingError); or a truncated zip, garbage bytes, ...
+        if isinstance(e, pickle.UnpicklingError):
+            try:
+                load_old_format(path)
+            except Exception as beyond:  # what it asks for beyond the old format
+                e = beyond
+            else:
+                raise OldCheckpointError(
+                    f"checkpoint {path} holds numpy's RNG state as an array, the format of older checkpoints of this "
+                    f"project: python scripts/migrate_kept_runs.py {path.parent.parent} rewrites it") from None
         refused = _refused(path, e) if isinstance(e, pickle.UnpicklingError) else []
         if refused:
             what = ("is a bare pickle, which no checkpoint of this project is (torch.save writes a zip file)"
