@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test lint test-all demo bench bench-grouped bench-cpu-scale bench-precision bench-compile tables reproduce-table reproduce-all estimate-all calibrate parity readme clean wandb-export wandb-dashboards
+.PHONY: help setup test lint test-slow test-all demo bench bench-grouped bench-cpu-scale bench-precision bench-compile tables reproduce-table reproduce-all estimate-all calibrate parity readme clean wandb-export wandb-dashboards
 # (not the reproduce-<table> names: make skips pattern rules for .PHONY targets)
 
 help: ## list every target with one line each (the paper tables: reproduce-<table>, from highway_repro/targets.py)
@@ -32,6 +32,9 @@ test: setup ## fast test suite (pytest -m "not slow"; set HIGHWAY_DATA_MIRROR fo
 
 lint: setup ## ruff: unused imports and names, undefined names, lines over 120 characters (pyproject.toml)
 	$(BIN)/ruff check highway_repro scripts bench hydra_plugins tests
+
+test-slow: setup ## the slow tests only (pytest -m slow: subprocess, two-process, kill -9, compile and dry-run tests)
+	$(BIN)/python -m pytest -m slow -q $(PYTEST_ARGS)
 
 test-all: setup ## every test, slow ones included
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
