@@ -5,6 +5,7 @@ that `checkpoint.load` reads them with no allowlist.
 
     python scripts/migrate_kept_runs.py            # every kept run under results/ (its result is committed)
     python scripts/migrate_kept_runs.py runs/x     # the run folders under a folder of your own
+    python scripts/migrate_kept_runs.py x/last.pt  # one checkpoint file
 
 Each `config_resolved.yaml` is read as data and written back as OmegaConf writes a run's config (the same bytes but
 for the renamed keys, each in its place); each `ckpt/*.pt` that `checkpoint.load` names as the older format is read
@@ -47,13 +48,9 @@ def plain_numpy_state(state) -> dict:
 
 def migrate_checkpoint(path: Path) -> bool:
     """Rewrite one checkpoint of the old numpy RNG format; False when it is in the current format (or not one)."""
-    try:
-        ck.load(path)
+    if not ck.old_format(path):  # the current format, or not a checkpoint this migration reads: left as it is
         return False
-    except ck.OldCheckpointError:
-        c = ck.load_old_format(path)
-    except Exception:  # not a checkpoint this migration reads: left as it is
-        return False
+    c = ck.load_old_format(path)
     c["rng"]["numpy"] = plain_numpy_state(c["rng"]["numpy"])
     ck.atomic_torch_save(c, path)
     return True
@@ -76,7 +73,7 @@ def main(argv=None) -> int:
     ap.add_argument("folders", nargs="*", type=Path, default=[ROOT / "results"])
     args = ap.parse_args(argv)
     for folder in args.folders:
-        done = migrate(folder)
+        done = ([folder] if migrate_checkpoint(folder) else []) if folder.is_file() else migrate(folder)
         print(f"{folder}: {len(done)} file(s) rewritten to the current formats")
     return 0
 

@@ -1,7 +1,8 @@
 """Checkpoints: format version and resolved config, a corrupt last.pt falls back to prev.pt, a checkpoint of
 another architecture is a one-line error; a checkpoint that would run code (a crafted zip or bare pickle) is
 refused in one line wherever it is read (resume=auto, resume=<path>, best.pt), never fallen back from, and nothing
-in it runs; the RNG state is plain data, and checkpoints with numpy's RNG state as an array still load."""
+in it runs, whatever its pickle protocol; the RNG state is plain data, and a checkpoint with numpy's RNG state as an
+array (the older format) is one line naming the migration, after which it resumes exactly."""
 
 from __future__ import annotations
 
@@ -147,17 +148,13 @@ def _crafted(path: Path, kind: str, marker: Path) -> Path:
 
 
 def _refusal(path: Path, kind: str = "zip") -> str:
-    """The start of the refusal: a zip names what it asks for (torch's static scan), a bare pickle is refused whole."""
-    if kind == "pickle":
-        return f"checkpoint {path} is a bare pickle, which no checkpoint of this project is"
     return f"checkpoint {path} holds {SYSTEM}, which no checkpoint of this project holds"
 
 
 @pytest.mark.parametrize("kind", ["zip", "pickle"])
 def test_a_checkpoint_that_would_run_code_is_refused_not_run(kind, tmp_path):
     """checkpoint.load reads with weights_only: the crafted file is refused in one line naming it and what it holds
-    (a zip: the global; a bare pickle: that it is one), an UnsafeCheckpointError, not a CheckpointError, and nothing
-    in it runs. Plain unpickling of the same bytes
+    (an UnsafeCheckpointError, not a CheckpointError), and nothing in it runs. Plain unpickling of the same bytes
     does run it (the file is a real threat)."""
     marker = tmp_path / "marker"
     path = _crafted(tmp_path / "last.pt", kind, marker)
@@ -197,6 +194,34 @@ def test_resume_auto_refuses_a_last_checkpoint_that_would_run_code(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt", "prev.pt"] and not marker.exists()
 
 
+@pytest.mark.parametrize("protocol", [0, 2, 4, 5])
+@pytest.mark.parametrize("kind", ["zip", "pickle"])
+def test_a_crafted_pickle_of_any_protocol_is_refused_not_taken_for_a_corrupt_file(kind, protocol, tmp_path):
+    """torch.save writes protocol 2, and torch's own scan of a checkpoint (`get_unsafe_globals_in_checkpoint`) reads
+    no other; a crafted file of another protocol, a torch.save zip with its data.pkl replaced or a bare pickle, is
+    still refused naming the global (the project's scan reads every protocol), so that load_latest never falls back
+    from it to prev.pt or renames it."""
+    import zipfile
+
+    marker = tmp_path / "marker"
+    ck.save(tmp_path, "last", {"model": {}, "step": 1})
+    ck.save(tmp_path, "last", {"model": {}, "step": 2})
+    payload = {"format_version": ck.FORMAT_VERSION, "model": {}, "step": 99, "x": _RunsCode(marker)}
+    data = pickle.dumps(payload, protocol=protocol)
+    last = tmp_path / "last.pt"
+    if kind == "zip":
+        with zipfile.ZipFile(last) as z:
+            items = {n: z.read(n) for n in z.namelist()}
+        with zipfile.ZipFile(last, "w") as z:
+            for n, blob in items.items():
+                z.writestr(n, data if n.endswith("data.pkl") else blob)
+    else:
+        last.write_bytes(data)
+    with pytest.raises(ck.UnsafeCheckpointError, match=_refusal(last)):
+        ck.load_latest(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt", "prev.pt"] and not marker.exists()
+
+
 def test_the_old_numpy_rng_format_is_named_and_any_other_numpy_type_refused(tmp_path):
     """A checkpoint asking for a uint32 array's types and nothing else is the older format of this project's
     checkpoints: one line naming the migration (an OldCheckpointError, never fallen back from); any other numpy type
@@ -206,14 +231,19 @@ def test_the_old_numpy_rng_format_is_named_and_any_other_numpy_type_refused(tmp_
         with pytest.raises(ck.UnsafeCheckpointError, match=rf"x.pt holds numpy\.\S*{name}"):
             ck.load(tmp_path / "x.pt")
     (tmp_path / "ckpt").mkdir()
-    torch.save({"format_version": ck.FORMAT_VERSION, "model": {}, "x": np.arange(3, dtype=np.uint32)},
+    torch.save({"format_version": ck.FORMAT_VERSION, "model": {}, "rng": {"numpy": np.random.get_state()}},
                tmp_path / "ckpt" / "x.pt")
     with pytest.raises(ck.OldCheckpointError) as e:
         ck.load(tmp_path / "ckpt" / "x.pt")
     assert str(e.value) == (f"checkpoint {tmp_path / 'ckpt' / 'x.pt'} holds numpy's RNG state as an array, the "
                             f"format of older checkpoints of this project: python scripts/migrate_kept_runs.py "
-                            f"{tmp_path} rewrites it")
+                            f"{tmp_path / 'ckpt' / 'x.pt'} rewrites it")
     assert not isinstance(e.value, ck.CheckpointError) and isinstance(e.value, USER_ERRORS)
+    # a uint32 array anywhere but the RNG state is no checkpoint of ours: refused, not taken for the old format
+    torch.save({"format_version": ck.FORMAT_VERSION, "model": {}, "x": np.arange(3, dtype=np.uint32)},
+               tmp_path / "y.pt")
+    with pytest.raises(ck.UnsafeCheckpointError, match=r"y.pt holds numpy\."):
+        ck.load(tmp_path / "y.pt")
 
 
 def test_rng_state_is_plain_data_and_restores_numpy_exactly(tmp_path):

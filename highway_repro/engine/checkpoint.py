@@ -5,9 +5,9 @@ tensors and plain Python values only (the numpy RNG state as a dict with its key
 with `torch.load(weights_only=True)`, which builds tensors and plain values and nothing else; a checkpoint written
 before the numpy RNG state was stored as plain data (a numpy array: exactly the globals of `OLD_NUMPY_GLOBALS`)
 is an `OldCheckpointError`, one line naming the migration that rewrites it (scripts/migrate_kept_runs.py). A file
-that asks for anything else (a pickle calling `os.system`, say; found by torch's own static scan) or that is a
-bare pickle rather than a torch.save zip is refused with `UnsafeCheckpointError`, one line naming the file and what
-it asks for. Neither is taken for a corrupt file (nothing falls back from it, nothing renames it).
+that asks for anything else (a pickle calling `os.system`, say, in a zip or bare, of any pickle protocol) is refused
+with `UnsafeCheckpointError`, one line naming the file and what it asks for. Neither is taken for a corrupt file
+(nothing falls back from it, nothing renames it).
 
 `resume=auto` loads `ckpt/last.pt`; if that file is truncated or corrupt it is reported by name, renamed to
 `last.pt.corrupt` (so that the next save does not rotate it into prev.pt) and the previous good one
@@ -19,8 +19,10 @@ disk: `StorageError`) removes its own.
 from __future__ import annotations
 
 import logging
+import io
 import os
 import pickle
+import pickletools
 import random
 import re
 import warnings
@@ -62,7 +64,6 @@ def _old_numpy_globals() -> list:
 
 
 OLD_NUMPY_GLOBALS = _old_numpy_globals()
-BARE_PICKLE = "a bare pickle"  # what `_refused` names for a file that is a pickle but not a torch.save zip
 
 
 def atomic_torch_save(obj, path: Path) -> None:
@@ -143,30 +144,96 @@ def _reason(error: Exception) -> str:
     return (detail or lines or [""])[0]
 
 
-def _refused(path: Path, error: Exception) -> list[str]:
-    """What in the file the weights-only loader refused, [] when it is plain damage: the globals outside the allowed
-    ones that torch's own static scan of a torch.save zip finds (`get_unsafe_globals_in_checkpoint`: nothing is
-    imported or called), else those the loader's error names; a file that is a bare pickle (torch.save writes zips)
-    is refused whole."""
-    if not zipfile.is_zipfile(path):
-        with open(path, "rb") as f:
-            return [BARE_PICKLE] if f.read(1) == pickle.PROTO else []
+def _global_name(obj) -> str:
+    return f"{obj.__module__}.{obj.__qualname__}"
+
+
+def _allowed(names: list[str]) -> list[str]:
+    """The names among `names` that torch's weights-only loader builds by default or OLD_NUMPY_GLOBALS holds."""
+    ours = {_global_name(g) for g in OLD_NUMPY_GLOBALS}
     try:
-        with torch.serialization.safe_globals(OLD_NUMPY_GLOBALS):  # what the old format holds is not what is refused
-            asked = sorted(torch.serialization.get_unsafe_globals_in_checkpoint(path))
-    except Exception:  # a damaged zip: the loader's own words
-        asked = []
+        from torch import _weights_only_unpickler as wou
+
+        torch_own = set(wou._get_allowed_globals())
+    except (ImportError, AttributeError):  # a torch without that table: its own types and OrderedDict
+        return [n for n in names if n in ours or n.startswith("torch.") or n == "collections.OrderedDict"]
+    return [n for n in names if n in ours or n in torch_own]
+
+
+def _pickles(path: Path) -> list[bytes]:
+    """The pickle streams of a checkpoint file: a zip's data.pkl, else the raw file (a bare or legacy pickle)."""
+    if zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as z:
+                return [z.read(n) for n in z.namelist() if n.endswith("data.pkl")]
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError):
+            return []
+    return [path.read_bytes()]
+
+
+def _globals_asked(path: Path) -> list[str]:
+    """Every global the file's pickles name (module.name), read statically (pickletools: nothing is imported or
+    called), up to where a stream stops parsing: a truncated file still tells what it asked for before its end."""
+    found: list[str] = []
+    for data in _pickles(path):
+        stream = io.BytesIO(data)
+        for _ in range(8):  # a legacy torch file is a few pickles in a row, then raw storage bytes
+            pushed: list = []  # what the opcodes pushed (strings, else None): STACK_GLOBAL takes the last two
+            memo: dict = {}
+            try:
+                for op, arg, _pos in pickletools.genops(stream):
+                    if op.name in ("GLOBAL", "INST"):
+                        found.append(".".join(str(arg).split(" ", 1)))
+                    elif op.name == "STACK_GLOBAL":
+                        found.append(f"{pushed[-2] if len(pushed) > 1 else '?'}.{pushed[-1] if pushed else '?'}")
+                    elif op.name == "MEMOIZE":
+                        memo[len(memo)] = pushed[-1] if pushed else None
+                    elif op.name in ("PUT", "BINPUT", "LONG_BINPUT"):
+                        memo[arg] = pushed[-1] if pushed else None
+                    elif op.name in ("GET", "BINGET", "LONG_BINGET"):
+                        pushed.append(memo.get(arg))
+                    elif op.stack_after:
+                        pushed.append(arg if isinstance(arg, str) else None)
+            except Exception:  # the end of the readable pickles
+                break
+            if stream.tell() >= len(data):
+                break
+    return list(dict.fromkeys(found))
+
+
+def _refused(path: Path, error: Exception) -> list[str]:
+    """What in the file the weights-only loader refused (globals or types named), [] when it is plain damage. Read
+    by the project's own static scan (`_globals_asked`), not torch's `get_unsafe_globals_in_checkpoint`, which reads
+    only the pickle protocol torch.save writes: a crafted protocol-4 pickle in a zip, or a bare pickle, stops it
+    before the global it asks for, and would pass for a corrupt file."""
     msg = str(error)
-    return asked or list(dict.fromkeys(re.findall(r"GLOBAL ([\w.]+)", msg) +
-                                       re.findall(r"but got <class '([\w.]+)'>", msg)))
+    named = re.findall(r"GLOBAL ([\w.]+)", msg) + re.findall(r"but got <class '([\w.]+)'>", msg)
+    asked = [g for g in _globals_asked(path) if re.fullmatch(r"[A-Za-z_][\w.]*\.\w+", g)]
+    asked = [g for g in asked if g not in _allowed(asked)]
+    named = [n for n in named if not any(g == n or g.endswith(f".{n}") for g in asked)]  # exec: builtins.exec
+    return list(dict.fromkeys(named + asked))
 
 
 def load_old_format(path: Path) -> dict:
-    """A checkpoint of the older format, read with exactly the old numpy state's globals allowed (weights only):
-    how `load` tells that format apart, and how scripts/migrate_kept_runs.py reads it."""
+    """A checkpoint of the older format, read with exactly the old numpy state's globals allowed (weights only), as
+    scripts/migrate_kept_runs.py reads it."""
     with torch.serialization.safe_globals(OLD_NUMPY_GLOBALS), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Detected pickle protocol")
         return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _is_old(ckpt) -> bool:
+    """A checkpoint read by `load_old_format` is of the older format when its numpy RNG state is np.random.get_state()'s
+    tuple (a numpy array anywhere else is no checkpoint of ours)."""
+    return isinstance(ckpt, dict) and isinstance((ckpt.get("rng") or {}).get("numpy"), tuple)
+
+
+def old_format(path: Path) -> bool:
+    """Whether `path` is a checkpoint of the older format (scripts/migrate_kept_runs.py rewrites those)."""
+    try:
+        return _is_old(load_old_format(path))
+    except Exception:
+        return False
 
 
 def load(path: Path, map_location="cpu") -> dict:
@@ -182,20 +249,20 @@ def load(path: Path, map_location="cpu") -> dict:
     except Exception as e:  # a refused global (UnpicklingError); or a truncated zip, garbage bytes, ...
         if isinstance(e, pickle.UnpicklingError):
             try:
-                load_old_format(path)
-            except Exception as beyond:  # what it asks for beyond the old format
+                old = load_old_format(path)
+            except Exception as beyond:  # it asks for more than the older format's numpy globals: that is named
                 e = beyond
             else:
-                raise OldCheckpointError(
-                    f"checkpoint {path} holds numpy's RNG state as an array, the format of older checkpoints of this "
-                    f"project: python scripts/migrate_kept_runs.py {path.parent.parent} rewrites it") from None
+                if _is_old(old):
+                    raise OldCheckpointError(
+                        f"checkpoint {path} holds numpy's RNG state as an array, the format of older checkpoints of "
+                        f"this project: python scripts/migrate_kept_runs.py {path} rewrites it") from None
         refused = _refused(path, e) if isinstance(e, pickle.UnpicklingError) else []
         if refused:
-            what = ("is a bare pickle, which no checkpoint of this project is (torch.save writes a zip file)"
-                    if refused == [BARE_PICKLE] else f"holds {', '.join(refused)}, which no checkpoint of this project "
-                    "holds (only tensors, plain Python values and numpy's RNG state)")
-            raise UnsafeCheckpointError(f"checkpoint {path} {what}: refused, nothing in it was run; delete it or "
-                                        "resume from another checkpoint") from None
+            raise UnsafeCheckpointError(
+                f"checkpoint {path} holds {', '.join(refused)}, which no checkpoint of this project holds (only "
+                f"tensors, plain Python values and numpy's RNG state): refused, nothing in it was run; delete it or "
+                f"resume from another checkpoint") from None
         reason = ": ".join([type(e).__name__] + [_reason(e)] * bool(_reason(e)))
         raise CheckpointError(f"checkpoint {path} is corrupt or truncated ({reason})") from None
     if not isinstance(ckpt, dict) or "model" not in ckpt:
