@@ -146,13 +146,10 @@ def launch(cfg: DictConfig, out_dir: Path, multirun: bool, train) -> float | Non
     own_dir, out_dir = out_dir, Path(dist.broadcast_object(str(out_dir)))  # rank 0's run folder for all
     if dist.rank:
         logging.getLogger().setLevel(logging.WARNING)
-    finished = False
     try:
-        result = run_job(cfg, out_dir, multirun, train, dist)
-        finished = True
-        return result
+        return run_job(cfg, out_dir, multirun, train, dist)
     finally:
-        dist.cleanup(finished)
+        dist.cleanup()
         if own_dir != out_dir and own_dir.is_dir() and {p.name for p in own_dir.iterdir()} <= {".hydra", "train.log"}:
             shutil.rmtree(own_dir, ignore_errors=True)  # the stray folder of a later-starting rank
 

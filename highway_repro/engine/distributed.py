@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import datetime
 import inspect
+import logging
 import os
 from dataclasses import dataclass, field
 
@@ -39,6 +40,8 @@ import torch
 import torch.distributed as tdist
 
 from highway_repro.errors import HighwayError
+
+TEARDOWN_S = 120.0  # at most this long a rank waits for the others before the process group is destroyed
 
 ENV_VARS = ("WORLD_SIZE", "RANK", "LOCAL_RANK")
 
@@ -171,15 +174,18 @@ class DistInfo:
         tdist.broadcast_object_list(box, src=src, group=self._flag_group)
         return box[0]
 
-    def cleanup(self, finished: bool = True) -> None:
-        """Destroy the process group. After a finished job every rank first meets the others (a barrier on the
-        CPU group): a rank that tears gloo down while a peer still holds its connection aborts the peer
-        (`terminate called without an active exception`, exit code -6 under torchrun). After a failed job the
-        others may never arrive, so it does not wait."""
-        if tdist.is_initialized():
-            if finished:
-                tdist.barrier(group=self._flag_group)
-            tdist.destroy_process_group()
+    def cleanup(self) -> None:
+        """Destroy the process group once every rank is there: first a monitored barrier on the CPU group, since a
+        rank that tears gloo down while a peer still holds the connection aborts the peer (`terminate called
+        without an active exception`, exit code -6 under torchrun). A rank that never arrives (it failed, or stopped
+        alone) costs at most TEARDOWN_S of waiting; the group is destroyed either way."""
+        if not tdist.is_initialized():
+            return
+        try:
+            tdist.monitored_barrier(group=self._flag_group, timeout=datetime.timedelta(seconds=TEARDOWN_S))
+        except Exception as e:  # a rank that did not arrive: tear down all the same
+            logging.getLogger(__name__).warning("teardown without every rank: %s", str(e).strip().splitlines()[0])
+        tdist.destroy_process_group()
 
 
 def init_from_env(device: str = "auto", backend: str | None = None, seed: int = 0,

@@ -7,8 +7,8 @@ which the slow tests check on CPU with dropout off). The first compiled call is 
 one, runs the module's own forward), inside the warm-up on a GPU (10 steps).
 
 On a GPU this phase alone fills a call (each compiled run compiles for about a minute), so `make gpu-check` leaves
-it out and `make gpu-check-compiled` runs it alone (`--compiled`, the other phases skipped, results in
-results/gpu_check_compiled.md); the dry run (`DRY=1`) runs it with the rest.
+it out and `make gpu-check-compiled` runs it with the matmul peak only (for the MFU; `--compiled`, the other phases
+skipped, results in results/gpu_check_compiled.md); the dry run (`DRY=1`) runs it with the rest.
 
 Dry run (CPU, smoke sizes): the same code path; inductor compiles for the CPU and `reduce-overhead` has no graphs
 to capture there."""
