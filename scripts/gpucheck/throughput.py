@@ -158,6 +158,8 @@ def throughput_section(ctx: Ctx) -> None:
     rows = []
     worst = None
     for (ck, var, prec), r in ctx.results.items():
+        if "+compile-" in var:  # phase `compiled` has its own table (scripts/gpucheck/compiled.py)
+            continue
         other = ctx.results.get((ck, var, "fp32" if prec == "bf16" else "bf16"))
         rel = None
         if other and prec == "bf16" and r["finite"] and other["finite"]:
