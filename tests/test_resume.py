@@ -119,6 +119,13 @@ class Driver:
         return _final(self.out)
 
 
+def _ends_as_uninterrupted(d, ref: dict, tmp_path: Path) -> None:
+    """The interrupted run, resumed to its end, has the uninterrupted run's final metrics and metrics.jsonl."""
+    final = d.finish()
+    assert _stable(final) == _stable(ref)
+    assert _history(tmp_path / "run") == _history(tmp_path / "ref")
+
+
 @needs_mirror
 def test_killed_during_a_checkpoint_write_resumes_to_identical_metrics(tmp_path):
     """SIGKILL while a later checkpoint is written (last.pt rotated to prev.pt, the new one half written), then
@@ -127,9 +134,7 @@ def test_killed_during_a_checkpoint_write_resumes_to_identical_metrics(tmp_path)
     ref = _reference(IMAGE, tmp_path / "ref")
     d = Driver(IMAGE, tmp_path / "run")
     d.kill_during_checkpoint_write()
-    final = d.finish()
-    assert _stable(final) == _stable(ref)
-    assert _history(tmp_path / "run") == _history(tmp_path / "ref")
+    _ends_as_uninterrupted(d, ref, tmp_path)
     assert "falling back" not in d.output()  # a write killed midway leaves no corrupt last.pt, just none
 
 
@@ -143,9 +148,7 @@ def test_image_killed_anywhere_resumes_to_identical_metrics(tmp_path):
     d.terminate_after_step(2)              # clean stop at step >= 3, saved there
     d.kill_during_checkpoint_write()       # the next write (step 6): the next start resumes from prev.pt
     d.kill_during_step(6)                  # once a step past the killed process's lines is logged
-    final = d.finish()
-    assert _stable(final) == _stable(ref)
-    assert _history(tmp_path / "run") == _history(tmp_path / "ref")
+    _ends_as_uninterrupted(d, ref, tmp_path)
     assert "falling back" not in d.output()  # a write killed midway leaves no corrupt last.pt, just none
 
 
@@ -158,9 +161,7 @@ def test_lm_with_memory_killed_anywhere_resumes_to_identical_metrics(tmp_path):
     d.terminate_after_step(2, signal.SIGINT)
     d.kill_during_step(4)
     d.kill_during_checkpoint_write(tries=8)
-    final = d.finish()
-    assert _stable(final) == _stable(ref)
-    assert _history(tmp_path / "run") == _history(tmp_path / "ref")
+    _ends_as_uninterrupted(d, ref, tmp_path)
 
 
 def _in_process_interruptions(tmp_path, monkeypatch, when, extra=()):
