@@ -12,15 +12,35 @@ import hashlib
 import io
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from highway_repro.errors import storage_error, unwritable
 from highway_repro.lock import pid_alive
 
-from .sources import ChecksumError, _digest, _get, _save_atomic, cache_dir
+from .sources import ChecksumError, _digest, _get, cache_dir
 
 CACHE_VERSION = 2
+
+
+def _save_atomic(path: Path, write) -> None:
+    """Write `path` through `<name>.<pid>.<random>.tmp` and a rename; a failed write removes its temp file; in a
+    prepared folder, a killed writer's is swept by the next build (:func:`_sweep_temp_files`)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.{os.getpid()}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException as e:
+        cause = unwritable(e)
+        if cause is not None:
+            raise storage_error(cause, path) from None
+        raise
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def _sweep_temp_files(folder: Path) -> None:

