@@ -121,7 +121,8 @@ MODELS: dict[str, dict[str, Rule]] = {
         "same_length": BOOL, "eval_tgt_len": optional(POSITIVE_INT), "eval_mem_len": optional(NON_NEGATIVE_INT),
         "eval_clamp_len": optional(CLAMP_LEN),
         "eval_same_length": optional(BOOL), "norm_position": one_of(*NORM_POSITIONS),
-        "tie_embeddings": Rule("true (only the tied softmax of the paper's runs is implemented)", lambda v: v is True)},
+        "tie_embeddings": Rule("true (only the tied softmax of the paper's runs is implemented)", lambda v: v is True),
+        "flex_attention": BOOL},
     "MLP": {
         "kind": one_of(*MLP_KINDS), "depth": Rule("an integer >= 2 (1 plain input layer + depth - 1 layers)",
                                                   lambda v: is_int(v) and v >= 2),
@@ -176,6 +177,9 @@ def _cross_transformer_xl(v: Mapping, prefix: str) -> None:
         if same is True and mem == 0:
             raise error(f"{prefix}{p}same_length", True, "false when the memory is empty: the window is mem_len keys",
                         f"is not allowed with {prefix}{p}mem_len=0")
+    if v.get("flex_attention") is True and is_number(v.get("attn_dropout")) and v["attn_dropout"] > 0:
+        raise error(f"{prefix}attn_dropout", v["attn_dropout"], "0.0: FlexAttention has no attention dropout",
+                    f"is not allowed with {prefix}flex_attention=True")
 
 
 CROSS_CHECKS: dict[str, Callable[[Mapping, str], None]] = {

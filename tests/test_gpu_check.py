@@ -299,6 +299,24 @@ def test_compiled_section_compares_each_mode_with_eager(tmp_path):
     assert speedups == {"speedup_default": pytest.approx(1.5), "speedup_reduce-overhead": pytest.approx(2.5)}
 
 
+def test_compiled_phase_times_flex_attention_beside_the_core_on_a_gpu(tmp_path):
+    """Transformer-XL's flex run comes after its own modes, on a GPU only (torch's FlexAttention has no CPU
+    backward); its row names it and its step time is set against the core's, both compiled alike."""
+    assert compiled.runs_of("txl6", compiled.MODES, dry=False)[-1] == ("default", True)
+    assert all(not flex for _, flex in compiled.runs_of("txl6", compiled.MODES, dry=True))
+    assert all(not flex for _, flex in compiled.runs_of("tlm3", compiled.MODES, dry=False))  # no relative attention
+    args = cli.parse(["--dry-run", "--out", str(tmp_path / "gpu_check"), "--runs", str(tmp_path / "runs")])
+    ctx = Ctx(args, Report(Path(args.out), True, "test"))
+    ctx.results = {("txl6", "baseline", "bf16"): _result(0.030, 1.500),
+                   ("txl6", "baseline+compile-default", "bf16"): _result(0.020, 1.501),
+                   ("txl6", "baseline+flex+compile-default", "bf16"): _result(0.016, 1.502)}
+    compiled.compiled_section(ctx)
+    body = "\n".join(ctx.rep.sections["compiled"][1])
+    assert "| bf16 | default, flex attention | 16.0 | 62,500 tokens/s | 1.88 |" in body
+    ratios = {r[4]: float(r[5]) for r in ctx.rep.rows if r[0] == "compiled"}
+    assert ratios["flex_vs_core_default"] == pytest.approx(1.25) and "speedup_default_flex" in ratios
+
+
 @needs_mirror
 @pytest.mark.slow
 def test_dry_run_of_the_compiled_phase_reports_no_problem(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ and gradients (and gradcheck in float64). No model imports this module for anyth
 - `gate_sum(h, x, sub, act, term)`: the pre-LayerNorm sum of a sublayer gate (`gates.SublayerGate`), for the
   kinds whose formula is x + sub + term with term one of `GATE_TERMS`.
 - `rel_attention(q, kv, rk, u, v, mask, scale, p_drop)`: the relative multi-head attention of Transformer-XL
-  (`transformer_xl.RelMultiHeadAttn`).
+  (`transformer_xl.RelMultiHeadAttn`); `rel_attention_flex`, the same through FlexAttention (`flex_attention=True`).
 - `local_rnn(x, rnn, window)`: the R-Transformer's local RNN (`r_transformer.LocalRNN`) with each position's
   input projection computed once; the window recurrence with a hand-written backward (`_LocalGRU`,
   `_LocalLSTM`).
@@ -103,6 +103,44 @@ def rel_attention(q: torch.Tensor, kv: torch.Tensor, rk: torch.Tensor, u: torch.
     bias = (bd * scale).masked_fill(mask, float("-inf")).to(q.dtype)
     out = F.scaled_dot_product_attention(q + u[:, None], k, val, attn_mask=bias, dropout_p=p_drop, scale=scale)
     return out.transpose(1, 2).reshape(B, Q, H * dh)  # (B, Q, H*dh)
+
+
+def rel_attention_flex(q: torch.Tensor, kv: torch.Tensor, rk: torch.Tensor, u: torch.Tensor, v: torch.Tensor,
+                       mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """`rel_attention` through FlexAttention (`torch.nn.attention.flex_attention`, Guessous et al. 2024): the
+    content term AC is flex's own product of the queries q+u with the keys, the position term BD enters through a
+    score modifier, and the mask through a block mask (blocks wholly hidden are skipped).
+
+    q (B, Q, H*dh), kv (B, K, 2*H*dh) = [k | val], rk (K, H*dh), u, v (H, dh), mask (Q, K) bool (True = hidden)
+    -> (B, Q, H*dh), as `rel_attention`. BD before the shift, (q+v) rk^T * scale (B, H, Q, K), is one matmul;
+    the modifier reads it at the shifted column: score(i, j) += BD[i, Q-1-i+j] (`layers.rel_shift`: row Q-1-i+j
+    of rk holds the distance M+i-j, M = K-Q), clamped into range where the mask hides (j > M+i). No attention
+    dropout (the constructor refuses `attn_dropout` > 0 with it). Arithmetic in q's dtype (bf16 under autocast).
+
+    Torch 2.13's FlexAttention has no backward on a CPU (its own NotImplementedError): there it computes
+    inference only, and `RelMultiHeadAttn` refuses to train with it. Eager on a GPU it is torch's unfused
+    reference; the fused kernel comes with `trainer.compile`. tests/test_flex_attention.py ties it to the core.
+    """
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    (B, Q, _), K, (H, dh) = q.shape, kv.shape[1], u.shape
+    with torch.autocast(q.device.type, enabled=False):
+        dt = q.dtype
+        q4 = q.view(B, Q, H, dh).transpose(1, 2)  # (B, H, Q, dh)
+        k, val = kv.to(dt).view(B, K, 2, H, dh).permute(2, 0, 3, 1, 4)  # (B, H, K, dh) each
+        rkh = rk.to(dt).view(K, H, dh).transpose(0, 1)  # (H, K, dh)
+        bd = torch.matmul(q4 + v.to(dt)[:, None], rkh.transpose(-1, -2)) * scale  # BD before the shift, (B, H, Q, K)
+
+        def add_bd(score, b, h, i, j):
+            return score + bd[b, h, i, (Q - 1 - i + j).clamp(max=K - 1)]
+
+        def visible(b, h, i, j):
+            return ~mask[i, j]
+
+        block = create_block_mask(visible, None, None, Q, K, device=q.device)
+        out = flex_attention(q4 + u.to(dt)[:, None], k.contiguous(), val.contiguous(), score_mod=add_bd,
+                             block_mask=block, scale=scale)  # (B, H, Q, dh)
+    return out.transpose(1, 2).reshape(B, Q, H * dh)
 
 
 class _RelAttnCore(torch.autograd.Function):

@@ -19,7 +19,10 @@ transform gate, C = 1 - T the carry gate, `gate_bias` shifts the gate's pre-acti
 (negative = carry by default). An ungated sublayer has no gate parameters.
 
 `fused=True` runs the gates and the relative attention through `kernels.py` (same numbers, fewer
-memory passes; the configs turn it on); the code below is the plain formula either way.
+memory passes; the configs turn it on); the code below is the plain formula either way. `flex_attention=True`
+runs the relative attention through FlexAttention instead (`kernels.rel_attention_flex`: AC as flex's product, BD
+as a score modifier; the gates still follow `fused`); it trains on CUDA only (torch 2.13's FlexAttention has no CPU
+backward) and is off in the configs: the hand-written core is the parity reference until a GPU measures flex faster.
 
 Names (shared by the three transformers, see `layers.py`): `layers` (the list of `Layer`), per layer
 `attn` (projections `qkv`, `r_proj`, `out`), `ffn`, `ln_attn`, `ln_ffn`, `attn_gate`, `ffn_gate`;
@@ -90,9 +93,9 @@ class RelMultiHeadAttn(nn.Module):
     """Relative multi-head attention with global biases u, v (given at call time)."""
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, dropout: float, attn_dropout: float,
-                 fused: bool = False):
+                 fused: bool = False, flex: bool = False):
         super().__init__()
-        self.n_heads, self.d_head, self.fused = n_heads, d_head, fused
+        self.n_heads, self.d_head, self.fused, self.flex = n_heads, d_head, fused, flex
         self.scale = 1.0 / math.sqrt(d_head)
         self.attn_dropout = attn_dropout
         self.qkv = normal_linear(d_model, 3 * n_heads * d_head, bias=False, std=INIT_STD)  # [W_q | W_k | W_v]
@@ -113,6 +116,11 @@ class RelMultiHeadAttn(nn.Module):
         kv = F.linear(h, w_kv)  # (B, K, 2*H*dh) = [k | val] over [mem; current]
         rk = self.r_proj(r)  # (K, H*dh)
         p_drop = self.attn_dropout if self.training else 0.0
+        if self.flex:
+            if q.requires_grad and q.device.type == "cpu":
+                raise options.error("model.flex_attention", True, "false on a CPU, true on CUDA",
+                                    "cannot train on a CPU (torch's FlexAttention has no CPU backward)")
+            return self.drop(self.out(kernels.rel_attention_flex(q, kv, rk, u, v, mask, self.scale)))
         if self.fused:
             out = kernels.rel_attention(q, kv, rk, u, v, mask, self.scale, p_drop)  # (B, Q, H*dh)
             return self.drop(self.out(out))
@@ -129,17 +137,18 @@ class RelMultiHeadAttn(nn.Module):
         return self.drop(self.out(out))  # (B, Q, d)
 
     def extra_repr(self) -> str:
-        return f"fused={self.fused}"
+        return f"fused={self.fused}, flex={self.flex}"
 
 
 class Layer(nn.Module):
     """One decoder layer: relative attention over [mem; X] and FFN, each with an optional gate."""
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, d_ff: int, dropout: float,
-                 attn_dropout: float, norm_position: str, placement: dict, gate_bias: float, fused: bool = False):
+                 attn_dropout: float, norm_position: str, placement: dict, gate_bias: float, fused: bool = False,
+                 flex: bool = False):
         super().__init__()
         self.norm_position = norm_position
-        self.attn = RelMultiHeadAttn(d_model, n_heads, d_head, dropout, attn_dropout, fused)
+        self.attn = RelMultiHeadAttn(d_model, n_heads, d_head, dropout, attn_dropout, fused, flex)
         self.ffn = FeedForward(d_model, d_ff, dropout, init_std=INIT_STD, init_each=True)  # official CoreNet
         self.ln_attn = init_layer_norm_(nn.LayerNorm(d_model), INIT_STD)
         self.ln_ffn = init_layer_norm_(nn.LayerNorm(d_model), INIT_STD)
@@ -171,7 +180,7 @@ class TransformerXL(nn.Module):
                  eval_tgt_len: int | None = None, eval_mem_len: int | None = None,
                  eval_clamp_len: int | None = None, eval_same_length: bool | None = None,
                  norm_position: str = "post", tie_embeddings: bool = True, gate_kind="none", gate_layers="all",
-                 gate_sublayers="both", gate_bias: float = 0.0, fused: bool = False):
+                 gate_sublayers="both", gate_bias: float = 0.0, fused: bool = False, flex_attention: bool = False):
         options.check_model("TransformerXL", locals())
         super().__init__()
         train_cfg = {"tgt_len": tgt_len, "mem_len": mem_len, "clamp_len": clamp_len, "same_length": same_length}
@@ -191,8 +200,8 @@ class TransformerXL(nn.Module):
         self.r_w_bias = nn.Parameter(torch.empty(n_heads, d_head).normal_(0.0, INIT_STD))  # u
         self.r_r_bias = nn.Parameter(torch.empty(n_heads, d_head).normal_(0.0, INIT_STD))  # v
         self.layers = nn.ModuleList(
-            Layer(d_model, n_heads, d_head, d_ff, dropout, attn_dropout, norm_position, p, gate_bias, fused)
-            for p in self.placement)
+            Layer(d_model, n_heads, d_head, d_ff, dropout, attn_dropout, norm_position, p, gate_bias, fused,
+                  flex_attention) for p in self.placement)
         self.ln_final = init_layer_norm_(nn.LayerNorm(d_model), INIT_STD) if norm_position == "pre" else None
         self.out_bias = nn.Parameter(torch.zeros(vocab_size))  # softmax weight = self.tok_emb.weight
 
