@@ -30,8 +30,9 @@ setup: $(VENV)/.installed ## create .venv and install the package (torch pinned 
 test: setup ## fast test suite (pytest -m "not slow"; set HIGHWAY_DATA_MIRROR for the data tests)
 	$(BIN)/python -m pytest -m "not slow" -q $(PYTEST_ARGS)
 
-lint: setup ## ruff: unused imports and names, undefined names, lines over 120 characters (pyproject.toml)
+lint: setup ## ruff (unused imports and names, undefined names, lines over 120) and import-linter (the import layers): pyproject.toml
 	$(BIN)/ruff check highway_repro scripts bench hydra_plugins tests
+	$(BIN)/lint-imports
 
 test-slow: setup ## the slow tests only (pytest -m slow: subprocess, two-process, kill -9, compile and dry-run tests)
 	$(BIN)/python -m pytest -m slow -q $(PYTEST_ARGS)
@@ -40,30 +41,30 @@ test-all: setup ## every test, slow ones included
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 demo: setup ## plain vs highway MLP at depths 10 and 50 on real MNIST: prints a table, writes runs/demo_results/
-	$(BIN)/python -m highway_repro.reproduce demo --scale cpu --fresh --results runs/demo_results
+	$(BIN)/python -m highway_repro.runner demo --scale cpu --fresh --results runs/demo_results
 
 reproduce-table: setup ## run one table's sweep and report: make reproduce-table TABLE=hn_table1 SCALE=cpu
-	@test -n "$(TABLE)" || { echo "set TABLE=<name> (see: $(BIN)/python -m highway_repro.reproduce --list)"; exit 2; }
-	$(BIN)/python -m highway_repro.reproduce $(TABLE) --scale $(SCALE) --jobs $(JOBS) $(if $(GROUP),--group $(GROUP))
+	@test -n "$(TABLE)" || { echo "set TABLE=<name> (see: $(BIN)/python -m highway_repro.runner --list)"; exit 2; }
+	$(BIN)/python -m highway_repro.runner $(TABLE) --scale $(SCALE) --jobs $(JOBS) $(if $(GROUP),--group $(GROUP))
 
 # One rule for every table of highway_repro/targets.py: make reproduce-ht-char-ptb -> table ht_char_ptb.
 reproduce-%: setup
-	$(BIN)/python -m highway_repro.reproduce $(subst -,_,$*) --scale $(SCALE) --jobs $(JOBS) $(if $(GROUP),--group $(GROUP))
+	$(BIN)/python -m highway_repro.runner $(subst -,_,$*) --scale $(SCALE) --jobs $(JOBS) $(if $(GROUP),--group $(GROUP))
 
 estimate-all: setup ## every paper table's plan and estimated cost, then the total, for JOBS jobs (default 1; JOBS=2 on 2 cores); trains nothing
-	@$(BIN)/python -m highway_repro.reproduce --all --scale $(SCALE) --jobs $(JOBS) --estimate
+	@$(BIN)/python -m highway_repro.runner --all --scale $(SCALE) --jobs $(JOBS) --estimate
 
 calibrate: setup ## time a few steps of every paper table on this machine (results/calibration.json, ~5 min): estimates then fit it
-	@$(BIN)/python -m highway_repro.reproduce --all --scale $(SCALE) --jobs $(JOBS) --calibrate
+	@$(BIN)/python -m highway_repro.runner --all --scale $(SCALE) --jobs $(JOBS) --calibrate
 
 estimate-%: setup ## print a table's plan and its estimated cost, train nothing: make estimate-ht-char-ptb JOBS=2
-	@$(BIN)/python -m highway_repro.reproduce $(subst -,_,$*) --scale $(SCALE) --jobs $(JOBS) --estimate
+	@$(BIN)/python -m highway_repro.runner $(subst -,_,$*) --scale $(SCALE) --jobs $(JOBS) --estimate
 
 reproduce-all: setup ## every paper table at SCALE, JOBS runs at once (default 1; give JOBS=2 on a 2-core machine)
-	$(BIN)/python -m highway_repro.reproduce --all --scale $(SCALE) --jobs $(JOBS)
+	$(BIN)/python -m highway_repro.runner --all --scale $(SCALE) --jobs $(JOBS)
 
 tables: setup ## rebuild every report and results/summary.csv from the kept runs in results/ (no training); fails on a damaged metrics.json unless ALLOW_DAMAGED=1
-	$(BIN)/python -m highway_repro.reproduce --all --scale $(SCALE) --report-only $(if $(ALLOW_DAMAGED),--allow-damaged)
+	$(BIN)/python -m highway_repro.runner --all --scale $(SCALE) --report-only $(if $(ALLOW_DAMAGED),--allow-damaged)
 
 wandb-export: setup ## every kept run as an offline W&B run in runs/wandb_export/ (~1 min on 2 cores; then: wandb sync)
 	$(BIN)/python -m highway_repro.dashboards export --jobs 2

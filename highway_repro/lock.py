@@ -14,7 +14,7 @@
   folder is read or written and held until the job ends. Before it, Hydra has already written the folder's
   `.hydra/` files (config.yaml, hydra.yaml, overrides.yaml: the same content for the same command; a
   different command aimed at a busy folder rewrites them with its own before it is refused) and opened
-  `train.log` for appending. The kept runs copy only `runner.keep.KEPT_FILES` and the reports find runs by
+  `train.log` for appending. The kept runs copy only `targets.KEPT_FILES` and the reports find runs by
   their metrics.json or .hydra/, so neither sees the lock file.
 - The runner's lock of a table is `<runs root>/.locks/<table>-<scale>.lock` (`runner.cli.hold_tables`): outside
   the sweep folder, which `--fresh` deletes while the lock is held, and outside results/, which is committed.

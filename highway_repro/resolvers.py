@@ -1,4 +1,5 @@
-"""The project's OmegaConf resolvers, registered on import (`highway_repro.train` imports this module).
+"""The project's OmegaConf resolvers, registered by `register()` (the training entry point, the runner's plan and the
+scripts that compose configs call it before composing).
 
 `${hp:${trial},lr,loguniform,0.001,0.3}`: a seeded random search written in config files.
 """
@@ -28,4 +29,7 @@ def hp(trial, name, dist, *args):
     raise ValueError(f"hp distribution {dist!r} is not known (valid: {', '.join(DISTRIBUTIONS)})")
 
 
-OmegaConf.register_new_resolver("hp", hp, replace=True)
+def register() -> None:
+    """Register `${hp:...}` with OmegaConf (again: a no-op)."""
+    if not OmegaConf.has_resolver("hp"):
+        OmegaConf.register_new_resolver("hp", hp)

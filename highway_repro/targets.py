@@ -19,6 +19,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = ROOT / "configs"
+SCALES = tuple(sorted(p.stem for p in (CONFIG_DIR / "scale").glob("*.yaml")))  # configs/scale/<name>.yaml
+# What a kept run folder holds (results/<paper>/runs/<name>-<scale>/<job>/): its metrics, history, config, machine
+# and overrides; never a checkpoint
+KEPT_FILES = ("metrics.json", "metrics.jsonl", "config_resolved.yaml", "run_info.json", ".hydra/overrides.yaml")
 
 
 @dataclass(frozen=True)

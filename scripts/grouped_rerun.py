@@ -67,7 +67,7 @@ def verdicts(runs: Path, names: list[str]) -> dict:
             dest = results / KEPT.relative_to(ROOT / "results") / name
             shutil.rmtree(dest)
             shutil.copytree(runs / name, dest, ignore=shutil.ignore_patterns("ckpt", ".writer.lock", "*.log"))
-        subprocess.run([sys.executable, "-m", "highway_repro.reproduce", "hn_fig1", "--scale", "cpu", "--report-only",
+        subprocess.run([sys.executable, "-m", "highway_repro.runner", "hn_fig1", "--scale", "cpu", "--report-only",
                         "--results", str(results), "--runs", str(Path(tmp) / "none")], cwd=ROOT, check=True,
                        capture_output=True)
         rows = json.loads((results / "highway_networks/fig1.claims.json").read_text())["rows"]

@@ -1,7 +1,8 @@
 """Rewrite run folders to the current formats: saved configs to the current option names (`options.RENAMED`:
 `model.norm` -> `model.norm_position`, `model.norm_style` -> `model.norm_impl`), so that the recipe guard compares
 them as they are; checkpoints whose numpy RNG state is an array (older checkpoints) to that state as plain data, so
-that `checkpoint.load` reads them with no allowlist.
+that `checkpoint.load` reads them with no allowlist; a table's record (`reproduce.json`) to the runner's command as it
+is now (`python -m highway_repro.runner`, once `python -m highway_repro.reproduce`).
 
     python scripts/migrate_kept_runs.py            # every kept run under results/ (its result is committed)
     python scripts/migrate_kept_runs.py runs/x     # the run folders under a folder of your own
@@ -17,6 +18,7 @@ twice changes nothing the second time.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -26,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from highway_repro.engine import checkpoint as ck  # noqa: E402
+from highway_repro.engine.loggers import write_json_atomic  # noqa: E402
 from highway_repro.options import RENAMED  # noqa: E402
 
 
@@ -56,15 +59,29 @@ def migrate_checkpoint(path: Path) -> bool:
     return True
 
 
+OLD_RUNNER, RUNNER = "python -m highway_repro.reproduce ", "python -m highway_repro.runner "
+
+
+def migrate_record(path: Path) -> bool:
+    """Rewrite a table record's commands of the runner's old module name; False when it holds none."""
+    record = json.loads(path.read_text())
+    commands = [c.replace(OLD_RUNNER, RUNNER) if c.startswith(OLD_RUNNER) else c for c in record.get("commands", [])]
+    if commands == record.get("commands", []):
+        return False
+    write_json_atomic(path, {**record, "commands": commands})  # as the runner writes it
+    return True
+
+
 def migrate(folder: Path) -> list[Path]:
     """Rewrite every config_resolved.yaml under `folder` that holds an old name and every checkpoint of the old
-    numpy RNG format; the files rewritten."""
+    numpy RNG format, and every reproduce.json naming the runner's old module; the files rewritten."""
     done = []
     for path in sorted(folder.rglob("config_resolved.yaml")):
         new = migrated(OmegaConf.to_container(OmegaConf.load(path)))  # OmegaConf's safe loader, its value types
         if new is not None:
             path.write_text(OmegaConf.to_yaml(OmegaConf.create(new)))
             done.append(path)
+    done += [p for p in sorted(folder.rglob("reproduce.json")) if migrate_record(p)]
     return done + [p for p in sorted(folder.rglob("ckpt/*.pt")) if migrate_checkpoint(p)]
 
 

@@ -91,7 +91,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def allow_nan_data(monkeypatch):
     """`conftest.nan_data` may stand as the data's `_target_` (config.TARGETS allows only the project's builders)."""
-    from highway_repro import config
+    from highway_repro.train import config
 
     monkeypatch.setitem(config.TARGETS, "data", (*config.TARGETS["data"], "conftest.nan_data"))
 

@@ -9,7 +9,7 @@ import pytest
 from hydra.utils import instantiate
 
 from conftest import CONFIG_DIR, EXPERIMENTS, REPO, SCALES, compose, n_params
-from highway_repro.config import validate
+from highway_repro.train.config import validate
 
 # data meta without loading data: what each data set hands the model at call time
 META = {"mnist": {"num_classes": 10, "input_shape": (1, 28, 28)},
@@ -179,7 +179,7 @@ def test_installed_versions_are_the_ones_pyproject_allows():
 def test_gate_options_set_by_hand_file_the_run_under_what_it_trained():
     """Reports group Highway Transformer runs by `variant`: gate options set after the experiment's default row
     rename the run's variant and label to those options; given together with variant= they contradict."""
-    from highway_repro.config import ConfigError, settle_variant
+    from highway_repro.train.config import ConfigError, settle_variant
 
     cfg = compose(["experiment=ht_char_ptb", "scale=smoke", "model.gate_kind=sdu_tanh", "model.gate_layers=1-2"])
     settle_variant(cfg, CONFIG_DIR, given=False)

@@ -10,7 +10,7 @@ from conftest import REPO
 
 from highway_repro.report.runs import device, load_run, one_device
 from highway_repro.runner.keep import keep, table_runs
-from highway_repro.runner.plan import SCALES
+from highway_repro.targets import SCALES
 from highway_repro.targets import REPORTS, TARGETS, kept_apart, runs_folder
 
 

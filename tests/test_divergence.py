@@ -11,7 +11,7 @@ import torch
 
 from conftest import compose, needs_mirror
 from highway_repro.engine import checkpoint as ck
-from highway_repro.cli import run_job, summary
+from highway_repro.train.job import run_job, summary
 from highway_repro.train import run
 from _faults import _final
 

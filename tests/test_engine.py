@@ -255,8 +255,8 @@ def test_training_logs_throughput_flops_and_mfu(tmp_path):
 
 
 def test_gate_recorder_is_injected_and_records_only_the_chosen_steps(tmp_path):
-    """The engine gets the recorder from its caller (train.py passes models.probe.GateRecorder): a context manager
-    around the forward pass of every gate_stats_every-th step, whose stats() are logged under gates/."""
+    """The engine gets the recorder from its caller (`highway_repro.train` passes models.probe.GateRecorder): a
+    context manager around the forward pass of every gate_stats_every-th step, whose stats() are logged under gates/."""
     entered = []
 
     class Recorder:

@@ -21,11 +21,11 @@ import torch
 
 from conftest import REPO, compose, needs_mirror
 from highway_repro import data, report
-from highway_repro.config import ConfigError, validate
+from highway_repro.train.config import ConfigError, validate
 from highway_repro.data import vision
 from highway_repro.engine import checkpoint as ck
 from highway_repro.errors import HighwayError
-from highway_repro.cli import MULTIRUN_ENV, USER_ERRORS, SweepEnd, run_job, user_failure
+from highway_repro.train.job import MULTIRUN_ENV, USER_ERRORS, SweepEnd, run_job, user_failure
 from highway_repro.train import run
 from _faults import SMALL, DEPTH_0, _final, _cli, _env
 
@@ -33,7 +33,7 @@ from _faults import SMALL, DEPTH_0, _final, _cli, _env
 def test_the_project_errors_are_the_one_line_errors():
     """The command reports the project's own error classes in one line with exit code 2: config values, data faults,
     checkpoints; they are known without importing torch (a config error is reported before torch is loaded)."""
-    code = ("import sys, highway_repro.train, highway_repro.cli as c; "
+    code = ("import sys, highway_repro.train, highway_repro.train.job as c; "
             "print([e.__name__ for e in c.USER_ERRORS], 'torch' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.stdout.split() == ["['ConfigError',", "'HighwayError']", "False"], r.stdout + r.stderr

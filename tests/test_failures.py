@@ -57,7 +57,7 @@ def test_a_bad_command_line_is_one_line_before_anything_is_built(tmp_path, monke
 
 
 def test_plus_plus_sets_a_key_the_config_has_and_adds_only_to_a_constructor():
-    from highway_repro.config import ConfigError, check_added_keys
+    from highway_repro.train.config import ConfigError, check_added_keys
     from highway_repro.train import CONFIG_DIR
 
     for ok in (["++seed=3"], ["++model.depth=4"], ["++data.train_limit=64"], ["++trainer.max_steps=2"]):
@@ -91,7 +91,7 @@ def test_the_user_s_own_hydra_full_error_keeps_the_traceback(tmp_path, monkeypat
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_a_stop_signal_outside_training_is_one_line(capsys, signum):
-    from highway_repro.cli import stopped
+    from highway_repro.train.job import stopped
 
     with pytest.raises(SystemExit) as e, stopped():
         os.kill(os.getpid(), signum)
@@ -103,7 +103,7 @@ def test_a_stop_signal_outside_training_is_one_line(capsys, signum):
 
 @needs_mirror
 def test_a_data_cache_folder_under_a_file_is_one_line(tmp_path, monkeypatch, capsys):
-    from highway_repro.cli import run_job
+    from highway_repro.train.job import run_job
     from highway_repro.train import run
 
     (tmp_path / "file").write_text("")
@@ -125,7 +125,7 @@ def test_the_runner_s_argument_errors_are_one_line(capsys):
 
 
 def test_a_report_over_damaged_metrics_names_the_file(tmp_path, capsys):
-    from highway_repro.report.cli import main
+    from highway_repro.report.generic import main
 
     for seed in (0, 1):
         (tmp_path / f"seed={seed}").mkdir()

@@ -16,7 +16,7 @@ from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from conftest import compose
-from highway_repro.config import ConfigError, validate
+from highway_repro.train.config import ConfigError, validate
 from highway_repro.models import gates
 from highway_repro.models.placement import GATE_KINDS as REGISTRY
 from highway_repro.models.placement import SUBLAYERS, check_placement, resolve_placement

@@ -222,7 +222,7 @@ def test_a_new_kind_is_one_class_and_one_registry_line(toy_kind, model, fused):
 def test_toy_kind_is_valid_in_configs(toy_kind):
     """The early validator learns the new name from the same registry (no second list)."""
     from conftest import compose
-    from highway_repro.config import validate
+    from highway_repro.train.config import validate
 
     placement.check_placement(3, "toy", "2-3", "attn")
     validate(compose(["model=transformer_lm", "data=ptb_char", "scale=smoke", "model.gate_kind=toy"]))

@@ -40,7 +40,7 @@ def test_every_scale_of_the_root_config_is_a_scale():
 
 
 def test_a_missing_scale_file_is_an_error(tmp_path):
-    from highway_repro.config import ConfigError, check_scale_file
+    from highway_repro.train.config import ConfigError, check_scale_file
 
     check_scale_file(CONFIG_DIR, "hn_fig1", "cpu")
     check_scale_file(CONFIG_DIR, None, "cpu")  # runs without an experiment compose as before
@@ -421,14 +421,14 @@ def test_wall_time_of_overlapping_parts_counts_each_second_once():
 
 
 def test_estimate_only_trains_nothing(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "highway_repro.reproduce", "ht_enwik8_l6", "--scale", "cpu",
+    r = subprocess.run([sys.executable, "-m", "highway_repro.runner", "ht_enwik8_l6", "--scale", "cpu",
                         "--estimate", "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "results")],
                        cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "34 runs, 0 finished" in r.stdout and "CPU-hours" in r.stdout
     assert not (tmp_path / "runs").exists()
     # every table, then the total: the sum of the tables' lines
-    r = subprocess.run([sys.executable, "-m", "highway_repro.reproduce", "--all", "--scale", "cpu", "--jobs", "2",
+    r = subprocess.run([sys.executable, "-m", "highway_repro.runner", "--all", "--scale", "cpu", "--jobs", "2",
                         "--estimate", "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "results")],
                        cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -445,7 +445,7 @@ def test_estimate_only_trains_nothing(tmp_path):
     # --fresh with --estimate prices the whole grid and deletes nothing
     (tmp_path / "runs" / "hn_table1-cpu").mkdir(parents=True)
     _fake_run(tmp_path / "runs" / "hn_table1-cpu" / "model.width=16,seed=0")
-    r = subprocess.run([sys.executable, "-m", "highway_repro.reproduce", "hn_table1", "--scale", "cpu", "--fresh",
+    r = subprocess.run([sys.executable, "-m", "highway_repro.runner", "hn_table1", "--scale", "cpu", "--fresh",
                         "--estimate", "--runs", str(tmp_path / "runs")], cwd=REPO, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0 and "10 runs, 0 finished" in r.stdout, r.stdout + r.stderr[-2000:]
@@ -453,7 +453,7 @@ def test_estimate_only_trains_nothing(tmp_path):
 
 
 def test_the_runner_takes_several_tables_and_names_a_wrong_one(tmp_path):
-    base = [sys.executable, "-m", "highway_repro.reproduce", "--scale", "cpu", "--estimate", "--runs",
+    base = [sys.executable, "-m", "highway_repro.runner", "--scale", "cpu", "--estimate", "--runs",
             str(tmp_path / "runs"), "--results", str(tmp_path / "results")]
     r = subprocess.run(base + ["hn_table1", "hn_cifar", "trainer.max_steps=10"], cwd=REPO, capture_output=True,
                        text=True, timeout=120)
@@ -591,7 +591,7 @@ def test_a_stopped_runner_stops_its_whole_sweep(tmp_path):
     trainers stop at a step with a checkpoint, the runner exits 143 without a report, and the same command later
     continues the sweep."""
     runs, results = tmp_path / "runs", tmp_path / "results"
-    cmd = [sys.executable, "-m", "highway_repro.reproduce", "hn_fig1", "--scale", "smoke", "--jobs", "2",
+    cmd = [sys.executable, "-m", "highway_repro.runner", "hn_fig1", "--scale", "smoke", "--jobs", "2",
            "--runs", str(runs), "--results", str(results), "trainer.max_steps=100000", "trainer.log_every=1"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
     p = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -621,7 +621,7 @@ def test_make_tables_skips_a_table_with_only_the_record_of_a_stopped_start(tmp_p
     kept.mkdir(parents=True)
     (kept / "reproduce.json").write_text(json.dumps({"commands": ["make reproduce-ht-char-ptb-rt SCALE=cpu"],
                                                      "wall_s": 60.0, "intervals": [[0.0, 60.0]]}))
-    r = subprocess.run([sys.executable, "-m", "highway_repro.reproduce", "--all", "--report-only", "--scale", "cpu",
+    r = subprocess.run([sys.executable, "-m", "highway_repro.runner", "--all", "--report-only", "--scale", "cpu",
                         "--results", str(tmp_path / "results"), "--runs", str(tmp_path / "runs")],
                        cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]

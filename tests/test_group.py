@@ -217,7 +217,7 @@ def test_a_members_time_is_its_share_of_the_group(tmp_path):
 
 
 def test_groups_are_formed_by_shape_and_size():
-    from highway_repro.grouped import group_size, plan_groups
+    from highway_repro.train.grouped import group_size, plan_groups
     from highway_repro.errors import ConfigError
 
     def job(depth, seed, lr, act="relu"):
@@ -289,7 +289,7 @@ def test_each_member_logs_into_its_own_wandb_run(tmp_path):
 
 def test_the_runner_trains_a_table_in_one_grouped_command_per_row_and_size():
     from highway_repro.errors import ConfigError
-    from highway_repro.grouped import check_groupable
+    from highway_repro.train.grouped import check_groupable
     from highway_repro.runner.plan import job_names, plan_grids
     from highway_repro.runner.table import group_commands, group_of
 

@@ -30,7 +30,7 @@ FAST = {"hn_cifar"}
                                     for t in sorted(TARGETS)])
 def test_target_pipeline_smoke(target, tmp_path):
     out, expected = TARGETS[target]
-    r = subprocess.run([sys.executable, "-m", "highway_repro.reproduce", target, "--scale", "smoke",
+    r = subprocess.run([sys.executable, "-m", "highway_repro.runner", target, "--scale", "smoke",
                         "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), "threads=1"],
                        cwd=REPO, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -46,7 +46,7 @@ def test_target_pipeline_smoke(target, tmp_path):
         # a fresh clone has no checkpoint: `make tables` rebuilds the same report from the kept files
         shutil.rmtree(tmp_path / "runs")
         (tmp_path / "results" / f"{out}.md").unlink()
-        r = subprocess.run([sys.executable, "-m", "highway_repro.reproduce", target,
+        r = subprocess.run([sys.executable, "-m", "highway_repro.runner", target,
                             "--scale", "smoke", "--report-only",
                             "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "results")],
                            cwd=REPO, capture_output=True, text=True, timeout=600)

@@ -40,7 +40,7 @@ def test_every_variant_composes_validates_and_instantiates(exp):
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from highway_repro.config import validate
+    from highway_repro.train.config import validate
     from highway_repro.models.gates import resolve_placement
 
     variants = _variants(exp)
@@ -192,7 +192,7 @@ def test_targets_name_their_experiment_and_results():
 @pytest.mark.slow
 def test_smoke_pipeline_end_to_end(tmp_path):
     env = {**os.environ, "HIGHWAY_DATA_MIRROR": str(mirror())}
-    cmd = [sys.executable, "-m", "highway_repro.reproduce", "ht_char_ptb", "--scale", "smoke",
+    cmd = [sys.executable, "-m", "highway_repro.runner", "ht_char_ptb", "--scale", "smoke",
            "--results", str(tmp_path / "results"), "--runs", str(tmp_path / "runs")]
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]

@@ -2,7 +2,7 @@
 runner on a table, is refused at once with one line naming the holder, exit code 2; a holder that died (kill -9)
 leaves a lock the next writer takes over; `checkpoint.save` removes only the temp files of dead writers.
 
-Fast tests in-process; the slow ones with real `python -m highway_repro.train` / `highway_repro.reproduce`
+Fast tests in-process; the slow ones with real `python -m highway_repro.train` / `highway_repro.runner`
 processes on the demo's smoke scale (they need the data mirror).
 """
 
@@ -22,7 +22,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import REPO, needs_mirror
-from highway_repro.cli import folder_lock, run_job
+from highway_repro.train.job import folder_lock, run_job
 from highway_repro.engine import checkpoint as ck
 from highway_repro.errors import BusyError
 from highway_repro.lock import RUN_LOCK, take
@@ -244,7 +244,7 @@ def test_a_killed_trainers_run_folder_is_taken_over_by_the_next(tmp_path):
 @needs_mirror
 def test_two_runners_on_one_table(tmp_path):
     runs, results = tmp_path / "runs", tmp_path / "results"
-    cmd = [sys.executable, "-m", "highway_repro.reproduce", "demo", "--scale", "smoke", "--runs", str(runs),
+    cmd = [sys.executable, "-m", "highway_repro.runner", "demo", "--scale", "smoke", "--runs", str(runs),
            "--results", str(results), "trainer.max_steps=100000", "trainer.log_every=1"]
     log = tmp_path / "first.log"
     p = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=log.open("w"), stderr=subprocess.STDOUT,

@@ -12,7 +12,7 @@ from omegaconf import open_dict
 
 from conftest import REPO, compose
 from highway_repro import options
-from highway_repro.config import validate
+from highway_repro.train.config import validate
 from highway_repro.errors import ConfigError, HighwayError
 from highway_repro.models import convnets, gates, highway, kernels, mlp, r_transformer, transformer_lm, transformer_xl
 
@@ -23,9 +23,9 @@ CLASSES = {"TransformerLM": transformer_lm.TransformerLM, "RTransformer": r_tran
 
 def test_error_classes():
     assert issubclass(ConfigError, HighwayError) and issubclass(HighwayError, ValueError)
-    from highway_repro import config
+    from highway_repro.train import config
 
-    assert config.ConfigError is ConfigError  # train.py imports it from config
+    assert config.ConfigError is ConfigError  # the entry point imports it from config
 
 
 @pytest.mark.parametrize("name", sorted(options.MODELS))
@@ -48,11 +48,11 @@ def test_torch_side_maps_use_the_choices_of_options():
 def test_the_option_modules_need_no_torch():
     """Importing the validators, and validating a whole composed config (the trainer's options included), loads no
     torch: a bad value fails before torch's seconds of import."""
-    code = ("import sys; import highway_repro.config, highway_repro.options, highway_repro.errors, "
+    code = ("import sys; import highway_repro.train.config, highway_repro.options, highway_repro.errors, "
             "highway_repro.models.placement, highway_repro.resolvers; "
             "from hydra import compose, initialize_config_dir; from pathlib import Path; "
             "initialize_config_dir(config_dir=str(Path('configs').resolve()), version_base='1.3'); "
-            "highway_repro.config.validate(compose('train', overrides=['experiment=ht_char_ptb', 'scale=cpu'])); "
+            "highway_repro.train.config.validate(compose('train', overrides=['experiment=ht_char_ptb', 'scale=cpu'])); "
             "assert 'torch' not in sys.modules, 'torch imported'")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr

@@ -1,5 +1,5 @@
-"""The recipe guard (`highway_repro.recipe`): a kept run counts as a job's run only when its saved config holds the
-recipe the config files give that job now; a saved config with a renamed option is another recipe until the
+"""The recipe guard (`highway_repro.train.recipe`): a kept run counts as a job's run only when its saved config holds
+the recipe the config files give that job now; a saved config with a renamed option is another recipe until the
 migration (scripts/migrate_kept_runs.py) rewrites it, and the kept runs are migrated."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from conftest import REPO
 from highway_repro.options import RENAMED
-from highway_repro.recipe import NOT_RECIPE, recipe_diff
+from highway_repro.train.recipe import NOT_RECIPE, recipe_diff
 
 KEPT = sorted(p.parent for p in (REPO / "results").glob("*/runs/*/*/config_resolved.yaml"))
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's where PyYAML has it: hundreds of files here
@@ -63,3 +63,24 @@ def test_no_kept_run_holds_an_old_option_name():
     models = [yaml.load((f / "config_resolved.yaml").read_text(), Loader=LOADER).get("model") or {} for f in KEPT]
     assert not [f for f, m in zip(KEPT, models) if RENAMED.keys() & m.keys()]
     assert sum(set(RENAMED.values()) & m.keys() != set() for m in models) >= 150
+
+
+def test_the_migration_rewrites_a_table_record_to_the_runners_module_and_no_kept_record_names_the_old_one(tmp_path):
+    """A table's record (`reproduce.json`) names its commands; the migration rewrites the runner's old module name
+    (`highway_repro.reproduce`) to `highway_repro.runner`, leaves every other command and field as it is, and a
+    second run changes nothing. No kept record still names the old module, whose command no longer runs."""
+    import json
+
+    from conftest import load_script
+
+    migrate = load_script("migrate_kept_runs")
+    record = tmp_path / "t-cpu" / "reproduce.json"
+    record.parent.mkdir()
+    old = {"commands": ["python -m highway_repro.reproduce t --scale cpu seed=0", "make reproduce-t SCALE=cpu"],
+           "intervals": [[1.0, 2.0]]}
+    record.write_text(json.dumps(old))
+    assert migrate.migrate(tmp_path) == [record] and migrate.migrate(tmp_path) == []
+    assert json.loads(record.read_text()) == {**old, "commands": ["python -m highway_repro.runner t --scale cpu seed=0",
+                                                                 "make reproduce-t SCALE=cpu"]}
+    kept = sorted((REPO / "results").glob("*/runs/*/reproduce.json"))
+    assert len(kept) > 5 and not [p for p in kept if "highway_repro.reproduce" in p.read_text()]

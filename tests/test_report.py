@@ -451,7 +451,7 @@ def test_report_package_reads_files_only(tmp_path):
     code = ("import sys; from pathlib import Path; from highway_repro.report import build_table, load_runs; "
             f"build_table('hn_table1', load_runs({str(tmp_path / 'runs')!r}), Path({str(tmp_path / 'out')!r}), {{}}); "
             "bad = [m for m in sys.modules if m == 'torch' or m.startswith(('highway_repro.models', "
-            "'highway_repro.train', 'highway_repro.reproduce', 'highway_repro.engine'))]; print(bad); "
+            "'highway_repro.train', 'highway_repro.runner', 'highway_repro.engine'))]; print(bad); "
             "sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "PYTHONPATH": str(REPO)})

@@ -130,7 +130,7 @@ def test_matched_baseline_widens_the_ffn_to_the_sdu_parameter_count():
     must grow by 4d(d+1)/(2d+1) = 257 units at d 128 (66,048 vs 66,049 parameters a layer)."""
     from hydra import compose, initialize_config_dir
 
-    from highway_repro.cli import build
+    from highway_repro.train.job import build
     from highway_repro.train import match_params
 
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
@@ -162,27 +162,25 @@ def test_match_params_gives_the_width_of_the_kept_matched_runs(saved):
     assert match_params(cfg, {"vocab_size": kept["model"].get("vocab_size") or 50}) == kept["model"]["d_ff"] == 769
 
 
-def test_the_matched_model_draws_what_the_kept_matched_runs_drew():
-    """The kept matched runs were made by code that counted parameters with four real builds (the gated model at
-    d_ff, the ungated one at d_ff, d_ff + 1 and the matched width) before the model: the same seed must give the
-    same initial values, so match_params draws them again. Reference: those builds by hand."""
+def test_the_matched_model_draws_what_an_ungated_model_of_its_width_draws():
+    """match_params draws no random number (one build on the meta device): from the same seed the matched model has
+    the initial values of the ungated model built at the matched width directly, the first draws after the seed."""
     import torch
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from highway_repro.cli import build
+    from highway_repro.train.job import build
     from highway_repro.train import match_params
 
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         cfg = compose("train", overrides=["experiment=ht_char_ptb", "scale=smoke", "variant=baseline_matched"])
     meta, d = {"vocab_size": 50}, int(cfg.model.d_ff)
     torch.manual_seed(0)
-    match_params(cfg, meta)
+    state = torch.get_rng_state()
+    assert match_params(cfg, meta) > d and torch.equal(torch.get_rng_state(), state)
     ours = build(cfg.model, "model", **meta).state_dict()
     torch.manual_seed(0)
-    for over in ({"gate_kind": "sdu_tanh", "d_ff": d}, {"d_ff": d}, {"d_ff": d + 1}, {"d_ff": cfg.model.d_ff}):
-        build(OmegaConf.merge(cfg.model, over), "model", **meta)
-    reference = build(cfg.model, "model", **meta).state_dict()
+    reference = build(OmegaConf.merge(cfg.model, {"d_ff": cfg.model.d_ff}), "model", **meta).state_dict()
     assert ours.keys() == reference.keys() and all(torch.equal(ours[k], reference[k]) for k in ours)
 
 
@@ -225,7 +223,7 @@ def test_match_params_rejects_a_gated_model_and_an_unknown_kind():
     """Checked with the rest of the config (`config.validate`), before anything is built."""
     from hydra import compose, initialize_config_dir
 
-    from highway_repro.config import ConfigError, validate
+    from highway_repro.train.config import ConfigError, validate
 
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         cfg = compose("train", overrides=["experiment=ht_char_ptb", "scale=smoke", "variant=sdu_tanh",
@@ -242,7 +240,7 @@ def test_match_params_rejects_a_gated_model_and_an_unknown_kind():
 @pytest.mark.slow
 def test_gate_zoo_smoke_pipeline_reuses_table_runs_and_writes_the_verdict_grid(tmp_path):
     env = {**os.environ, "HIGHWAY_DATA_MIRROR": str(mirror())}
-    base = [sys.executable, "-m", "highway_repro.reproduce", "--scale", "smoke", "--results",
+    base = [sys.executable, "-m", "highway_repro.runner", "--scale", "smoke", "--results",
             str(tmp_path / "results"), "--runs", str(tmp_path / "runs")]
     p = subprocess.run(base[:3] + ["ht_char_ptb"] + base[3:], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=600)

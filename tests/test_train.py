@@ -135,9 +135,9 @@ def test_smoke_run_writes_metrics_and_config(tmp_path):
 def test_resume_auto_refuses_a_run_folder_of_another_recipe(tmp_path):
     """A finished run is reused by resume=auto only under the same recipe: speed and logging keys may differ, a
     changed max_steps is a one-line error naming the key (exit 2) that leaves the folder's metrics as they were."""
-    from highway_repro.config import ConfigError
-    from highway_repro.cli import run_job
-    from highway_repro.recipe import check_same_recipe
+    from highway_repro.train.config import ConfigError
+    from highway_repro.train.job import run_job
+    from highway_repro.train.recipe import check_same_recipe
 
     base = ["experiment=demo", "scale=smoke", "resume=auto"]
     run(compose(base), tmp_path)
@@ -154,7 +154,7 @@ def test_resume_auto_refuses_a_run_folder_of_another_recipe(tmp_path):
 
 
 def test_recipe_diff_skips_new_options_and_the_matched_width():
-    from highway_repro.recipe import recipe_diff
+    from highway_repro.train.recipe import recipe_diff
 
     there = {"seed": 0, "model": {"d_ff": 769, "d_model": 128}, "trainer": {"max_steps": 10, "progress": True}}
     here = {"seed": 0, "model": {"d_ff": 512, "d_model": 128}, "trainer": {"max_steps": 10, "progress": False,
@@ -204,7 +204,7 @@ def test_a_resumed_run_logs_into_its_wandb_run(tmp_path, monkeypatch):
 @needs_mirror
 @pytest.mark.slow  # the same pipeline is covered for every Highway Networks target in test_hn_pipelines.py
 def test_reproduce_smoke_sweep_and_report(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "highway_repro.reproduce", "demo", "--scale", "smoke",
+    r = subprocess.run([sys.executable, "-m", "highway_repro.runner", "demo", "--scale", "smoke",
                         "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "results")],
                        cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -96,7 +96,7 @@ def test_the_gate_analyses_refuse_a_planted_config_in_one_line(tmp_path, capsys,
 @pytest.mark.parametrize("name,where", CASES)
 def test_the_report_reads_a_planted_config_as_data(tmp_path, capsys, name, where):
     """The report never builds anything: a `_target_` is a string to it; a tag that builds an object is refused."""
-    from highway_repro.report.cli import main
+    from highway_repro.report.generic import main
 
     run = planted(tmp_path, name, where)
     rc = main([str(run), "--metrics", "train/loss"])
@@ -112,7 +112,7 @@ def test_the_report_reads_a_planted_config_as_data(tmp_path, capsys, name, where
 def test_resume_and_the_runner_refuse_a_planted_config(tmp_path, capsys, name, where):
     """resume=auto (`cli.run_job`: the recipe guard) and the runner's check of kept runs (`keep.other_recipe`) both
     read the folder's config: a key only it has, or a target of its own, is another recipe; nothing is trained."""
-    from highway_repro.cli import run_job
+    from highway_repro.train.job import run_job
     from highway_repro.errors import HighwayError
     from highway_repro.runner.keep import other_recipe
 
@@ -131,7 +131,7 @@ def test_resume_and_the_runner_refuse_a_planted_config(tmp_path, capsys, name, w
 
 def test_the_kept_run_itself_passes_every_reader(tmp_path):
     """The unplanted copy: resume=auto's guard and the runner take it as the same recipe."""
-    from highway_repro.recipe import check_same_recipe
+    from highway_repro.train.recipe import check_same_recipe
     from highway_repro.runner.keep import other_recipe
 
     run = tmp_path / "run"
@@ -141,7 +141,7 @@ def test_the_kept_run_itself_passes_every_reader(tmp_path):
 
 
 def test_a_target_outside_the_allow_list_is_refused_on_the_command_line_too():
-    from highway_repro.config import ConfigError, check_targets
+    from highway_repro.train.config import ConfigError, check_targets
 
     check_targets(compose(["experiment=hn_fig1", "scale=smoke"]))
     for override in ("model._target_=torch.load", "+data.x._target_=os.system", "optim.optimizer._target_=os.system"):
@@ -175,10 +175,10 @@ def test_every_command_that_reads_run_folders_refuses_a_planted_kept_run(tmp_pat
     commands = [
         py + ["highway_repro.analysis.run", str(run), "--out", str(tmp_path / "a" / "analysis")],
         py + ["highway_repro.train", "experiment=hn_analysis", "scale=cpu", "resume=auto", f"hydra.run.dir={run}"],
-        py + ["highway_repro.reproduce", "hn_analysis", "--scale", "cpu", "--results", str(results),
+        py + ["highway_repro.runner", "hn_analysis", "--scale", "cpu", "--results", str(results),
               "--runs", str(tmp_path / "sweeps")],
     ] + ([py + ["highway_repro.report", str(run)],
-          py + ["highway_repro.reproduce", "--all", "--report-only", "--results", str(results)]]
+          py + ["highway_repro.runner", "--all", "--report-only", "--results", str(results)]]
          if name == "python tag" else [])
     for cmd in commands:
         p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

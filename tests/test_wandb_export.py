@@ -111,7 +111,7 @@ def test_three_kept_runs_export_as_their_folders_say(exported):
     same run, a tag per table that reads it plus scale and device, metrics.jsonl as the history at its own steps,
     metrics.json as the summary."""
     from highway_repro.dashboards.export import excluded_keys
-    from highway_repro.dashboards.identity import identity, job_name
+    from highway_repro.engine.identity import identity, job_name
     from highway_repro.report.runs import read_yaml
 
     out, summary = exported
@@ -167,7 +167,7 @@ def test_a_table_report_run_holds_the_paper_lines_and_the_claims_table(tmp_path,
 
 
 def test_the_run_id_is_one_deterministic_rule():
-    from highway_repro.dashboards.identity import REPEAT_KEYS, identity, row_of, run_id
+    from highway_repro.engine.identity import REPEAT_KEYS, identity, row_of, run_id
     from highway_repro.runner.plan import REPEAT_KEYS as GRID_REPEAT_KEYS
 
     assert REPEAT_KEYS == GRID_REPEAT_KEYS
@@ -186,7 +186,7 @@ def test_every_kept_job_is_named_as_hydra_named_its_folder():
     """The job name from a kept run's overrides is its folder's name (Hydra's override_dirname), for every kept
     sweep job: the id the export derives is the one the training job had."""
     from highway_repro.dashboards.export import excluded_keys
-    from highway_repro.dashboards.identity import job_name
+    from highway_repro.engine.identity import job_name
     from highway_repro.report.runs import read_yaml
 
     exclude = excluded_keys()
@@ -197,12 +197,12 @@ def test_every_kept_job_is_named_as_hydra_named_its_folder():
 
 
 def test_every_table_spec_names_only_keys_its_runs_log(specs):
-    from highway_repro.dashboards.spec import table_folders
+    from highway_repro.report.grids import kept_folders
     from highway_repro.targets import REPORTS
 
     assert {s["table"] for s in specs} == set(REPORTS)
     for spec in specs:
-        folders = table_folders(spec["table"], spec["scale"], RESULTS)
+        folders = kept_folders(spec["table"], spec["scale"], RESULTS)
         logged = set()
         for f in folders:
             logged |= set(json.loads((f / "metrics.json").read_text()))

@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 from highway_repro.analysis import gates as ga
-from highway_repro.cli import build
-from highway_repro.config import check_targets
+from highway_repro.train.job import build
+from highway_repro.train.config import check_targets
 from highway_repro.engine import checkpoint as ckpt_lib
 from highway_repro.errors import ArgumentParser, HighwayError
 from highway_repro.report import build_table, findings_path, load_runs

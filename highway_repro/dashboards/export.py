@@ -1,8 +1,8 @@
 """`make wandb-export`: the kept runs as offline W&B runs, for `wandb sync`.
 
-Every distinct kept run of every table (`spec.table_folders`: a study's reused cells and a target's parts included)
-becomes one offline run under `<out>/wandb/offline-run-<time>-<id>/`, with the id, group, name and config that
-`logger=wandb` gives the same run (`identity.py`; a run that several tables read is exported once and tagged with
+Every distinct kept run of every table (`report.grids.kept_folders`: a study's reused cells and a target's parts
+included) becomes one offline run under `<out>/wandb/offline-run-<time>-<id>/`, with the id, group, name and config that
+`logger=wandb` gives the same run (`engine/identity.py`; a run that several tables read is exported once and tagged with
 each of them), the history of its metrics.jsonl at its own steps, the summary of its metrics.json, and tags
 `table:<name>` (each table that reads it), `scale:<scale>` and `device:<cpu or the GPU's name>` (run_info.json). Each
 table also gets one report run (`report: <table>`): the paper's numbers as flat lines and the report's rows,
@@ -25,12 +25,11 @@ from dataclasses import asdict, dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
 
-from highway_repro.dashboards.identity import identity, job_name, run_id
-from highway_repro.dashboards.spec import build_specs, table_folders
+from highway_repro.engine.identity import identity, job_name, run_id
+from highway_repro.dashboards.spec import build_specs
+from highway_repro.report.grids import kept_folders
 from highway_repro.report.runs import read_yaml
-from highway_repro.runner.keep import KEPT_FILES
-from highway_repro.runner.plan import SCALES
-from highway_repro.targets import CONFIG_DIR, REPORTS, ROOT
+from highway_repro.targets import CONFIG_DIR, KEPT_FILES, REPORTS, ROOT, SCALES
 
 EXPORT_DIR = ROOT / "runs" / "wandb_export"
 PROJECT = "highway-repro"  # the project of configs/logger/wandb.yaml; WANDB_PROJECT chooses another
@@ -90,7 +89,7 @@ def kept_items(results: Path, folders: list[Path] | None = None) -> list[Item]:
     names = None if folders is None else {Path(f).name for f in folders}  # another job name is another run
     for name in REPORTS:
         for scale in SCALES:
-            for folder in table_folders(name, scale, results):
+            for folder in kept_folders(name, scale, results):
                 if names is not None and folder.name not in names:
                     continue
                 if folder not in seen:

@@ -22,28 +22,14 @@ import json
 import re
 from pathlib import Path
 
-from highway_repro.runner.keep import reused_folders
-from highway_repro.runner.plan import SCALES
-from highway_repro.targets import REPORTS, TARGETS, runs_folder
+from highway_repro.report.grids import kept_folders
+from highway_repro.targets import REPORTS, SCALES, TARGETS
 
 METRICS = ("acc", "bpc", "ppl", "loss")  # a summary.csv metric names one of these (`mean bpc over evaluations`)
 CLAIMS_KEY = "report/claims"
 # summary.csv columns that hold numbers (empty: None); the others are text
 NUMERIC = {"n_seeds", "mean", "std", "ci_low", "ci_high", "ci_unpaired_low", "ci_unpaired_high", "level", "paper",
            "floor", "delta", "family_size", "compared_mean", "diff", "paper_effect", "runs", "runs_planned"}
-
-
-def table_folders(name: str, scale: str, results: Path) -> list[Path]:
-    """The kept run folders that table `name`'s report reads at `scale`: its own, the cells of its grid that the
-    tables it reuses hold (`runner.keep.reused_folders`), and its runs made on a GPU (kept apart: the device tag
-    tells them apart), or, for a target made of parts, its parts'."""
-    t = TARGETS[name]
-    if t.parts:
-        return [f for part in t.parts for f in table_folders(part, scale, results)]
-    own = sorted(p.parent for p in (results / runs_folder(name, scale)).glob("*/metrics.json"))
-    names = {f.name for f in own}
-    apart = sorted(p.parent for p in (results / runs_folder(name, scale, apart=True)).glob("*/metrics.json"))
-    return own + [f for f in reused_folders(name, scale, results) if f.name not in names] + apart
 
 
 def logged_keys(folders: list[Path]) -> tuple[dict[str, int], set[str]]:
@@ -136,7 +122,7 @@ def build_specs(results: Path) -> list[dict]:
     for name in REPORTS:
         for scale in SCALES:
             mine = [line for line in lines if line["table"] == name and line["scale"] == scale]
-            folders = table_folders(name, scale, results)
+            folders = kept_folders(name, scale, results)
             if folders and any(line["kind"] == "row" for line in mine):
                 specs.append(table_spec(name, scale, folders, mine))
     return specs

@@ -96,7 +96,7 @@ def write_run_info(out_dir: Path, **extra) -> dict:
     """Write (or update) `<run>/run_info.json`: the machine and software a run trained on, for the reports.
 
     Fields: machine, cpu_model (/proc/cpuinfo, else null), cpu_count, torch, python, cuda_device (null without
-    CUDA), threads (torch.get_num_threads()), git_commit (null when unknown), plus `extra` (train.py passes
+    CUDA), threads (torch.get_num_threads()), git_commit (null when unknown), plus `extra` (`highway_repro.train` passes
     start_time at the start, end_time and peak_rss_gb at the end). An existing file is updated: a resumed run keeps
     its first start_time and records the machine of its latest segment.
     """
@@ -171,7 +171,7 @@ class WandbLogger(JsonlLogger):
         super().__init__(out_dir)
         import wandb
 
-        from highway_repro.dashboards.identity import identity
+        from highway_repro.engine.identity import identity
 
         self.wandb = wandb
         import torch

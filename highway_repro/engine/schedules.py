@@ -10,7 +10,7 @@
 - `plateau`: divide by 1/`factor` when the validation loss has not improved for
   `patience` evaluations (R-Transformer's PTB runs: /10 char, /2 word)
 
-Built from config with `_partial_: true`; train.py calls it with the optimizer
+Built from config with `_partial_: true`; the entry point (`highway_repro.train`) calls it with the optimizer
 and `max_steps` (the run's length, which `horizon` replaces where it is set).
 """
 

@@ -1,6 +1,6 @@
 """Gate kinds and gate placement of the Highway Transformer models: which sublayer of which layer gets which gate.
 
-Pure Python (no torch), so that `highway_repro.config.validate` can check a gate placement before torch is
+Pure Python (no torch), so that `highway_repro.train.config.validate` can check a gate placement before torch is
 imported; `highway_repro.models.gates` re-exports everything here. Layers are numbered from 1, as in the
 paper and the configs.
 

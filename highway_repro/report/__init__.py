@@ -21,12 +21,12 @@
 | `claims_list.py` | the full claims list of `results/README.md` and the counts of verdicts (standard library only) |
 | `forest.py` | `results/claims.png`: every distinct comparison, its interval, delta and the paper's effect |
 | `ledger.py` | `results/preregistration.md` from the append-only ledger, and the check of the definitions against it |
-| `cli.py` | `python -m highway_repro.report` (generic tables of any sweep) |
+| `generic.py` | `python -m highway_repro.report` (generic tables of any sweep) |
 
 This package reads files only: it imports neither torch nor the models, the trainer or the runner.
 """
 
-from highway_repro.report.cli import main
+from highway_repro.report.generic import main
 from highway_repro.report.runs import Run, load_runs
 from highway_repro.report.summary import write_summary
 from highway_repro.report.tables import TABLES, build_table, findings_path

@@ -1,3 +1,3 @@
-from highway_repro.report.cli import main
+from highway_repro.report.generic import main
 
 raise SystemExit(main())

@@ -30,8 +30,8 @@ import re
 from pathlib import Path
 
 from highway_repro.report import papers, stats
-from highway_repro.report.grids import params_of, swept  # noqa: F401  (params_of: scripts/build_ledger.py)
-from highway_repro.targets import CONFIG_DIR, TARGETS, runs_folder
+from highway_repro.report.grids import kept_folders, params_of, swept  # noqa: F401  (params_of: scripts/build_ledger.py)
+from highway_repro.targets import CONFIG_DIR, TARGETS
 
 LEDGER = "preregistration.json"
 SCALE = "cpu"  # the kept runs' scale: the one the ledger counts
@@ -173,21 +173,9 @@ def _job(name: str) -> tuple[dict, str]:
 
 
 def kept_runs(table: str, results: Path) -> list[str]:
-    """The kept run folders of a table (results-relative): its own, on either device (the report compares one
-    device's, `report.runs.one_device`; the ledger counts both, since either was read), and those of the tables it
-    reuses that are cells of its grid; a combined table's, its parts'."""
-    t = TARGETS[table]
-    if t.parts:
-        return [r for p in t.parts for r in kept_runs(p, results)]
-    cells = {row: set(s) for look in (False, True) for row, s in grid(sweep_params(table, look)).items()}
-    own = {p.parent.name: p.parent for p in (results / runs_folder(table, SCALE)).glob("*/metrics.json")}
-    for other in t.reuse:
-        for p in (results / runs_folder(other, SCALE)).glob("*/metrics.json"):
-            row, seed = _job(p.parent.name)
-            if seed in cells.get(row_label(row), ()):
-                own.setdefault(p.parent.name, p.parent)
-    gpu = [p.parent for p in (results / runs_folder(table, SCALE, apart=True)).glob("*/metrics.json")]
-    return sorted(p.relative_to(results).as_posix() for p in [*own.values(), *gpu])
+    """The kept run folders of a table (results-relative) at the ledger's scale: `grids.kept_folders`, on either device
+    (the report compares one device's, `report.runs.one_device`; the ledger counts both, since either was read)."""
+    return sorted(p.relative_to(results).as_posix() for p in kept_folders(table, SCALE, results))
 
 
 def _in_row(job: dict, row: list, keys: tuple) -> bool:

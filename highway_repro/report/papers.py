@@ -105,7 +105,8 @@ STUDY_NOTE = {
                          "has no paper numbers. Rows tanh_lk: the SDU tanh gate on both sublayers of layer k only.",
     "ht_gate_zoo": "No paper numbers: the paper reports SDU sigmoid/tanh on each model, the highway gate and gated "
                    "MHDPA on the 6-layer enwik8 model only. The parameter-matched baseline widens the ungated "
-                   "model's FFN (model.d_ff) to the parameter count of the SDU-gated model (train.py match_params).",
+                   "model's FFN (model.d_ff) to the parameter count of the SDU-gated model "
+                   "(`highway_repro.train.match_params`).",
 }
 for _name in ("ht_placement_scan", "ht_zoo_char_ptb", "ht_zoo_char_ptb_rt", "ht_zoo_enwik8_l6", "ht_gate_zoo"):
     HT[_name] = PaperTable("none (our study)", {}, note=STUDY_NOTE[

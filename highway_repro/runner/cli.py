@@ -1,10 +1,10 @@
 """Run one paper table's sweep and build its report: what `make reproduce-<table>` calls.
 
-    python -m highway_repro.reproduce ht_char_ptb --scale cpu --jobs 2   # train what is missing, then the report
-    python -m highway_repro.reproduce ht_char_ptb --scale cpu --estimate # print the plan and its cost, train nothing
-    python -m highway_repro.reproduce ht_word_ptb ht_char_ptb_rt --jobs 2 # two tables, their runs in one queue
-    python -m highway_repro.reproduce --all --report-only               # make tables: every report from kept runs
-    python -m highway_repro.reproduce --list
+    python -m highway_repro.runner ht_char_ptb --scale cpu --jobs 2   # train what is missing, then the report
+    python -m highway_repro.runner ht_char_ptb --scale cpu --estimate # print the plan and its cost, train nothing
+    python -m highway_repro.runner ht_word_ptb ht_char_ptb_rt --jobs 2 # two tables, their runs in one queue
+    python -m highway_repro.runner --all --report-only               # make tables: every report from kept runs
+    python -m highway_repro.runner --list
 
 The grid is the union of the table's sweep files at the scale, `configs/sweep/<table>/<scale>*.yaml`
 (`runner.plan`). Runs go to `runs/sweeps/<table>-<scale>/<overrides>/` with `resume=auto`, so running the same
@@ -30,18 +30,18 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
-from highway_repro.config import check_group_choices
+from highway_repro.train.config import check_group_choices
 from highway_repro.errors import ArgumentParser, BusyError, ConfigError, HighwayError
 from highway_repro.lock import take
 from highway_repro.report.header import duration
 from highway_repro.runner.estimate import CALIBRATION_FILE, PROBE_STEPS, calibrate, run_seconds, wall_s
 from highway_repro.runner.keep import (other_recipe, read_record, reused_folders, table_runs, trained_for,
                                        wall_of)
-from highway_repro.runner.plan import SCALES, grid_names
+from highway_repro.runner.plan import grid_names
 from highway_repro.runner.queue import FOLLOW_UPS, exit_code, run_queue
 from highway_repro.runner.table import TablePlan, plan_table
-from highway_repro.targets import (CONFIG_DIR, PAPER_TABLES, REPORTS, ROOT, TARGETS, make_target, runs_folder,
-                                   scale_files)
+from highway_repro.targets import (CONFIG_DIR, PAPER_TABLES, REPORTS, ROOT, SCALES, TARGETS, make_target,
+                                   runs_folder, scale_files)
 
 CPU_BUDGET_JOBS = 2  # the cpu scale's budgets (4.5 h a table, 3 h a study) are for 2 jobs x 1 thread
 
@@ -208,7 +208,7 @@ def _train(names: list[str], tables: list[str], args, results: Path, runs_root: 
 
 
 def main(argv=None) -> int:
-    ap = ArgumentParser(prog="python -m highway_repro.reproduce", description=__doc__.split("\n")[0])
+    ap = ArgumentParser(prog="python -m highway_repro.runner", description=__doc__.split("\n")[0])
     ap.add_argument("args", nargs="*", metavar="table | key=value",
                     help="one or more tables (see --list; their runs share one queue), then Hydra overrides for all")
     ap.add_argument("--all", action="store_true", help="every paper table, in order")

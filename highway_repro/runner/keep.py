@@ -13,10 +13,10 @@ import shutil
 from pathlib import Path
 
 from highway_repro.errors import ConfigError
-from highway_repro.runner.plan import REPEAT_KEYS, compose_table, grid_names, override_key
-from highway_repro.targets import TARGETS, runs_folder
+from highway_repro.report.grids import cells
+from highway_repro.runner.plan import REPEAT_KEYS, compose_table, override_key
+from highway_repro.targets import KEPT_FILES, TARGETS, runs_folder
 
-KEPT_FILES = ("metrics.json", "metrics.jsonl", "config_resolved.yaml", "run_info.json", ".hydra/overrides.yaml")
 FINISHED = ("done", "diverged")  # a diverged run is a result (a table cell), not a crash
 
 
@@ -109,7 +109,7 @@ def reused_folders(name: str, scale: str, results: Path) -> list[Path]:
     t = TARGETS[name]
     if not t.reuse:
         return []
-    grid = set(grid_names(name, scale))
+    grid = cells(name, scale)
     return [p.parent for o in t.reuse for p in sorted((results / runs_folder(o, scale)).glob("*/metrics.json"))
             if p.parent.name in grid]
 
@@ -132,7 +132,7 @@ def other_recipe(part: str, scale: str, folders: list[Path]) -> dict[str, str]:
     import yaml
     from omegaconf import OmegaConf
 
-    from highway_repro.recipe import recipe_diff
+    from highway_repro.train.recipe import recipe_diff
     from highway_repro.report.runs import read_yaml
     out, cells = {}, {}  # one composition per grid cell; a run's seed / trial is set on a copy of it
     for folder in folders:

@@ -14,7 +14,6 @@ import itertools
 
 from highway_repro.targets import CONFIG_DIR, TARGETS, Target
 
-SCALES = tuple(sorted(p.stem for p in (CONFIG_DIR / "scale").glob("*.yaml")))  # configs/scale/<name>.yaml
 REPEAT_KEYS = ("seed", "trial")  # the keys that repeat one cell of a grid (its rows are the other keys)
 HYDRA_VERSION = "1.3"  # the version_base of the configs' composition
 
@@ -48,7 +47,9 @@ def compose_table(t: Target, scale: str, plain: list[str], sweep: str | None = N
     `sweep`: the sweep file (`<table>/<file>`) whose grid `hydra.sweeper.params` holds."""
     from hydra import compose, initialize_config_dir
 
-    import highway_repro.resolvers  # noqa: F401  (registers the `hp` resolver)
+    from highway_repro.resolvers import register
+
+    register()
 
     overrides = [f"experiment={t.experiment}", f"scale={scale}"] + ([f"sweep={sweep}"] if sweep else [])
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=HYDRA_VERSION):

@@ -54,7 +54,7 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     cfg, fgs = plan_grids(name, scale, extra)
     files, gs = [f for f, _ in fgs], [g for _, g in fgs]
     names = job_names(cfg, gs, t.sweep)
-    from highway_repro.config import GATE_OPTIONS, validate
+    from highway_repro.train.config import GATE_OPTIONS, validate
 
     validate(cfg)  # a bad override given for the whole table: one line before anything is planned or started
     gate = [o for o in extra if override_key(o) in {f"model.{k}" for k in GATE_OPTIONS}]
@@ -111,7 +111,7 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
           f"{queued_from}), {len(todo)} to train; {cost}", flush=True)
     shown = f"make {make_target(name)} SCALE={scale}" if name != "demo" else "make demo"
     if extra:  # overrides given by hand are part of the command
-        shown = shlex.join(["python", "-m", "highway_repro.reproduce", name, "--scale", scale, *extra])
+        shown = shlex.join(["python", "-m", "highway_repro.runner", name, "--scale", scale, *extra])
     if todo and peak_how != "default":
         print(f"[{name}] memory: {peak:.1f} GB a run at its peak ({peak_how})", flush=True)
     apart = results / runs_folder(name, scale, apart=True) if kept_apart(scale) else None
@@ -168,7 +168,7 @@ GROUP_PEAK = 3.0  # a group's peak memory against a lone run's (Fig. 1, 11 membe
 
 def group_of(cfg, group: str) -> int:
     """Runs a group at most (`group`: auto or a size), 1 where the table's model cannot group (`grouped.GROUPABLE`)."""
-    from highway_repro.grouped import GROUPABLE, group_size
+    from highway_repro.train.grouped import GROUPABLE, group_size
 
     size = group_size(group if group == "auto" else int(group))
     return size if str(cfg.model._target_).rsplit(".", 1)[-1] in GROUPABLE else 1

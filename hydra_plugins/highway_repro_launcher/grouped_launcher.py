@@ -1,5 +1,5 @@
 """Hydra launcher `hydra/launcher=grouped` (configs/hydra/launcher/grouped.yaml): a multirun's jobs trained in
-groups of one shape in this process (`highway_repro.grouped`). Hydra finds launchers only in the `hydra_plugins`
+groups of one shape in this process (`highway_repro.train.grouped`). Hydra finds launchers only in the `hydra_plugins`
 namespace package, hence this module; it sets up each job as Hydra's basic launcher does, with Hydra's public
 `hydra.core.utils` functions."""
 
@@ -25,7 +25,7 @@ class GroupedLauncher(Launcher):
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from highway_repro import grouped
+        from highway_repro.train import grouped
 
         grouped.group_size(self.size)  # a bad size: one line before any job is set up
         setup_globals()

@@ -17,7 +17,9 @@ def compose(overrides) -> "DictConfig":  # noqa: F821
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    import highway_repro.resolvers  # noqa: F401  (registers the `hp` resolver)
+    from highway_repro.resolvers import register
+
+    register()
 
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
         return hydra_compose("train", overrides=list(overrides))

@@ -24,9 +24,9 @@ def _count(value) -> int:
 @functools.lru_cache(maxsize=1)
 def paper_plan() -> tuple[dict, ...]:
     """For each paper table: runs per variant class (baseline/plain vs gated/highway), steps and evaluations at
-    scale=paper, from the config files as the runner reads them (`highway_repro.reproduce.plan`, what
+    scale=paper, from the config files as the runner reads them (`highway_repro.runner.plan.plan`, what
     `make reproduce-<table> SCALE=paper` runs). Needs no GPU."""
-    from highway_repro.reproduce import plan as table_plan
+    from highway_repro.runner.plan import plan as table_plan
     from highway_repro.targets import PAPER_TABLES, TARGETS
 
     plan = []
@@ -97,7 +97,7 @@ def tables_section(ctx: Ctx) -> None:
                      fmt(max(mems), 1, "B") if mems else "n/a", note])
     ctx.rep.section("tables", "Expected time of each paper table on this GPU (one process, runs one after another)", [
         "time = sum over the table's runs of (steps x measured step time + evaluation passes x batches x measured "
-        "evaluation batch time); runs from the sweep file and the paper overrides of `highway_repro/reproduce.py`; "
+        "evaluation batch time); runs from the sweep file and the paper overrides of `highway_repro/runner/`; "
         "gated/highway rows use the gated variant's step time, baseline/plain rows the baseline's. Data loading is "
         "in the step time (the trainer builds batches in the training process). Not included: start-up, checkpoint "
         "writes, the report. bf16 = `trainer.precision=bf16`; fp32 = the configs' default precision with TF32 "

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from highway_repro import options
-from highway_repro.errors import ConfigError  # noqa: F401  (train.py and the tests import it from here)
+from highway_repro.errors import ConfigError  # noqa: F401  (the entry point and the tests import it from here)
 
 GATE_OPTIONS = ("gate_kind", "gate_layers", "gate_sublayers")
 
@@ -192,7 +192,7 @@ def check_group_choices(overrides: list[str], config_dir) -> None:
     """A command-line choice of a config group (`experiment=ht_char_pt`, `variant=sdu_tan,sdu_tanh`) that has no
     file: ConfigError naming it and the valid choices, before Hydra composes (its own message spans a line per
     choice and exits 1). Sweep functions (`range(...)`), interpolations and Hydra's own groups are left to Hydra,
-    and so is every choice when the command adds config folders (`--config-dir`, `hydra.searchpath`: `cli`)."""
+    and so is every choice when the command adds config folders (`--config-dir`, `hydra.searchpath`: `job.prepare`)."""
     import re
     from pathlib import Path
 

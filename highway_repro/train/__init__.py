@@ -3,9 +3,10 @@
     python -m highway_repro.train experiment=hn_fig1 scale=cpu
     python -m highway_repro.train -m sweep=hn_fig1/cpu scale=cpu hydra/launcher=grouped  # in groups
 
-The only module that knows all parts (data meta goes into the model's constructor). Around it: `config` checks the
-config before torch is imported, `recipe` guards a run folder, `runtime` sets threads and seeds, `resolvers`
-registers `${hp:...}`, `cli` makes user errors one line, `grouped` trains a multirun's jobs in groups."""
+The only module that knows all parts (data meta goes into the model's constructor). Beside it in this package:
+`config.py` checks the config before torch is imported, `recipe.py` guards a run folder, `job.py` runs one job in its
+run folder and makes user errors one line, `grouped.py` trains a multirun's jobs in groups; `runtime` sets threads
+and seeds, `resolvers` registers `${hp:...}`."""
 
 from __future__ import annotations
 
@@ -20,14 +21,16 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 # No torch (nor numpy, the engine, the data or the models) at import time: import them inside functions.
-from highway_repro import grouped, resolvers  # noqa: F401  (resolvers: registers the `hp` resolver)
-from highway_repro.cli import build, launch, one_line_errors, prepare, stopped, user_failure, with_config
-from highway_repro.config import ConfigError, check_command, validate_against_data
 from highway_repro.engine.loggers import build_logger, now, write_run_info, write_text_atomic
+from highway_repro.resolvers import register
 from highway_repro.runtime import configure
+from highway_repro.train import grouped
+from highway_repro.train.config import ConfigError, check_command, validate_against_data
+from highway_repro.train.job import build, launch, one_line_errors, prepare, stopped, user_failure, with_config
 
 log = logging.getLogger("highway_repro")
-CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
+CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
+register()  # `${hp:...}` in the configs
 
 
 def build_optimizer(cfg: DictConfig, model):
@@ -49,7 +52,7 @@ def build_optimizer(cfg: DictConfig, model):
 
 def match_params(cfg: DictConfig, meta: dict) -> int:
     """`match_params: <gate kind>`: model.d_ff of the ungated model becomes the width with the parameter count of the
-    model gated by that kind (`gates.matched_d_ff`); the kept runs' four counting builds are drawn again."""
+    model gated by that kind (`gates.matched_d_ff`, from one build on the meta device: no random number is drawn)."""
     import torch
 
     from highway_repro.models.gates import matched_d_ff
@@ -57,8 +60,6 @@ def match_params(cfg: DictConfig, meta: dict) -> int:
     with torch.device("meta"):
         gated = build(cfg.model, "model", gate_kind=cfg.match_params, **meta)
     d_ff, cfg.model.d_ff = cfg.model.d_ff, matched_d_ff(gated, int(cfg.model.d_ff))
-    for over in ({"gate_kind": cfg.match_params, "d_ff": d_ff}, {"d_ff": d_ff}, {"d_ff": d_ff + 1}, {}):
-        build(OmegaConf.merge(cfg.model, over), "model", **meta)  # dropped: only their draws count
     log.info("match_params=%s: model.d_ff %d -> %d", cfg.match_params, d_ff, cfg.model.d_ff)
     return int(cfg.model.d_ff)
 
@@ -135,14 +136,7 @@ def main(cfg: DictConfig):
 
 
 def cli():
-    """`python -m highway_repro.train`: one-line errors (`cli.prepare`, `one_line_errors`, `stopped`), then `main`."""
+    """`python -m highway_repro.train`: one-line errors (`job.prepare`, `one_line_errors`, `stopped`), then `main`."""
     with stopped(), one_line_errors():
         prepare(sys.argv[1:], CONFIG_DIR)
         main()
-
-
-if __name__ == "__main__":
-    # the imported module's function, not __main__'s: launchers (joblib, submitit) pickle it by reference
-    from highway_repro.train import cli as _imported_cli
-
-    _imported_cli()

@@ -37,11 +37,11 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from highway_repro import options
-from highway_repro.config import check_group_choices, check_targets
+from highway_repro.train.config import check_group_choices, check_targets
 from highway_repro.engine.loggers import write_json_atomic
 from highway_repro.errors import ConfigError, HighwayError, StorageError, storage_error, unwritable
 from highway_repro.lock import RUN_LOCK, Lock, take
-from highway_repro.recipe import check_same_recipe
+from highway_repro.train.recipe import check_same_recipe
 
 # What is reported in one line with exit code 2, without a traceback: the project's own error classes, raised for
 # the user's input (a config value, a data file, a checkpoint). Anything else is a bug and keeps its traceback.

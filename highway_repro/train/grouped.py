@@ -7,7 +7,7 @@ The launcher (`hydra_plugins/highway_repro_launcher`) sets up every job as Hydra
 folder, `.hydra/`, the command-line checks of `train.main`), but `train.main` hands the composed job to `collect`
 instead of training it. Then `train_groups` splits the jobs into groups of one shape (`shape_key`: configs equal up
 to what a member may have of its own: seed, trial, data order, optimizer and schedule numbers, gate bias), at most
-`size` each, and trains each group in this process. Each member is admitted as a lone job is (`cli.run_job`: its
+`size` each, and trains each group in this process. Each member is admitted as a lone job is (`job.run_job`: its
 folder's lock, the recipe guard, a finished run kept as it is), writes exactly the run folder it would write alone,
 and names its group in run_info.json (`group`: id, size, position, the members' folders).
 """
@@ -118,7 +118,7 @@ def train_groups(jobs: list, size) -> None:
 def train_group(jobs: list) -> int:
     """One group: admit its members, train them together, write their run_info.json and last lines. Returns the
     signal that stopped it, else 0."""
-    from highway_repro.cli import USER_ERRORS, folder_lock, nothing_to_do, summary, user_failure
+    from highway_repro.train.job import USER_ERRORS, folder_lock, nothing_to_do, summary, user_failure
     from highway_repro.engine.group import Group, Member
     from highway_repro.engine.loggers import now, write_json_atomic, write_run_info
     from highway_repro.errors import HighwayError

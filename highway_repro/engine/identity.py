@@ -7,7 +7,7 @@ too), lands in the W&B run it already has. Group = the experiment, name = the jo
 (less `logger`, which says where a run is mirrored, not what it is) plus one column, `row`: the job without its repeat
 keys, so that W&B groups a table's runs by row (and by `seed` or `trial`, config keys already) out of the box.
 
-Standard library only: the engine's logger imports it.
+Standard library only: the engine's logger and the export (`highway_repro.dashboards`) import it.
 """
 
 from __future__ import annotations
