@@ -129,13 +129,13 @@ def test_an_unresolved_claim_says_what_a_decision_would_cost(tmp_path):
             runs.append(load_runs(tmp_path / f"{v}{seed}")[0])
         rows[(v,)] = Row((v,), v, runs)
     res = test_claim(Claim("ends lower", ("a",), Measure("test/bpc", "test bpc"), "lower", ("b",)), rows)
-    n = res["seeds_needed"]
-    assert res["verdict"] == stats.NOT_RESOLVED and n > 3
+    n = res.seeds_needed
+    assert res.verdict == stats.NOT_RESOLVED and n > 3
     hours = 2 * (n - 3) * 5400.0 / 2 / 3600  # runs of 1.5 h with a core to themselves, 2 at a time
     total = 6 * 5400.0 / 2 / 3600 + hours  # the table's 6 runs so far, and the added ones
     sd_b = stats.mean_std([2.01, 2.05, 2.00])[1]
-    at_95 = stats.seeds_needed(res["std"], sd_b, res["diff"], res["delta"], 0.95, start=3)
-    assert n == stats.seeds_needed(res["std"], sd_b, res["diff"], res["delta"], 0.99, start=3) > at_95  # at 99 %
+    at_95 = stats.seeds_needed(res.std, sd_b, res.diff, res.delta, 0.95, start=3)
+    assert n == stats.seeds_needed(res.std, sd_b, res.diff, res.delta, 0.99, start=3) > at_95  # at 99 %
     assert claim_line(res).endswith(f"a decision needs about {n} seeds per row at the measured spread and the "
                                     f"second look's 99 % ({2 * (n - 3)} more runs, about {hours:.1f} h on 2 cores; "
                                     f"the table would then take {total:.1f} h, beyond the 8 h a table may take at "
@@ -207,11 +207,11 @@ def test_an_unresolved_random_search_names_the_trials_a_decision_needs(tmp_path)
         rows[(v,)] = Row((v,), v, runs)
     log_loss = Measure("train/loss", "log10 loss", how="log10")
     res = test_claim(Claim("is lower", ("a",), log_loss, "lower", ("b",), pick="quantile", q=0.2), rows)
-    assert res["verdict"] == stats.NOT_RESOLVED and res["ci"] == (-math.inf, math.inf)
-    n = res["seeds_needed"]
+    assert res.verdict == stats.NOT_RESOLVED and res.ci == (-math.inf, math.inf)
+    n = res.seeds_needed
     s_at = [stats.quantile_ranks(m, 0.2, (1 - stats.SECOND_LOOK) / 4)[1] for m in (n - 1, n)]
     assert n == 552 and 4 * s_at[0] > n - 1 and 4 * s_at[1] <= n
-    assert res["decision"] == pytest.approx((1096, 54.8, 55.2, True))
+    assert res.decision == pytest.approx((1096, 54.8, 55.2, True))
     assert claim_line(res).endswith("a decision needs about 552 trials per row at the measured distribution of the "
                                     "trials and the second look's 99 % (1096 more runs, about 54.8 h on 2 cores; the "
                                     "table would then take 55.2 h, beyond the 8 h a table may take at the cpu scale)")
@@ -452,10 +452,10 @@ def test_a_paired_interval_on_students_sleep_data(tmp_path):
     drug2 = [1.9, 0.8, 1.1, 0.1, -0.1, 4.4, 5.5, 1.6, 4.6, 3.4]
     rows = _seed_rows(tmp_path, {"drug1": dict(enumerate(drug1)), "drug2": dict(enumerate(drug2))})
     res = test_claim(Claim("sleeps less", ("drug1",), Measure("test/hours", "hours"), "lower", ("drug2",)), rows)
-    assert res["diff"] == pytest.approx(-1.58) and res["ci"] == pytest.approx((-2.4598858, -0.7001142), abs=1e-6)
-    assert res["ci_unpaired"] == pytest.approx((-3.3654832, 0.2054832), abs=1e-6)
-    assert res["tests"]["p_side"] == pytest.approx(0.002833 / 2, abs=1e-6) and res["verdict"] == stats.HELD
-    assert "difference -1.58, paired 95 % CI [-2.46, -0.7001] over 10 seeds (Welch's: [-3.365, 0.2055])" in res["line"]
+    assert res.diff == pytest.approx(-1.58) and res.ci == pytest.approx((-2.4598858, -0.7001142), abs=1e-6)
+    assert res.ci_unpaired == pytest.approx((-3.3654832, 0.2054832), abs=1e-6)
+    assert res.tests["p_side"] == pytest.approx(0.002833 / 2, abs=1e-6) and res.verdict == stats.HELD
+    assert "difference -1.58, paired 95 % CI [-2.46, -0.7001] over 10 seeds (Welch's: [-3.365, 0.2055])" in res.line
 
 
 def test_a_shared_per_seed_component_narrows_the_paired_interval(tmp_path):
@@ -471,18 +471,18 @@ def test_a_shared_per_seed_component_narrows_the_paired_interval(tmp_path):
               "b": {k: 2.05 + s - e for k, (s, e) in enumerate(zip(shared, noise))}}
     claim = Claim("ends lower", ("a",), Measure("test/hours", "hours"), "lower", ("b",))
     res = test_claim(claim, _seed_rows(tmp_path / "paired", values))
-    (lo, hi), (wlo, whi) = res["ci"], res["ci_unpaired"]
-    assert hi - lo < (whi - wlo) / 20 and res["verdict"] == stats.HELD and res["diff"] == pytest.approx(-0.05)
-    assert stats.verdict(res["ci_unpaired"], "lower") == stats.NOT_RESOLVED
+    (lo, hi), (wlo, whi) = res.ci, res.ci_unpaired
+    assert hi - lo < (whi - wlo) / 20 and res.verdict == stats.HELD and res.diff == pytest.approx(-0.05)
+    assert stats.verdict(res.ci_unpaired, "lower") == stats.NOT_RESOLVED
     assert "over 5 seeds (Welch's: [" in claim_line(res)
     extra = test_claim(claim, _seed_rows(tmp_path / "extra", {**values, "a": values["a"] | {5: 1.0}}))
-    assert "ci_unpaired" not in extra and ", Welch 95 % CI [" in extra["line"]
+    assert extra.ci_unpaired is None and ", Welch 95 % CI [" in extra.line
     welch = test_claim(claim, _seed_rows(tmp_path / "unpaired", values, data_seed=False))
-    assert welch["ci"] == res["ci_unpaired"] and "ci_unpaired" not in welch and ", Welch 95 % CI [" in welch["line"]
+    assert welch.ci == res.ci_unpaired and welch.ci_unpaired is None and ", Welch 95 % CI [" in welch.line
     apart = test_claim(claim, _seed_rows(tmp_path / "apart", {"a": {0: 2.0, 1: 2.1, 2: 2.2}, "b": {2: 2.3, 3: 2.4}}))
-    assert "ci_unpaired" not in apart and ", Welch 95 % CI [" in apart["line"]
+    assert apart.ci_unpaired is None and ", Welch 95 % CI [" in apart.line
     # undecided: the seeds a paired interval at 99 % needs, the first n with t(0.995, n - 1) sd / sqrt(n) < |mean|
     # (differences -0.05, 0, -0.1: sd 0.05; n 10: 3.250 x 0.05 / sqrt(10) = 0.0514, n 11: 0.0478)
     rows = _seed_rows(tmp_path / "open", {"a": {0: 2.0, 1: 2.1, 2: 2.2}, "b": {0: 2.05, 1: 2.1, 2: 2.3}})
     n = next(n for n in range(3, 100) if stats.t_quantile(0.995, n - 1) * 0.05 / math.sqrt(n) < 0.05)
-    assert test_claim(claim, rows)["seeds_needed"] == n == 11
+    assert test_claim(claim, rows).seeds_needed == n == 11

@@ -245,11 +245,11 @@ def test_quantile_claims_count_a_diverged_trial_as_a_failure(tmp_path):
             runs.append(load_runs(tmp_path / f"{kind}{i}")[0])
         rows[(kind,)] = Row((kind,), kind, runs)
     res = test_claim(Claim("is lower", ("highway",), m, "lower", ("plain",), pick="quantile", q=0.6), rows)
-    assert (res["n"], res["other_n"]) == (5, 5) and res["mean"] == pytest.approx(0.3)
-    assert res["other_mean"] == pytest.approx(0.5)  # x_(3) of 0.3, 0.35, 0.5 x 3; not 0.35 over the 2 finished
-    lo, hi = res["ci"]
-    assert res["diff"] == pytest.approx(-0.2) and lo <= res["diff"] <= hi
-    assert res["tests"]["p_side"] < res["tests"]["p_other"]
+    assert (res.n, res.other_n) == (5, 5) and res.mean == pytest.approx(0.3)
+    assert res.other_mean == pytest.approx(0.5)  # x_(3) of 0.3, 0.35, 0.5 x 3; not 0.35 over the 2 finished
+    lo, hi = res.ci
+    assert res.diff == pytest.approx(-0.2) and lo <= res.diff <= hi
+    assert res.tests["p_side"] < res.tests["p_other"]
 
 
 def test_a_row_whose_paper_number_tests_nothing_is_claimed_on_test(tmp_path):

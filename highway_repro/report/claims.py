@@ -193,14 +193,54 @@ def _table_cpu_seconds(rows: dict) -> float:
     return sum(n * (s or fallback) for s, n in per_row)
 
 
-def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> dict:
-    """The claim's result: ours, the other side, the interval, delta, the verdict, its p-values (`tests`), the
-    comparison's identity (`key`: the runs of each side and the statistic), the seeds a decision would need, and
-    one Markdown line. `table`: the table's name, for papers.PAPER_CLAIMS and its second look: a comparison of
-    papers.SECOND_LOOK_CLAIMS whose table has a second look at the runs' scale reads every run at
-    stats.SECOND_LOOK once all of that look's runs have ended (until then, and any other comparison always, the
-    runs of its first look); `keys`: the table's row keys (`TableSpec.keys`), which
-    tell when a second look has all its runs."""
+@dataclass
+class ClaimResult:
+    """A claim tested on a table's rows (`test_claim`): ours and the other side, the interval at `level` (`ci`;
+    `ci_unpaired`: Welch's beside a paired one), the margin `delta`, the verdict, the p-values (`tests`, for Holm),
+    the comparison's identity (`key`: the runs of each side and the statistic), the runs a decision would need
+    (`seeds_needed` in `need_unit`, `decision`: `stats.decision_cost`), the paper claim it tests, and its Markdown
+    `line`; `same_as`, `family_size` and `holm` are set with the table's family (`family`)."""
+    claim: Claim
+    row: Row | None
+    label: str
+    level: float
+    under_way: str = ""  # the sweep files of a second look whose runs have not all ended
+    mean: float = math.nan
+    std: float = math.nan
+    n: int = 0
+    other_label: str | None = None
+    other_mean: float = math.nan
+    other_n: int = 0
+    diff: float = math.nan
+    ci: tuple | None = None
+    ci_unpaired: tuple | None = None
+    delta: float | None = None
+    tests: dict | None = None
+    verdict: str = stats.NOT_RESOLVED
+    detail: str = ""
+    line: str = ""
+    key: str | None = None
+    experiment: str = ""
+    seeds_needed: int | None = None
+    need_unit: str = "seeds"
+    decision: tuple | None = None
+    last_look: bool = False
+    paper: bool = False
+    paper_effect: tuple | None = None
+    paper_id: int | None = None
+    claim_type: str = "own"
+    scale: str = ""
+    same_as: dict | None = None
+    family_size: int | None = None
+    holm: str | None = None
+
+
+def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> ClaimResult:
+    """The claim's result (`ClaimResult`). `table`: the table's name, for papers.PAPER_CLAIMS and its second look: a
+    comparison of papers.SECOND_LOOK_CLAIMS whose table has a second look at the runs' scale reads every run at
+    stats.SECOND_LOOK once all of that look's runs have ended (until then, and any other comparison always, the runs
+    of its first look); `keys`: the table's row keys (`TableSpec.keys`), which tell when a second look has all its
+    runs."""
     pc = paper_claim_of(table, c)
     side_rows = [rows.get(i) for i in (c.row, c.against) if isinstance(i, tuple) and not pooled(i)]
     scales = _scales([r for row in side_rows if row for r in row.runs])
@@ -216,160 +256,158 @@ def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> dict:
     row = side_row(rows, c.row)
     m = c.measure
     label = row.label if row else "/".join(map(str, c.row))
-    res = {"claim": c, "row": row, "label": label, "mean": math.nan, "std": math.nan, "n": 0, "ci": None,
-           "other_mean": math.nan, "other_n": 0, "diff": math.nan, "verdict": stats.NOT_RESOLVED, "detail": "",
-           "delta": None, "tests": None, "key": None, "seeds_needed": None, "experiment": "", "level": level,
-           "under_way": ", ".join(f"configs/sweep/{table}/{s}-second_look.yaml" for s in looks) if under_way else ""}
-    res["paper"], res["paper_effect"] = pc is not None, papers.paper_effect(pc) if pc else None
-    res["paper_id"] = papers.PAPER_CLAIMS.index(pc) if pc else None
-    res["claim_type"], res["scale"] = pc.claim_type if pc else "own", ", ".join(sorted(scales))  # a floor: own
+    res = ClaimResult(c, row, label, level, under_way=", ".join(
+        f"configs/sweep/{table}/{s}-second_look.yaml" for s in looks) if under_way else "")
+    res.paper, res.paper_effect = pc is not None, papers.paper_effect(pc) if pc else None
+    res.paper_id = papers.PAPER_CLAIMS.index(pc) if pc else None
+    res.claim_type, res.scale = pc.claim_type if pc else "own", ", ".join(sorted(scales))  # a floor: own
     two_rows = isinstance(c.against, tuple)
     other = side_row(rows, c.against) if two_rows else None
-    res["other_label"] = other.label if other else None
+    res.other_label = other.label if other else None
     if row is None or not row.values(m) or (two_rows and (other is None or not other.values(m))):
         side = "the row it is compared with" if row is not None and row.values(m) else "this row"
-        res["detail"] = f"{UNTESTED}: no finished runs for {side}"
-        res["line"] = f"{label} {c.text}: {res['detail']}"
+        res.detail = f"{UNTESTED}: no finished runs for {side}"
+        res.line = f"{label} {c.text}: {res.detail}"
         return res
     used = [r for r in row.runs if r.done] + ([r for r in other.runs if r.done] if other else [])
-    res["experiment"] = next((str(r.get("name")) for r in used if r.get("name")), "")
+    res.experiment = next((str(r.get("name")) for r in used if r.get("name")), "")
     sides = (sorted(map(run_id, row.runs)), sorted(map(run_id, other.runs)) if other else [repr(c.against)])
-    res["key"] = f"{c.pick}{c.q if c.pick == 'quantile' else ''}|{m.name}|" + "|".join(",".join(s) for s in sides)
+    res.key = f"{c.pick}{c.q if c.pick == 'quantile' else ''}|{m.name}|" + "|".join(",".join(s) for s in sides)
     what, d = f"{m.label}{c.paper_note}", m.digits
     if c.kind == "claim" and c.pick == "quantile":
         worst = (max if m.lower_is_better else min)(row.values(m) + (other.values(m) if other else []))
         xs, ys = trials(row, m, worst), trials(other, m, worst) if other else None
         threshold = c.threshold if other else float(c.against)
         qt = stats.quantile_test(xs, c.q, threshold, c.side, ys, level)
-        res.update(mean=qt["quantiles"][0], other_mean=qt["quantiles"][1], n=len(xs), other_n=len(ys or []),
-                   ci=qt["ci"], tests=stats.second_look_p(qt["tests"], level))
-        res["verdict"] = stats.verdict(qt["ci"], c.side, threshold)
-        stat, sci = f"{stats.pct(c.q)} quantile of {len(xs)} trials", m.how != "log10" and abs(res["mean"]) < 1e-2
+        res.mean, res.other_mean, res.n, res.other_n = *qt["quantiles"], len(xs), len(ys or [])
+        res.ci, res.tests = qt["ci"], stats.second_look_p(qt["tests"], level)
+        res.verdict = stats.verdict(qt["ci"], c.side, threshold)
+        stat, sci = f"{stats.pct(c.q)} quantile of {len(xs)} trials", m.how != "log10" and abs(res.mean) < 1e-2
         how = ("; the rows' exact order-statistic intervals at the Bonferroni level" if other else
                "; exact, from order statistics")
         tested = (f"{interval(qt['ci'], level)}{at}{how}, over all trials (failed ones at the worst value)"
                   .replace("CI", "interval"))
         if other:
-            res["diff"] = qt["estimate"]
-            line = (f"{label} {c.text} ({what}): {stat} {num(res['mean'], d, sci)} vs {other.label} "
-                    f"{num(res['other_mean'], d, sci)} ({len(ys)} trials); difference {qt['estimate']:+.4g} (must be "
+            res.diff = qt["estimate"]
+            line = (f"{label} {c.text} ({what}): {stat} {num(res.mean, d, sci)} vs {other.label} "
+                    f"{num(res.other_mean, d, sci)} ({len(ys)} trials); difference {qt['estimate']:+.4g} (must be "
                     f"{'<' if c.side == 'lower' else '>'} {threshold:g}), {tested}")
         else:
-            line = f"{label} {c.text} ({what}): {stat} {num(res['mean'], d, sci)}; {tested}"
-        res["line"] = f"{line}: **{res['verdict']}**"
-        res["last_look"] = _last_look(res, row, other, table, keys)
-        if res["verdict"] == stats.NOT_RESOLVED:
-            res["seeds_needed"] = stats.quantile_trials_needed(xs, c.q, threshold, ys)
-            res["need_unit"] = "trials"
+            line = f"{label} {c.text} ({what}): {stat} {num(res.mean, d, sci)}; {tested}"
+        res.line = f"{line}: **{res.verdict}**"
+        res.last_look = _last_look(res, row, other, table, keys)
+        if res.verdict == stats.NOT_RESOLVED:
+            res.seeds_needed = stats.quantile_trials_needed(xs, c.q, threshold, ys)
+            res.need_unit = "trials"
             run_s = _cpu_run_seconds(row.runs + other.runs) if other else None
-            if res["seeds_needed"] and run_s:
+            if res.seeds_needed and run_s:
                 have = ([sum(r.status != "missing" for r in s.runs) for s in side_rows] if under_way else
-                        (res["n"], res["other_n"]))  # a second look under way: its runs so far count
-                res["decision"] = stats.decision_cost(res["seeds_needed"], tuple(have), run_s,
+                        (res.n, res.other_n))  # a second look under way: its runs so far count
+                res.decision = stats.decision_cost(res.seeds_needed, tuple(have), run_s,
                                                       _table_cpu_seconds(table_rows))
         return res
     xs = _values(row, c)
-    res["mean"], res["std"] = stats.mean_std(xs)
-    res["n"] = len(row.done) if c.pick == "best" else len(xs)
+    res.mean, res.std = stats.mean_std(xs)
+    res.n = len(row.done) if c.pick == "best" else len(xs)
     if two_rows:
         ys = _values(other, c)
-        res["other_mean"], res["other_n"] = statistics.fmean(ys), len(ys)
+        res.other_mean, res.other_n = statistics.fmean(ys), len(ys)
         if c.threshold == 0:
-            res["delta"] = papers.margin(m.metric, res["other_mean"], res["paper_effect"])
-        test = welch = stats.t_test(xs, ys, c.side, c.threshold, res["delta"], level)
-        sds, how = (res["std"], stats.mean_std(ys)[1]), ("Welch " if welch else "", "")  # the test, around its CI
+            res.delta = papers.margin(m.metric, res.other_mean, res.paper_effect)
+        test = welch = stats.t_test(xs, ys, c.side, c.threshold, res.delta, level)
+        sds, how = (res.std, stats.mean_std(ys)[1]), ("Welch " if welch else "", "")  # the test, around its CI
         pairs = seed_pairs(row, other, m) if c.pick == "all" and not (pooled(c.row) or pooled(c.against)) else None
         if pairs:  # the seeds both rows finished: the paired t-test of their differences
-            test, res["ci_unpaired"] = stats.t_test(pairs, None, c.side, c.threshold, res["delta"], level), welch["ci"]
+            test, res.ci_unpaired = stats.t_test(pairs, None, c.side, c.threshold, res.delta, level), welch["ci"]
             sds = (stats.mean_std(pairs)[1], 0.0)
-            how = "paired ", f" over {len(pairs)} seeds (Welch's: " + "[{:.4g}, {:.4g}])".format(*res["ci_unpaired"])
-        res["diff"] = test["estimate"] if test else res["mean"] - res["other_mean"]
-        res["ci"], res["tests"] = (test["ci"], stats.second_look_p(test["tests"], level)) if test else (None, None)
-        res["verdict"] = stats.verdict(res["ci"], c.side, c.threshold, res["delta"])
-        if res["verdict"] == stats.NOT_RESOLVED:
-            res["seeds_needed"] = stats.seeds_needed(*sds, res["diff"], res["delta"], stats.SECOND_LOOK,
+            how = "paired ", f" over {len(pairs)} seeds (Welch's: " + "[{:.4g}, {:.4g}])".format(*res.ci_unpaired)
+        res.diff = test["estimate"] if test else res.mean - res.other_mean
+        res.ci, res.tests = (test["ci"], stats.second_look_p(test["tests"], level)) if test else (None, None)
+        res.verdict = stats.verdict(res.ci, c.side, c.threshold, res.delta)
+        if res.verdict == stats.NOT_RESOLVED:
+            res.seeds_needed = stats.seeds_needed(*sds, res.diff, res.delta, stats.SECOND_LOOK,
                                                      start=max(len(xs), len(ys)))
             run_s = _cpu_run_seconds(used)
-            if res["seeds_needed"] and run_s:
-                res["decision"] = stats.decision_cost(res["seeds_needed"], (len(xs), len(ys)), run_s,
+            if res.seeds_needed and run_s:
+                res.decision = stats.decision_cost(res.seeds_needed, (len(xs), len(ys)), run_s,
                                                       _table_cpu_seconds(table_rows))
         must = f" (must be {'<' if c.side == 'lower' else '>'} {c.threshold:g})" if c.threshold else ""
-        band = f", delta ±{res['delta']:.3g}" if res["delta"] is not None else ""
-        tested = f"difference {res['diff']:+.4g}{must}, {how[0]}{interval(res['ci'], level)}{at}{how[1]}{band}"
-        line = (f"{label} {c.text} ({what}): {num(res['mean'], d)} (n {len(xs)}) vs "
-                f"{other.label} {num(res['other_mean'], d)} (n {len(ys)}); {tested}")
+        band = f", delta ±{res.delta:.3g}" if res.delta is not None else ""
+        tested = f"difference {res.diff:+.4g}{must}, {how[0]}{interval(res.ci, level)}{at}{how[1]}{band}"
+        line = (f"{label} {c.text} ({what}): {num(res.mean, d)} (n {len(xs)}) vs "
+                f"{other.label} {num(res.other_mean, d)} (n {len(ys)}); {tested}")
         if c.reach:
             steps, goal = reach_steps(row, other, c.reach)
-            res["detail"] = f"steps to reach {other.label}'s last evaluation's {c.reach.label} ({goal:.4g}): {steps}"
-            line += f"; {res['detail']}"
+            res.detail = f"steps to reach {other.label}'s last evaluation's {c.reach.label} ({goal:.4g}): {steps}"
+            line += f"; {res.detail}"
     elif c.pick == "best":
-        res["verdict"] = stats.point_verdict(res["mean"], c.side, float(c.against))
-        value = num(res["mean"], d, sci=abs(res["mean"]) < 1e-2)
-        line = f"{label} {c.text}: best of {res['n']} runs {value} (a single value, no interval)"
+        res.verdict = stats.point_verdict(res.mean, c.side, float(c.against))
+        value = num(res.mean, d, sci=abs(res.mean) < 1e-2)
+        line = f"{label} {c.text}: best of {res.n} runs {value} (a single value, no interval)"
     else:
         test = stats.t_test(xs, None, c.side, float(c.against), None, level)
-        res["ci"], res["tests"] = (test["ci"], stats.second_look_p(test["tests"], level)) if test else (None, None)
-        res["verdict"] = stats.verdict(res["ci"], c.side, float(c.against))
-        if res["verdict"] == stats.NOT_RESOLVED:
-            res["seeds_needed"] = stats.seeds_needed(res["std"], 0.0, res["mean"] - float(c.against), None,
+        res.ci, res.tests = (test["ci"], stats.second_look_p(test["tests"], level)) if test else (None, None)
+        res.verdict = stats.verdict(res.ci, c.side, float(c.against))
+        if res.verdict == stats.NOT_RESOLVED:
+            res.seeds_needed = stats.seeds_needed(res.std, 0.0, res.mean - float(c.against), None,
                                                      stats.SECOND_LOOK, start=len(xs))
         note = f" ({c.paper_note.lstrip('; ')})" if c.paper_note else ""
         line = (f"{label} {c.text}{note}: ours {mean_pm(xs, d)} (n {len(xs)}), "
-                f"{interval(res['ci'], level).replace('CI', 'CI of the mean')}{at}")
-    res["line"] = f"{line}: **{res['verdict']}**"
-    res["last_look"] = _last_look(res, row, other if two_rows else None, table, keys)
+                f"{interval(res.ci, level).replace('CI', 'CI of the mean')}{at}")
+    res.line = f"{line}: **{res.verdict}**"
+    res.last_look = _last_look(res, row, other if two_rows else None, table, keys)
     return res
 
 
-def _last_look(res: dict, row: Row, other: Row | None, table: str, keys: tuple) -> bool:
+def _last_look(res: ClaimResult, row: Row, other: Row | None, table: str, keys: tuple) -> bool:
     """A comparison left NOT RESOLVED by its second look once all of that look's runs have ended: no look follows."""
-    return (res["level"] == stats.SECOND_LOOK and res["verdict"] == stats.NOT_RESOLVED and
+    return (res.level == stats.SECOND_LOOK and res.verdict == stats.NOT_RESOLVED and
             all(second_look_complete(r, table, keys) for r in (row, other) if r is not None))
 
 
-def family(results: list[dict], elsewhere: Callable | None = None) -> None:
+def family(results: list[ClaimResult], elsewhere: Callable | None = None) -> None:
     """Mark each claim result with `same_as`, the line of another table that holds the same comparison
     (`elsewhere(key, experiment) -> {"table", "file", "row", "claim"} or None`), and give the others the family
     size and the Holm-adjusted verdict (over the table's claim tests with a p-value; a test without one: None)."""
     tests = []
     for r in results:
-        own = r["claim"].kind == "claim" and r["key"] and elsewhere
-        r["same_as"] = elsewhere(r["key"], r["experiment"]) if own else None
-        if r["claim"].kind == "claim" and not r["same_as"] and r["tests"] is not None:
+        own = r.claim.kind == "claim" and r.key and elsewhere
+        r.same_as = elsewhere(r.key, r.experiment) if own else None
+        if r.claim.kind == "claim" and not r.same_as and r.tests is not None:
             tests.append(r)
-    holm = stats.holm_verdicts([r["tests"] for r in tests])
+    holm = stats.holm_verdicts([r.tests for r in tests])
     for r in results:
-        r["family_size"], r["holm"] = None, None
+        r.family_size, r.holm = None, None
     for r, v in zip(tests, holm):
-        r["family_size"], r["holm"] = len(tests), v
+        r.family_size, r.holm = len(tests), v
 
 
-def claim_line(r: dict) -> str:
+def claim_line(r: ClaimResult) -> str:
     """The Markdown line of a claim result: the test, the Holm verdict beside the raw one, the seeds a decision
     would need; a comparison tested in another table: a link to it; a level claim of the paper at another scale:
     its numbers, no verdict."""
-    if r.get("same_as"):
-        s = r["same_as"]
-        return (f"{r['label']} {r['claim'].text}: the same runs, measure and rows as "
+    if r.same_as:
+        s = r.same_as
+        return (f"{r.label} {r.claim.text}: the same runs, measure and rows as "
                 f"[{s['table']}]({s['file']}) ({s['row']} {s['claim']}): counted there")
-    if not counted(r):
-        return (r["line"].removesuffix(f": **{r['verdict']}**") + f": **{PAPER_SCALE_ONLY}** (an absolute number of "
+    if not counted(vars(r)):
+        return (r.line.removesuffix(f": **{r.verdict}**") + f": **{PAPER_SCALE_ONLY}** (an absolute number of "
                 "the paper: a verdict at its models, budgets and data only; these numbers for information)")
-    line = r["line"]
-    if r.get("holm") is not None:
-        line += f" (Holm over the table's {r['family_size']} tests: **{r['holm']}**)"
-    if r.get("seeds_needed"):
-        per = ("trials per row at the measured distribution of the trials" if r.get("need_unit") == "trials" else
+    line = r.line
+    if r.holm is not None:
+        line += f" (Holm over the table's {r.family_size} tests: **{r.holm}**)"
+    if r.seeds_needed:
+        per = ("trials per row at the measured distribution of the trials" if r.need_unit == "trials" else
                "seeds per row at the measured spread")
-        line += f"; a decision needs about {r['seeds_needed']} {per} and the second look's "
+        line += f"; a decision needs about {r.seeds_needed} {per} and the second look's "
         line += stats.pct(stats.SECOND_LOOK)
-        if r.get("decision") and not r.get("last_look"):
-            more, hours, total, beyond = r["decision"]
+        if r.decision and not r.last_look:
+            more, hours, total, beyond = r.decision
             line += (f" ({more} more runs, about {hours:.1f} h on {stats.BUDGET_CORES} cores; the table would then "
                      f"take {total:.1f} h" + (f", beyond the {stats.TABLE_BUDGET_H:g} h a table may take at the cpu "
                                               "scale)" if beyond else ")"))
-    if r.get("under_way"):
-        line += f"; its second look (the runs of {r['under_way']}) is under way"
-    if r.get("last_look"):
+    if r.under_way:
+        line += f"; its second look (the runs of {r.under_way}) is under way"
+    if r.last_look:
         line += f"; {LAST_LOOK}"
     return line

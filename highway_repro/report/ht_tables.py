@@ -355,11 +355,10 @@ def gate_zoo_table() -> TableSpec:
                 cell = mean_pm(row.values(test), 4)
                 for other, short in (("baseline", "vs base"), ("baseline_matched", "vs matched")):
                     r = results.get(((m, v), other))
-                    if r and r["ci"] is not None:
-                        cell += (f"; {short} {r['diff']:+.3f} [{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}] "
-                                 f"{r['verdict']}")
-                    elif r and math.isfinite(r["diff"]):
-                        cell += f"; {short} {r['diff']:+.3f} ({r['verdict']})"
+                    if r and r.ci is not None:
+                        cell += f"; {short} {r.diff:+.3f} [{r.ci[0]:+.3f}, {r.ci[1]:+.3f}] {r.verdict}"
+                    elif r and math.isfinite(r.diff):
+                        cell += f"; {short} {r.diff:+.3f} ({r.verdict})"
                 cells.append(cell)
             lines.append(f"| `{v}` | " + " | ".join(cells) + " |")
         return "\n".join(lines) + "\n\n" + "\n".join(_settings([r for r in runs if r.get("name") == m])

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from highway_repro.report import stats
-from highway_repro.report.claims import (LAST_LOOK, UNTESTED, Claim, claim_line, family, floor_claim, paper_claim_of,
-                                         pooled, run_id, side_row, test_claim, trials)
+from highway_repro.report.claims import (LAST_LOOK, UNTESTED, Claim, ClaimResult, claim_line, family, floor_claim,
+                                         paper_claim_of, pooled, run_id, side_row, test_claim, trials)
 from highway_repro.report.columns import (Column, best, best_key, count, mean_curve, paper, params, ratio_to_baseline,
                                           reach_steps, rel_change, stat, steps_to_reach, top_mean)
 from highway_repro.report.measures import NA, Measure, Row, interval, mean_pm, num, pct
@@ -37,7 +37,7 @@ from highway_repro.report.runs import Run
 __all__ = ["NA", "Measure", "Row", "interval", "mean_pm", "num", "pct",
            "Column", "best", "best_key", "count", "mean_curve", "paper", "params", "ratio_to_baseline", "reach_steps",
            "rel_change", "stat", "steps_to_reach", "top_mean",
-           "LAST_LOOK", "UNTESTED", "Claim", "claim_line", "family", "floor_claim", "paper_claim_of",
+           "LAST_LOOK", "UNTESTED", "Claim", "ClaimResult", "claim_line", "family", "floor_claim", "paper_claim_of",
            "pooled", "run_id", "side_row", "test_claim", "trials",
            "TableSpec", "Rendered", "group", "claims_of", "render", "floor_met"]
 
@@ -68,7 +68,7 @@ class Rendered:
     rows: list[Row]
     by_id: dict
     baseline_row: Row | None
-    results: list[dict]  # claim results (claims, then floors)
+    results: list[ClaimResult]  # claims, then floors
 
 
 def _sort_key(spec: TableSpec, row_id: tuple):
@@ -123,14 +123,14 @@ def render(spec: TableSpec, runs: list[Run], name: str = "", elsewhere: Callable
     failed = [f"- {row.label}, `{r.path.name}`: {r.error}".replace("|", "/") for row in rows for r in row.failed]
     if failed:
         md += ["", "Runs that did not finish (their rows count only the finished runs):", *failed]
-    claims = [r for r in t.results if r["claim"].kind == "claim"]
-    floors = [r for r in t.results if r["claim"].kind == "floor"]
+    claims = [r for r in t.results if r.claim.kind == "claim"]
+    floors = [r for r in t.results if r.claim.kind == "floor"]
     if claims:
         md += ["", f"**Claims** (95 % intervals, 99 % at a second look; {stats.VERDICTS_EXPLAINED}):"]
         md += [f"- {claim_line(r)}" for r in claims]
     if floors:
         md += ["", "**Floors** of the cpu scale (met = the mean, or the best run, on the floor's side):"]
-        md += [f"- {r['line']}; met: **{'yes' if floor_met(r) else 'no'}**" for r in floors]
+        md += [f"- {r.line}; met: **{'yes' if floor_met(r) else 'no'}**" for r in floors]
     notes = spec.notes(runs, by_id) if callable(spec.notes) else spec.notes
     paper_note = spec.paper.note if spec.paper else ""
     body = "\n".join(md) + "\n" + "".join(f"\n{n.strip()}\n" for n in (notes, paper_note) if n and n.strip())
@@ -142,7 +142,6 @@ def render(spec: TableSpec, runs: list[Run], name: str = "", elsewhere: Callable
     return t, body, buf.getvalue()
 
 
-def floor_met(res: dict) -> bool:
-    c = res["claim"]
-    v = res["mean"]
+def floor_met(res: ClaimResult) -> bool:
+    c, v = res.claim, res.mean
     return math.isfinite(v) and (v <= c.against if c.side == "lower" else v >= c.against)

@@ -43,7 +43,7 @@ def _num(x):
 
 def claim_rows(name: str, t: Rendered, scale: str | None) -> list[dict]:
     spec, m = t.spec, t.spec.primary
-    floors = {r["claim"].row: r for r in t.results if r["claim"].kind == "floor"}
+    floors = {r.claim.row: r for r in t.results if r.claim.kind == "floor"}
     out = []
     for row in t.rows:
         ranked = [v for v, _ in row.ranked(m)]
@@ -57,32 +57,32 @@ def claim_rows(name: str, t: Rendered, scale: str | None) -> list[dict]:
             "ci_low": _num(ci[0]) if ci else None, "ci_high": _num(ci[1]) if ci else None,
             "level": stats.LEVEL if ci else None,
             "paper": _num(spec.paper_of(row.id, m.split)) if spec.paper_of else None,
-            "floor": f["claim"].against if f else None, "floor_met": floor_met(f) if f else None,
+            "floor": f.claim.against if f else None, "floor_met": floor_met(f) if f else None,
             "claim": "", "verdict": "", "scale": scale})
     for r in t.results:
-        c = r["claim"]
-        ci, welch = r["ci"], r.get("ci_unpaired")
-        against = (r["other_label"] or "/".join(map(str, c.against))).replace("`", "") \
+        c = r.claim
+        ci, welch = r.ci, r.ci_unpaired
+        against = (r.other_label or "/".join(map(str, c.against))).replace("`", "") \
             if isinstance(c.against, tuple) else c.against
-        out.append({"table": name, "row": r["label"].replace("`", ""), "kind": c.kind, "metric": c.measure.metric,
-                    "split": c.measure.split, "n_seeds": r["n"], "mean": _num(r["mean"]),
-                    "std": _num(r["std"]) if c.pick != "best" else None,
+        out.append({"table": name, "row": r.label.replace("`", ""), "kind": c.kind, "metric": c.measure.metric,
+                    "split": c.measure.split, "n_seeds": r.n, "mean": _num(r.mean),
+                    "std": _num(r.std) if c.pick != "best" else None,
                     "ci_low": _num(ci[0]) if ci else None, "ci_high": _num(ci[1]) if ci else None,
                     "ci_unpaired_low": _num(welch[0]) if welch else None,
                     "ci_unpaired_high": _num(welch[1]) if welch else None,
-                    "level": r["level"] if ci else None, "paper": _num(c.paper_value),
+                    "level": r.level if ci else None, "paper": _num(c.paper_value),
                     "floor": c.against if c.kind == "floor" else None,
                     "floor_met": floor_met(r) if c.kind == "floor" else None,
-                    "claim": c.text + c.paper_note, "verdict": r["verdict"], "compared_with": against,
-                    "compared_mean": _num(r["other_mean"]), "diff": _num(r["diff"]), "paper_claim": r["paper"],
-                    "claim_type": r["claim_type"],
-                    "detail": (r["detail"] or (LAST_LOOK if r.get("last_look") else "")).replace("`", ""),
-                    "scale": scale, "delta": _num(r["delta"]),
-                    "comparison": r["key"], "experiment": r["experiment"], "tests": r["tests"],
-                    "family_size": r["family_size"], "holm_verdict": r["holm"],
-                    "seeds_needed": r["seeds_needed"], "same_as": _same_as(r["same_as"]),
-                    "paper_effect": _num((r["paper_effect"] or (None, None))[0]),
-                    "paper_effect_rel": _num((r["paper_effect"] or (None, None))[1]), "paper_claim_id": r["paper_id"],
+                    "claim": c.text + c.paper_note, "verdict": r.verdict, "compared_with": against,
+                    "compared_mean": _num(r.other_mean), "diff": _num(r.diff), "paper_claim": r.paper,
+                    "claim_type": r.claim_type,
+                    "detail": (r.detail or (LAST_LOOK if r.last_look else "")).replace("`", ""),
+                    "scale": scale, "delta": _num(r.delta),
+                    "comparison": r.key, "experiment": r.experiment, "tests": r.tests,
+                    "family_size": r.family_size, "holm_verdict": r.holm,
+                    "seeds_needed": r.seeds_needed, "same_as": _same_as(r.same_as),
+                    "paper_effect": _num((r.paper_effect or (None, None))[0]),
+                    "paper_effect_rel": _num((r.paper_effect or (None, None))[1]), "paper_claim_id": r.paper_id,
                     "threshold": c.threshold if isinstance(c.against, tuple) else c.against})
     return out
 
