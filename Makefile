@@ -110,12 +110,22 @@ bench-compile: setup ## eager vs torch.compile for the benchmark models (results
 # the venv's Python where there is one (DRY=1: the one `setup` makes), else the machine's (GPU_PYTHON=... to choose)
 GPU_PYTHON ?= $(if $(DRY)$(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 GPU_CHECK_ARGS ?=
-.PHONY: gpu-check gpu-check-compiled
+.PHONY: gpu-check gpu-check-compiled paper-recipe
 gpu-check: $(if $(DRY),setup) ## one GPU, < 8 min: speed, MFU, memory, bf16, nccl, NaN policy, enwik8 curve (results/gpu_check.md); DRY=1: CPU, tiny
 	$(GPU_PYTHON) scripts/gpu_check.py $(if $(DRY),--dry-run) $(GPU_CHECK_ARGS)
 
 gpu-check-compiled: $(if $(DRY),setup) ## one GPU, < 9 min: the language models eager vs compiled vs CUDA graphs (results/gpu_check_compiled.md)
 	$(GPU_PYTHON) scripts/gpu_check.py $(if $(DRY),--dry-run) --compiled --skip nan,throughput,curve,ddp,tests,grouped,tables --budget-s 510 --out $(if $(DRY),runs/gpu_check_dry/gpu_check_compiled,results/gpu_check_compiled) $(GPU_CHECK_ARGS)
+
+# char-PTB at the paper's full recipe, one command of < 10 min each (docs/gpu.md): PART=compare, then PART=run
+# ROWS=<row> for baseline, sdu_tanh, sdu_sigmoid; the pack goes to $(OUT) (the GPU machine's folder that comes back),
+# then here: make paper-recipe PART=unpack SRC=<folder> && make tables
+PART ?= run
+ROWS ?= baseline
+PAPER_RECIPE_ARGS ?=
+paper-recipe: $(if $(DRY),setup) ## one GPU, < 10 min: char-PTB at the paper's recipe (PART=compare|run ROWS=...; DRY=1)
+	$(GPU_PYTHON) scripts/paper_recipe.py $(PART) $(SRC) --rows $(ROWS) $(if $(DRY),--dry-run) \
+		$(if $(OUT),--out "$(OUT)") $(PAPER_RECIPE_ARGS)
 
 clean: ## remove run folders (not results/)
 	rm -rf runs multirun outputs
