@@ -461,8 +461,10 @@ def main(argv=None) -> int:
             if not args.src:
                 ap.error("unpack needs the folder the pack came back in")
             written = unpack(Path(args.src), args.root)
-            gpu = [w for w in written if w.endswith("run_info.json") and '"cuda_device"' in (args.root / w).read_text()]
-            say(f"{len(written)} files under {args.root / 'results'}; {len(gpu)} runs made on a GPU; next: make tables")
+            info = [json.loads((args.root / w).read_text()) for w in written if w.endswith("/run_info.json")]
+            gpu = sorted({i["cuda_device"] for i in info if i.get("cuda_device")})
+            say(f"{len(written)} files under {args.root / 'results'}; runs made on {', '.join(gpu) or 'no GPU'}: "
+                f"{sum(bool(i.get('cuda_device')) for i in info)} of {len(info)}; next: make tables")
             return 0
         env = setup_env()
         if args.part == "plan":
