@@ -9,6 +9,8 @@ training and the evaluation settings, under no_grad) and a CPU training step is 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -66,3 +68,17 @@ def test_flex_attention_refuses_to_train_on_a_cpu_and_attention_dropout():
         flex(torch.randint(0, 13, (2, 6)))
     with pytest.raises(ConfigError, match="model.attn_dropout=0.1 .* model.flex_attention=True"):
         TransformerXL(13, n_layers=1, d_model=16, n_heads=2, d_head=8, d_ff=32, attn_dropout=0.1, flex_attention=True)
+
+
+def test_flex_attention_is_how_a_run_computes_not_its_recipe():
+    """A run made with flex is the run made with the core: the same folder name and, for the recipe guard, the same
+    recipe (so the default can follow the faster kernel without orphaning kept runs)."""
+    import yaml
+
+    from highway_repro.train.recipe import recipe_diff
+
+    train = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "train.yaml").read_text())
+    assert "model.flex_attention" in train["hydra"]["job"]["config"]["override_dirname"]["exclude_keys"]
+    core, flex = {"model": {"fused": True, "flex_attention": False}}, {"model": {"fused": True, "flex_attention": True}}
+    assert recipe_diff(flex, core) == [] and recipe_diff({"model": {"fused": False}}, core) != []
+

@@ -23,11 +23,13 @@ from highway_repro.report.runs import read_yaml
 # of these is the same run. The run-folder name's exclude_keys (configs/train.yaml), plus the device, the scale
 # file's cost estimate and extra grids (which runs a table has, not how one trains) and the checkpoint / log cadence
 # (resume is bit-exact at any checkpoint step; the log cadence changes only what the logged running mean of the
-# training loss averages over, not the weights). `trainer.tf32` is not among them: like `trainer.precision`, it
-# changes the numbers (of CUDA matrix products).
+# training loss averages over, not the weights), and the kernel that computes Transformer-XL's attention
+# (`model.flex_attention`: the same function, tied to the core by tests/test_flex_attention.py, as a compiled step is
+# to the eager one). `trainer.tf32` is not among them: like `trainer.precision`, it changes the numbers (of CUDA
+# matrix products).
 NOT_RECIPE = ("resume", "threads", "logger", "est_step_s", "est_peak_gb", "extra_grids", "trainer.progress",
               "trainer.device", "trainer.log_every", "trainer.checkpoint_every", "trainer.eval_stack",
-              "trainer.compile", "trainer.compile_backend")
+              "trainer.compile", "trainer.compile_backend", "model.flex_attention")
 
 
 def flat(d: dict, prefix: str = "") -> dict:
