@@ -1,7 +1,7 @@
 """One source of truth for options: their choices, their bounds and the one message style. No torch.
 
 Every model constructor checks its arguments here (`check_model("TransformerLM", locals())` as its first
-line), and `highway_repro.config.validate` checks the composed config with the same call before torch is
+line), and `highway_repro.train.config.validate` checks the composed config with the same call before torch is
 imported, so a bad value fails in about a second with the same message the constructor would give.
 Gate placement (`gate_kind`, `gate_layers`, `gate_sublayers`) has its own torch-free parser,
 `highway_repro.models.placement`, which both call as well. The same pattern holds for the data options
