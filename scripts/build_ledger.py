@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from highway_repro.report import ledger, papers  # noqa: E402
+from highway_repro.report.grids import params_of  # noqa: E402
 from highway_repro.targets import TARGETS  # noqa: E402
 
 RESULTS = ROOT / "results"
@@ -162,7 +163,7 @@ def old_layout(table: str, commit: str) -> list[dict]:
     scale_text = show(commit, f"configs/experiment_scale/{TARGETS[table].experiment}/cpu.yaml")
     if rows_text is None or scale_text is None:
         return []
-    rows = ledger.params_of(rows_text)
+    rows = params_of(rows_text)
     scale = yaml.safe_load(scale_text) or {}
     seeds = ((scale.get("hydra") or {}).get("sweeper") or {}).get("params") or {}
     main = {**rows, **seeds}
@@ -182,7 +183,7 @@ def seeds_at(table: str, commit: str, look: bool = False) -> dict | None:
     names = [n for n in files if n.startswith(f"{folder}{ledger.SCALE}")
              and n.endswith(ledger.SECOND_LOOK_FILE) == look]
     if f"{folder}{ledger.SCALE}.yaml" in files:
-        params = [ledger.params_of(show(commit, n)) for n in names]
+        params = [params_of(show(commit, n)) for n in names]
     else:
         params = [] if look else old_layout(table, commit)
     return ledger.seeds_entry(table, params)["definition"] if params else None

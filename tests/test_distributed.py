@@ -88,6 +88,7 @@ def lm_runs(tmp_path_factory):
     return overrides, root, single
 
 
+@pytest.mark.slow
 @needs_mirror
 def test_two_processes_equal_one_process_image(tmp_path):
     overrides = CASES["image"] + COMMON

@@ -516,6 +516,7 @@ def test_make_help_lists_every_table():
             assert f"reproduce-{name.replace('_', '-')} " in out, name
 
 
+@pytest.mark.slow
 def test_every_kept_run_matches_the_recipe_of_its_table():
     """The committed runs under results/<paper>/runs/<table>-<scale>/ were made with the recipe the config files
     now give their job: a scale file changed without moving its old runs out of results/ fails here."""
@@ -584,6 +585,7 @@ def test_a_sweep_refuses_kept_runs_of_an_older_recipe(tmp_path, capsys):
                                 estimate_only=True).todo  # --fresh ignores them
 
 
+@pytest.mark.slow
 @needs_mirror
 def test_a_stopped_runner_stops_its_whole_sweep(tmp_path):
     """`kill <runner>` (SIGTERM) mid-sweep: every process of the running commands stops too (a launcher's workers

@@ -1,7 +1,7 @@
 """Kill and resume (docs/guide.md, "Failure behaviour"): SIGKILL during a step and during a checkpoint write,
 SIGTERM / SIGINT, through real `python -m highway_repro.train` subprocesses killed at points found by polling the
-run folder (metrics.jsonl, ckpt/.last.pt.tmp<pid>): no test hook in the production code (one fast case, the full
-sequences are slow); the same interruptions in-process (fast), SIGTERM / SIGINT during the final evaluation too.
+run folder (metrics.jsonl, ckpt/.last.pt.tmp<pid>): no test hook in the production code (these subprocess kills are
+slow tests); the same interruptions in-process (fast), SIGTERM / SIGINT during the final evaluation too.
 Every resumed run ends with the metrics and metrics.jsonl of a run never stopped."""
 
 from __future__ import annotations
@@ -126,6 +126,7 @@ def _ends_as_uninterrupted(d, ref: dict, tmp_path: Path) -> None:
     assert _history(tmp_path / "run") == _history(tmp_path / "ref")
 
 
+@pytest.mark.slow
 @needs_mirror
 def test_killed_during_a_checkpoint_write_resumes_to_identical_metrics(tmp_path):
     """SIGKILL while a later checkpoint is written (last.pt rotated to prev.pt, the new one half written), then

@@ -30,7 +30,7 @@ import re
 from pathlib import Path
 
 from highway_repro.report import papers, stats
-from highway_repro.report.grids import kept_folders, params_of, swept  # noqa: F401  (params_of: scripts/build_ledger.py)
+from highway_repro.report.grids import kept_folders, params_of, swept
 from highway_repro.targets import CONFIG_DIR, TARGETS
 
 LEDGER = "preregistration.json"
