@@ -106,7 +106,7 @@ bench-compile: setup ## eager vs torch.compile for the benchmark models (results
 	$(BIN)/python -m bench --sections "" --compile --compile-rounds 9 --threads 1 --clock cpu \
 		--out results/bench_compile
 
-# one GPU, no network: carry data/gpu_mirror, data/gpu_cache and .gpu_deps (made here by `python scripts/gpu_check.py --prepare`)
+# one GPU, no network: carry data/gpu_mirror, data/gpu_cache, .gpu_deps and .gpu_peers (made here by `python scripts/gpu_check.py --prepare`)
 # the venv's Python where there is one (DRY=1: the one `setup` makes), else the machine's (GPU_PYTHON=... to choose)
 GPU_PYTHON ?= $(if $(DRY)$(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 GPU_CHECK_ARGS ?=

@@ -121,22 +121,28 @@ def ours_tlm(gate: str = "none", xt_match: bool = False, batch: int | None = Non
                 _lm_loss(x, y, d["vocab"]), d["batch"] * d["seq"], "tokens", adam)
 
 
-def xt_decoder(cpu_scale: bool = False) -> Case:
+def xt_decoder(cpu_scale: bool = False, size: dict | None = None, data: dict | None = None, dropout: float = 0.0,
+               attn_dropout: float = 0.0, device: str = "cpu", make_opt=None) -> Case:
     """x-transformers TransformerWrapper(Decoder) at the size of `ours_tlm(xt_match=True, cpu_scale=...)`:
-    pre-LN, learned absolute positions, tied embeddings, ReLU FFN without biases, flash (SDPA) attention."""
+    pre-LN, learned absolute positions, tied embeddings, ReLU FFN without biases, flash (SDPA) attention.
+    `size` ({n_layers, d_model, n_heads, d_ff}) and `data` ({batch, seq, vocab}) give another size (the GPU check's:
+    a config's), `dropout` (FFN and embedding) and `attn_dropout` its dropout, `make_opt` its optimizer (default
+    fused Adam), `device` where the model and the batch live."""
     from x_transformers import Decoder, TransformerWrapper
 
     torch.manual_seed(0)
-    size, d = (TLM_CPU, TLM_CPU_DATA) if cpu_scale else (TLM, TLM_DATA)
+    size = size or (TLM_CPU if cpu_scale else TLM)
+    d = data or (TLM_CPU_DATA if cpu_scale else TLM_DATA)
     model = TransformerWrapper(
-        num_tokens=d["vocab"], max_seq_len=d["seq"], tie_embedding=True,
+        num_tokens=d["vocab"], max_seq_len=d["seq"], tie_embedding=True, emb_dropout=dropout,
         attn_layers=Decoder(dim=size["d_model"], depth=size["n_layers"], heads=size["n_heads"],
                             attn_dim_head=size["d_model"] // size["n_heads"], ff_mult=size["d_ff"] / size["d_model"],
-                            ff_no_bias=True, ff_custom_activation=nn.ReLU(), attn_flash=True))
-    x, y = _tokens(d["batch"], d["seq"], d["vocab"])
+                            ff_no_bias=True, ff_custom_activation=nn.ReLU(), attn_flash=True, ff_dropout=dropout,
+                            attn_dropout=attn_dropout)).to(device)
+    x, y = (t.to(device) for t in _tokens(d["batch"], d["seq"], d["vocab"]))
     return Case("xt_cpu" if cpu_scale else "xt", "x-transformers Decoder", model,
                 _lm_loss(x, y, d["vocab"], returns_tuple=False),
-                d["batch"] * d["seq"], "tokens", adam)
+                d["batch"] * d["seq"], "tokens", make_opt or adam)
 
 
 def ours_txl(gate: str = "none", batch: int | None = None) -> Case:

@@ -36,15 +36,26 @@ class PeakMatmul:
 
 # ----------------------------------------------------------------------------- HF worker
 
-class HFWorker:
-    """HF TransfoXLLMHeadModel in a subprocess (its own venv), driven line by line."""
+class PeerAbsent(RuntimeError):
+    """The peer's packages do not import in that Python (the reason is the message)."""
 
-    def __init__(self, python: Path, threads: int):
+
+class HFWorker:
+    """HF TransfoXLLMHeadModel in a subprocess (its own venv, or `env` with the carried packages first on its path),
+    driven line by line; `size` and `init` as in bench/hf_txl_worker.py (default: the benchmark's size, fp32, CPU).
+    Raises PeerAbsent where transformers does not import there."""
+
+    def __init__(self, python: Path, threads: int, size: dict | None = None, env: dict | None = None,
+                 stderr=None, **init):
         script = Path(__file__).with_name("hf_txl_worker.py")
         self.proc = subprocess.Popen([str(python), str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, bufsize=1)
-        size = {**cases.TXL, **cases.TXL_DATA}
-        self.info = self.call({"cmd": "init", "threads": threads, "clock": timing.clock_name(), "size": size})
+                                     stderr=subprocess.DEVNULL if stderr is None else stderr, text=True, bufsize=1,
+                                     env=env, start_new_session=True)  # a group of its own: killed as one
+        size = size or {**cases.TXL, **cases.TXL_DATA}
+        self.info = self.call({"cmd": "init", "threads": threads, "clock": timing.clock_name(), "size": size, **init})
+        if "absent" in self.info:
+            self.proc.wait(timeout=30)
+            raise PeerAbsent(self.info["absent"])
 
     def call(self, msg: dict) -> dict:
         self.proc.stdin.write(json.dumps(msg) + "\n")

@@ -40,14 +40,14 @@ def _value(rows, section, metric, case=None, variant=None, precision=None) -> st
 def test_dry_run_writes_every_section_of_the_report(tmp_path, monkeypatch):
     """The GPU run's code path on CPU at smoke sizes, as `make gpu-check DRY=1` runs it, in-process (torchrun is a
     subprocess); two speed cases here, a memory LM and an image net (the others differ by config), without the
-    pytest-in-pytest phase and the table times (the tests below cover them)."""
+    pytest-in-pytest phase, the table times and the peers (the tests below and test_gpu_check_peers.py cover them)."""
     # the script sets these for itself and its children: restored after the test
     monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
     monkeypatch.setenv("HIGHWAY_DATA_OFFLINE", "1")
     monkeypatch.setenv("HIGHWAY_DATA_MIRROR", str(mirror()))
     monkeypatch.setattr(sys, "path", list(sys.path))
     out = tmp_path / "report" / "gpu_check"
-    assert cli.main(["--dry-run", "--cases", "txl6,mnist_conv", "--skip", "tests,tables,compiled",
+    assert cli.main(["--dry-run", "--cases", "txl6,mnist_conv", "--skip", "tests,tables,compiled,peers",
                     "--data", str(mirror()), "--out", str(out), "--runs", str(tmp_path / "runs")]) == 0
     md = out.with_suffix(".md").read_text()
     for heading in ("# GPU check (DRY RUN)", "## Targets", "Machine", "## 2. Data", "Matmul peak", "NaN policy",
@@ -255,7 +255,7 @@ def test_dry_run_of_every_case_and_variant_reports_no_problem(tmp_path, monkeypa
     monkeypatch.setenv("HIGHWAY_DATA_OFFLINE", "1")
     monkeypatch.setattr(sys, "path", list(sys.path))
     out = tmp_path / "gpu_check"
-    cli.main(["--dry-run", "--skip", "peak,nan,curve,ddp,tests,tables,compiled", "--data", str(mirror()),
+    cli.main(["--dry-run", "--skip", "peak,nan,peers,curve,ddp,tests,tables,compiled", "--data", str(mirror()),
              "--out", str(out), "--runs", str(tmp_path / "runs")])
     md = out.with_suffix(".md").read_text()
     problems = md.split("## Errors and skipped parts")[1].split("##")[0].strip()
@@ -326,7 +326,8 @@ def test_dry_run_of_the_compiled_phase_reports_no_problem(tmp_path, monkeypatch)
     monkeypatch.setenv("HIGHWAY_DATA_OFFLINE", "1")
     monkeypatch.setattr(sys, "path", list(sys.path))
     out = tmp_path / "gpu_check"
-    assert cli.main(["--dry-run", "--cases", "tlm3", "--skip", "peak,nan,throughput,curve,ddp,tests,grouped,tables",
+    assert cli.main(["--dry-run", "--cases", "tlm3", "--skip", "peak,nan,throughput,peers,curve,ddp,tests,grouped,"
+                                                               "tables",
                      "--data", str(mirror()), "--out", str(out), "--runs", str(tmp_path / "runs")]) == 0
     md = out.with_suffix(".md").read_text()
     assert md.split("## Errors and skipped parts")[1].split("##")[0].strip() == "none", md

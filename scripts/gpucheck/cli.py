@@ -17,6 +17,7 @@ from .distributed import ddp_check, ddp_worker
 from .grouped import grouped_phase
 from .machine import machine, matmul_peak
 from .nan import nan_check
+from .peers import run_peers
 from .phases import Ctx, phase, start_guard
 from .report import Report
 from .tables import tables_section
@@ -40,16 +41,18 @@ def parse(argv):
     ap.add_argument("--curve-steps", type=int, default=None, help="learning-curve steps (default 400; dry 4)")
     ap.add_argument("--cases", default="", help="only these speed cases, comma-separated: "
                     + ",".join(c.key for c in CASES))
-    ap.add_argument("--skip", default="", help="phases to skip, comma-separated: peak,nan,throughput,curve,ddp,tests,"
-                                                "grouped,tables,compiled")
+    ap.add_argument("--skip", default="", help="phases to skip, comma-separated: peak,nan,throughput,peers,curve,ddp,"
+                                                "tests,grouped,tables,compiled")
     ap.add_argument("--compiled", action="store_true", help="run phase `compiled` too (eager vs inductor vs CUDA "
                     "graphs: on a GPU a call of its own, `make gpu-check-compiled`; the dry run always runs it)")
-    ap.add_argument("--prepare", action="store_true", help="write data/gpu_mirror, data/gpu_cache and .gpu_deps "
-                                                           "here (CPU), then exit")
+    ap.add_argument("--prepare", action="store_true", help="write data/gpu_mirror, data/gpu_cache, .gpu_deps and "
+                                                           ".gpu_peers here (CPU), then exit")
     ap.add_argument("--from", dest="prepare_from", help="--prepare: the full offline mirror (default "
                                                         "$HIGHWAY_DATA_MIRROR, else /work/shared/data)")
     ap.add_argument("--test-deps", action="store_true", help="--prepare: carry yaml, pytest and their helpers too "
                                                                "(for a Python that lacks them)")
+    ap.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
+                    help="--prepare: download the peers' wheels into .gpu_peers (default; --no-peers: leave them out)")
     ap.add_argument("--cifar-train", type=int, default=3000)
     ap.add_argument("--cifar-test", type=int, default=1000)
     ap.add_argument("--plot", metavar="CURVES_CSV", help="draw <name>.png from a curves CSV, then exit")
@@ -154,6 +157,8 @@ def check(ctx: Ctx, args) -> int:
             phase(ctx, "nan policy", 20, nan_check)
         if on("throughput"):
             run_throughput(ctx, "A")
+            if on("peers"):
+                run_peers(ctx)  # eager, beside the cases above: HF Transformer-XL, x-transformers
         if on("curve"):
             for variant in ("baseline", "sdu_tanh"):
                 phase(ctx, f"curve {variant}", curve_need(ctx, variant), curve_run, variant)

@@ -14,6 +14,7 @@ T0 = time.monotonic()
 REPO = Path(__file__).resolve().parents[2]
 ENTRY = REPO / "scripts" / "gpu_check.py"  # the command (torchrun starts it again as the worker)
 DEPS = REPO / ".gpu_deps"  # pure-Python packages carried to a bare GPU machine (--prepare)
+PEERS_DIR = REPO / ".gpu_peers"  # the peers' wheels, per peer (--prepare; peers.py)
 GPU_MIRROR = REPO / "data" / "gpu_mirror"  # the data subset carried to the GPU machine (--prepare)
 GPU_CACHE = REPO / "data" / "gpu_cache"  # its CIFAR-10 cut, a data cache beside it (--prepare)
 
@@ -28,7 +29,8 @@ MODULES = {
     "pytest": ("the CUDA tests", False),
     "matplotlib": ("the curve PNG (optional; --plot draws it later)", False),
 }
-TARGETS = {"mfu": 0.40, "bf16_vs_fp32": 0.01, "bpc400": 0.15, "resume_rel": 1e-2}
+TARGETS = {"mfu": 0.40, "bf16_vs_fp32": 0.01, "bpc400": 0.15, "resume_rel": 1e-2, "hf_ratio": 2.0}
+CARRY_LIMIT = 64 * 2 ** 20  # what travels to the GPU machine: the tree, the data subset, .gpu_deps, .gpu_peers
 
 
 def restart_clock() -> None:

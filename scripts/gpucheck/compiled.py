@@ -15,6 +15,9 @@ Transformer-XL also runs with its relative attention through FlexAttention (`mod
 decides whether flex or the hand-written core is the faster one (flex is made to be compiled; eager it is torch's
 unfused reference).
 
+After our rows of each precision, the peers (peers.py: HF's Transformer-XL, x-transformers) eager and compiled with
+`default`, so that ours / peer is read compiled against compiled too (table "Ours beside the peers").
+
 Dry run (CPU, smoke sizes): the same code path; inductor compiles for the CPU and `reduce-overhead` has no graphs
 to capture there. The flex rows are left out of it and named in the section: torch 2.13's FlexAttention has no
 CPU backward (tests/test_flex_attention.py compares its outputs with the core's on a CPU, its gradients on CUDA)."""
@@ -22,6 +25,8 @@ CPU backward (tests/test_flex_attention.py compares its outputs with the core's 
 from __future__ import annotations
 
 from .cases import CASE_BY_KEY
+from .peers import MODES as PEER_MODES
+from .peers import run_peers
 from .phases import Ctx, phase
 from .report import fmt, md_table, pct
 from .throughput import throughput
@@ -65,6 +70,8 @@ def run_compiled(ctx: Ctx, cases=CASES, modes=MODES, precisions=PRECISIONS) -> N
                 need = (NEED_DRY_S if ctx.dry else NEED_S)[mode]
                 phase(ctx, f"compiled {key} {mode}{' flex' if flex else ''} {precision}", need, throughput, case,
                       name, (*overrides, *extra), precision, False)  # no evaluation pass: it would compile again
+        if "peers" not in ctx.args.skip:
+            run_peers(ctx, PEER_MODES, (precision,))  # after our rows of the precision: theirs
     compiled_section(ctx, cases, modes, precisions)
 
 

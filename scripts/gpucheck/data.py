@@ -1,5 +1,5 @@
 """Phase 2, the data: where the mirror is, what it holds, what is missing; and `--prepare`, on the CPU box, the
-subset of the data and the pure-Python packages to carry to a bare GPU machine."""
+subset of the data, the pure-Python packages and the peers' wheels to carry to a bare GPU machine, and their size."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import subprocess
 from pathlib import Path
 
 from .cases import CASES, CIFAR, ENWIK8, MNIST, PTB
-from .common import DEPS, GPU_CACHE, GPU_MIRROR, REPO, say
+from .common import CARRY_LIMIT, DEPS, GPU_CACHE, GPU_MIRROR, PEERS_DIR, REPO, say
+from .peers import prepare_peers
 from .phases import Ctx
 from .report import md_table
 
@@ -154,6 +155,20 @@ def prepare_deps(dst: Path, modules: tuple = CONFIG_DEPS) -> dict:
     return {"copied": copied, "absent": absent, "bytes": size}
 
 
+def tree_bytes(repo: Path = REPO) -> int:
+    """What of the checkout travels to the GPU machine: the tracked files and the untracked ones git does not ignore."""
+    names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=repo,
+                           capture_output=True).stdout.split(b"\0")
+    return sum((repo / n.decode()).stat().st_size for n in set(names) if n and (repo / n.decode()).is_file())
+
+
+def carry_total(parts: dict[str, int], limit: int = CARRY_LIMIT) -> tuple[str, bool]:
+    """One line of what travels, part by part, and whether it stays within the limit."""
+    total = sum(parts.values())
+    text = ", ".join(f"{k} {v / 2 ** 20:.1f} MiB" for k, v in parts.items())
+    return f"{text}: {total / 2 ** 20:.1f} MiB to carry (limit {limit / 2 ** 20:.0f} MiB)", total <= limit
+
+
 def prepare(args) -> int:
     src = Path(args.prepare_from or os.environ.get("HIGHWAY_DATA_MIRROR") or "/work/shared/data")
     if src.resolve() == GPU_MIRROR.resolve():
@@ -164,10 +179,17 @@ def prepare(args) -> int:
     say(f"packages: {', '.join(p['copied'])} ({p['bytes'] / 2 ** 20:.1f} MiB) in {DEPS}"
         + (f"; not in this interpreter (fine if the GPU's Python is >= 3.11): {', '.join(p['absent'])}"
            if p["absent"] else ""))
-    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True).stdout.split(b"\0")
-    tree = sum((REPO / t.decode()).stat().st_size for t in tracked if t and (REPO / t.decode()).is_file())
-    total = (d["bytes"] + p["bytes"] + tree) / 2 ** 20
-    say(f"with the tracked files ({tree / 2 ** 20:.1f} MiB): {total:.1f} MiB to carry (limit 64 MiB)")
-    print("carry: data/gpu_mirror data/gpu_cache .gpu_deps\n"
-          "run:   python3 scripts/gpu_check.py --data data/gpu_mirror --out \"$OUT/gpu_check\"")
-    return 0 if total < 64 else 1
+    q = {"files": [], "bytes": 0, "failed": []}
+    if args.peers:
+        q = prepare_peers(PEERS_DIR)
+        say(f"peers: {len(q['files'])} wheels ({q['bytes'] / 2 ** 20:.1f} MiB) in {PEERS_DIR}: {' '.join(q['files'])}")
+        for f in q["failed"]:
+            say(f"peers: no wheel for {f} (that peer's rows will say it is absent)")
+    elif PEERS_DIR.exists():
+        shutil.rmtree(PEERS_DIR)  # --no-peers: nothing of them travels
+    text, ok = carry_total({"data": d["bytes"], DEPS.name: p["bytes"], PEERS_DIR.name: q["bytes"],
+                            "tree": tree_bytes()})
+    say(text)
+    print("carry: data/gpu_mirror data/gpu_cache .gpu_deps" + (" .gpu_peers" if args.peers else "")
+          + "\nrun:   python3 scripts/gpu_check.py --data data/gpu_mirror --out \"$OUT/gpu_check\"")
+    return 0 if ok and not q["failed"] else 1

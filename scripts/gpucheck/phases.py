@@ -33,6 +33,9 @@ class Ctx:
         self.child = None  # the running subprocess (the time guard kills it)
         self.phase = "start"
         self.curves: dict[str, dict] = {}
+        self.peers: dict[tuple, dict] = {}  # (peer, mode, precision) -> measurement or {"absent": why}
+        self.peer_absent: dict[str, str] = {}  # peer -> why it imports nowhere (not tried again)
+        self.hf_failed: dict[str, str] = {}  # where the HF worker did not import transformers -> why
 
     def left(self) -> float:
         return self.deadline - elapsed()

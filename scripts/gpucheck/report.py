@@ -16,7 +16,8 @@ class Report:
     """Everything measured so far; `write()` renders <out>.md and <out>.csv (after each phase, and by the time
     guard)."""
 
-    ORDER = ["machine", "data", "peak", "nan", "throughput", "curve", "ddp", "tests", "grouped", "tables", "compiled"]
+    ORDER = ["machine", "data", "peak", "nan", "throughput", "curve", "ddp", "tests", "grouped", "tables", "compiled",
+             "peers"]
 
     def __init__(self, out: Path, dry: bool, command: str):
         self.out, self.dry, self.command = out, dry, command
