@@ -1,6 +1,6 @@
 """`make gpu-check` (scripts/gpu_check.py, its parts in scripts/gpucheck/): its dry run on CPU takes the code path of
-the GPU run; its pieces (run counts per paper table, the table-time formula, the cuDNN RNN FLOP formula, the carried
-data subset, the fail-fast module check) against hand-computed facts."""
+the GPU run (slow tests: about 30 s each); its pieces (run counts per paper table, the table-time formula, the cuDNN
+RNN FLOP formula, the carried data subset, the fail-fast module check) against hand-computed facts."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ def _value(rows, section, metric, case=None, variant=None, precision=None) -> st
     return hits[0]
 
 
+@pytest.mark.slow
 @needs_mirror
 def test_dry_run_writes_every_section_of_the_report(tmp_path, monkeypatch):
     """The GPU run's code path on CPU at smoke sizes, as `make gpu-check DRY=1` runs it, in-process (torchrun is a
@@ -246,6 +247,7 @@ def test_table_times_section_uses_the_measured_step_times(tmp_path):
     assert "16.7 h" in line and "3.2 GB" in line
 
 
+@pytest.mark.slow
 @needs_mirror
 def test_dry_run_of_every_case_and_variant_reports_no_problem(tmp_path, monkeypatch):
     """Every speed case of the GPU run (each model, its baseline and gated variant, bf16 and fp32) composes, builds
