@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
+from conftest import needs_mirror
 from highway_repro.engine.checkpoint import load_latest
 from highway_repro.engine.group import Group, Member
 from highway_repro.engine.loggers import JsonlLogger
@@ -235,6 +236,7 @@ def test_groups_are_formed_by_shape_and_size():
 
 
 @pytest.mark.slow
+@needs_mirror  # real MNIST
 def test_grouped_launcher_writes_the_lone_runs_folders_and_survives_kill_9(tmp_path):
     """hn_fig1 at the smoke scale, 4 trials: grouped and killed with -9 once (while checkpoints are written), then
     resume=auto, ends bit-identical to the uninterrupted grouped multirun, and writes the lone runs' files and keys,
