@@ -284,20 +284,25 @@ def _result(step_s: float, loss: float) -> dict:
     return {"step_s": step_s, "rate": 1000 / step_s, "unit": "tokens", "mfu": 0.1, "mem": 2 ** 30, "loss_last": loss}
 
 
+def _compiled_section(tmp_path, case: str, runs: dict) -> tuple[str, dict]:
+    """Phase `compiled`'s section from bf16 results of `case` (variant -> (step s, last loss)): (its Markdown,
+    {CSV metric: value} of its rows)."""
+    args = cli.parse(["--dry-run", "--out", str(tmp_path / "gpu_check"), "--runs", str(tmp_path / "runs")])
+    ctx = Ctx(args, Report(Path(args.out), True, "test"))
+    ctx.results = {(case, variant, "bf16"): _result(*r) for variant, r in runs.items()}
+    compiled.compiled_section(ctx)
+    return "\n".join(ctx.rep.sections["compiled"][1]), {r[4]: float(r[5]) for r in ctx.rep.rows if r[0] == "compiled"}
+
+
 def test_compiled_section_compares_each_mode_with_eager(tmp_path):
     """The table of phase `compiled`: each mode's step time against the eager run of the same case and precision
     (speedup = eager step / this step), the last loss against eager's; a mode not measured is left out."""
-    args = cli.parse(["--dry-run", "--out", str(tmp_path / "gpu_check"), "--runs", str(tmp_path / "runs")])
-    ctx = Ctx(args, Report(Path(args.out), True, "test"))
-    ctx.results = {("tlm3", "baseline", "bf16"): _result(0.030, 1.500),
-                   ("tlm3", "baseline+compile-default", "bf16"): _result(0.020, 1.501),
-                   ("tlm3", "baseline+compile-reduce-overhead", "bf16"): _result(0.012, 1.499)}
-    compiled.compiled_section(ctx)
-    body = "\n".join(ctx.rep.sections["compiled"][1])
+    body, speedups = _compiled_section(tmp_path, "tlm3", {"baseline": (0.030, 1.500),
+                                                          "baseline+compile-default": (0.020, 1.501),
+                                                          "baseline+compile-reduce-overhead": (0.012, 1.499)})
     assert "| Transformer-L3, char-PTB | bf16 | default | 20.0 | 50,000 tokens/s | 1.50 |" in body
     assert "| reduce-overhead | 12.0 | 83,333 tokens/s | 2.50 |" in body and "| +1.00e-03 |" in body
     assert "fp32" not in body.split("|---|")[-1]  # no fp32 run measured: no fp32 row
-    speedups = {r[4]: float(r[5]) for r in ctx.rep.rows if r[0] == "compiled"}
     assert speedups == {"speedup_default": pytest.approx(1.5), "speedup_reduce-overhead": pytest.approx(2.5)}
 
 
@@ -307,15 +312,10 @@ def test_compiled_phase_times_flex_attention_beside_the_core_on_a_gpu(tmp_path):
     assert compiled.runs_of("txl6", compiled.MODES, dry=False)[-1] == ("default", True)
     assert all(not flex for _, flex in compiled.runs_of("txl6", compiled.MODES, dry=True))
     assert all(not flex for _, flex in compiled.runs_of("tlm3", compiled.MODES, dry=False))  # no relative attention
-    args = cli.parse(["--dry-run", "--out", str(tmp_path / "gpu_check"), "--runs", str(tmp_path / "runs")])
-    ctx = Ctx(args, Report(Path(args.out), True, "test"))
-    ctx.results = {("txl6", "baseline", "bf16"): _result(0.030, 1.500),
-                   ("txl6", "baseline+compile-default", "bf16"): _result(0.020, 1.501),
-                   ("txl6", "baseline+flex+compile-default", "bf16"): _result(0.016, 1.502)}
-    compiled.compiled_section(ctx)
-    body = "\n".join(ctx.rep.sections["compiled"][1])
+    body, ratios = _compiled_section(tmp_path, "txl6", {"baseline": (0.030, 1.500),
+                                                        "baseline+compile-default": (0.020, 1.501),
+                                                        "baseline+flex+compile-default": (0.016, 1.502)})
     assert "| bf16 | default, flex attention | 16.0 | 62,500 tokens/s | 1.88 |" in body
-    ratios = {r[4]: float(r[5]) for r in ctx.rep.rows if r[0] == "compiled"}
     assert ratios["flex_vs_core_default"] == pytest.approx(1.25) and "speedup_default_flex" in ratios
 
 
