@@ -83,7 +83,7 @@ def test_reuse_restores_only_the_runs_the_study_names(tmp_path):
 def test_a_study_is_reported_from_the_runs_of_the_table_it_reuses_before_it_trains(tmp_path):
     """`make tables` shows a study, partial, from the kept runs of the table it reuses that are cells of its grid
     (as the runner would restore them); its own kept run of a name wins; a run outside its grid is not read."""
-    from highway_repro.runner.keep import reused_folders, table_runs
+    from highway_repro.runner.keep import table_runs
 
     table = tmp_path / "results" / "highway_transformer" / "runs" / "ht_enwik8_l6-cpu"
     for n in ("seed=0,variant=baseline", "seed=1,variant=sdu_tanh", "seed=0,variant=gated_attn",
@@ -91,37 +91,41 @@ def test_a_study_is_reported_from_the_runs_of_the_table_it_reuses_before_it_trai
         _fake_run(table / n)
     own = tmp_path / "results" / "highway_transformer" / "runs" / "ht_placement_scan-cpu" / "seed=0,variant=baseline"
     _fake_run(own)
-    reused = reused_folders("ht_placement_scan", "cpu", tmp_path / "results")
-    assert [p.name for p in reused] == ["seed=0,variant=baseline", "seed=1,variant=sdu_tanh"]
     runs = table_runs("ht_placement_scan", "cpu", tmp_path / "runs", tmp_path / "results")
     assert [(r.path.parent.name, r.path.name) for r in runs] == [
         ("ht_placement_scan-cpu", "seed=0,variant=baseline"), ("ht_enwik8_l6-cpu", "seed=1,variant=sdu_tanh")]
-    assert reused_folders("ht_enwik8_l6", "cpu", tmp_path / "results") == []  # a table that reuses nothing
+    assert [r.path.name for r in table_runs("ht_enwik8_l6", "cpu", tmp_path / "runs", tmp_path / "results")] == [
+        "seed=0,variant=baseline", "seed=0,variant=gated_attn", "seed=1,variant=sdu_tanh", "seed=7,variant=baseline"]
 
 
-def test_the_budget_measure_counts_a_studys_own_runs_only(tmp_path):
-    """The table's header gives the budget's measure (its runs' CPU time per thread, packed on 2 jobs): for a study,
-    only the runs it trained, not the reused ones, which the runner restores into its sweep and so also keeps in
-    its own folder (the same metrics.json as in the reused table's folder)."""
-    from highway_repro.runner.keep import trained_for
+def test_a_study_keeps_only_its_own_runs_and_its_budget_counts_them(tmp_path):
+    """A run restored from the table a study reuses stays kept in that table's folder only (`keep` leaves it out of
+    the study's), and the table's header gives the budget's measure (its runs' CPU time per thread, packed on 2
+    jobs) of the runs the study trained itself."""
     from highway_repro.runner.cli import report_table
+    from highway_repro.runner.keep import keep, reused_names
 
     results = tmp_path / "results"
     table = results / "highway_transformer" / "runs" / "ht_enwik8_l6-cpu"
     study = results / "highway_transformer" / "runs" / "ht_placement_scan-cpu"
-    for folder, cpu_s in ((table / "seed=0,variant=baseline", 3600.0), (study / "seed=0,variant=baseline", 3600.0),
-                          (study / "seed=0,variant=tanh_l1", 1800.0), (study / "seed=1,variant=tanh_l1", 1800.0),
-                          (study / "seed=0,variant=tanh_l2", 3600.0)):
+    sweep = tmp_path / "runs" / "ht_placement_scan-cpu"
+    for folder, cpu_s in ((table / "seed=0,variant=baseline", 3600.0), (table / "seed=1,variant=baseline", 3600.0),
+                          (sweep / "seed=0,variant=baseline", 3600.0),  # restored from the table
+                          (sweep / "seed=0,variant=tanh_l1", 1800.0), (sweep / "seed=1,variant=tanh_l1", 1800.0),
+                          (sweep / "seed=0,variant=tanh_l2", 3600.0), (study / "seed=1,variant=baseline", 7200.0)):
         folder.mkdir(parents=True)
         (folder / "metrics.json").write_text(json.dumps({"status": "done", "time/wall_s": 2 * cpu_s,
                                                          "time/cpu_s": cpu_s, "test/bpc": 2.0}))
         (folder / "run_info.json").write_text(json.dumps({"threads": 1}))
-    own = trained_for("ht_placement_scan", "cpu", results, sorted(study.iterdir()))
-    assert [p.name for p in own] == ["seed=0,variant=tanh_l1", "seed=0,variant=tanh_l2", "seed=1,variant=tanh_l1"]
+    reused = reused_names("ht_placement_scan", "cpu", results)
+    assert reused == {"seed=0,variant=baseline"}  # its own kept run of seed 1 wins over the table's
+    keep(sweep, study, reused=reused)
+    assert sorted(p.name for p in study.iterdir()) == ["seed=0,variant=tanh_l1", "seed=0,variant=tanh_l2",
+                                                         "seed=1,variant=baseline", "seed=1,variant=tanh_l1"]
     assert report_table("ht_placement_scan", "cpu", tmp_path / "runs", results) == 0
     md = (results / "highway_transformer" / "placement_scan.md").read_text()
-    # 0.5 h, 1 h, 0.5 h on 2 jobs: 1 h on the first, then 0.5 + 0.5 on the second (the wall time: twice that)
-    assert "- with the cores to themselves: 60.0 min for the 3 finished runs trained for this table, on 2 jobs" in md
+    # in folder-name order 0.5 h, 1 h, 2 h, 0.5 h on 2 jobs: 0.5 + 2 on the first, 1 + 0.5 on the second
+    assert "- with the cores to themselves: 2.50 h for the 4 finished runs trained for this table, on 2 jobs" in md
 
 
 def test_matched_baseline_widens_the_ffn_to_the_sdu_parameter_count():

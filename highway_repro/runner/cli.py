@@ -34,9 +34,9 @@ from highway_repro.train.config import check_group_choices
 from highway_repro.errors import ArgumentParser, BusyError, ConfigError, HighwayError
 from highway_repro.lock import take
 from highway_repro.report.header import duration
+from highway_repro.report.grids import kept_folders
 from highway_repro.runner.estimate import CALIBRATION_FILE, PROBE_STEPS, calibrate, run_seconds, wall_s
-from highway_repro.runner.keep import (other_recipe, read_record, reused_folders, table_runs, trained_for,
-                                       wall_of)
+from highway_repro.runner.keep import other_recipe, read_record, table_runs, wall_of
 from highway_repro.runner.plan import grid_names
 from highway_repro.runner.queue import FOLLOW_UPS, exit_code, run_queue
 from highway_repro.runner.table import TablePlan, plan_table
@@ -88,7 +88,8 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path, echo: bo
         other = other_recipe(part, scale, [r.path for r in part_runs])
         runs += [r for r in part_runs if r.path.name not in other]
         meta["other_recipe"].update({(f"{part}/{k}" if t.parts else k): v for k, v in other.items()})
-        own += trained_for(part, scale, results, [r.path for r in part_runs if r.path.name not in other])
+        own += [r.path for r in part_runs if r.path.name not in other  # not the runs of the tables it reuses
+                and r.path.parent not in {results / runs_folder(o, scale) for o in TARGETS[part].reuse}]
     if scale == "cpu":  # the budget's measure: the runs' CPU time per thread, on 2 jobs in grid order (CPU runs)
         secs = run_seconds(own, cpu_only=True)
         meta["budget"] = (wall_s(secs, CPU_BUDGET_JOBS), len(secs), CPU_BUDGET_JOBS) if secs else None
@@ -265,9 +266,7 @@ def _run(names: list[str], args, results: Path, runs_root: Path) -> int:
     if args.report_only:
         for name in names:
             parts = TARGETS[name].parts
-            if args.all and not any(any(any((results / runs_folder(n, args.scale, apart)).glob("*/metrics.json"))
-                                        for apart in (False, True))
-                                    or reused_folders(n, args.scale, results) for n in parts or (name,)):
+            if args.all and not kept_folders(name, args.scale, results):
                 continue  # make tables: only the tables that have kept runs (not only the record of a stopped start)
             try:  # the report's files are written in place, as the runner holding the table writes them at its end
                 held = hold_tables(parts or (name,), args.scale, runs_root)

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 from highway_repro.errors import ConfigError
-from highway_repro.report.grids import cells
+from highway_repro.report.grids import kept_folders
 from highway_repro.runner.plan import REPEAT_KEYS, compose_table, override_key
 from highway_repro.targets import KEPT_FILES, TARGETS, runs_folder
 
@@ -40,13 +40,15 @@ def made_on_gpu(run: Path) -> bool:
         return False
 
 
-def keep(sweep_dir: Path, kept: Path, single: bool = False, apart: Path | None = None) -> int:
+def keep(sweep_dir: Path, kept: Path, single: bool = False, apart: Path | None = None,
+         reused: frozenset = frozenset()) -> int:
     """Copy the small files of every finished run of the sweep folder into the kept-runs folder
     (a single-run table keeps its run as <kept>/run); a run made on a GPU into `apart` instead, where given (the
-    table's <name>-<scale>-gpu: `targets.runs_folder`). Returns the number of files written."""
+    table's <name>-<scale>-gpu: `targets.runs_folder`). `reused`: folder names of runs restored from the tables a
+    study reuses, kept there, not copied. Returns the number of files written."""
     n = 0
     for run in _runs_in(sweep_dir, single):
-        if run_status(run) not in FINISHED:
+        if run_status(run) not in FINISHED or run.name in reused:
             continue
         dst = (apart if apart is not None and made_on_gpu(run) else kept) / ("run" if single else run.name)
         for f in KEPT_FILES:
@@ -88,41 +90,29 @@ def read_record(kept: Path, fresh: bool) -> dict:
 
 
 def table_runs(name: str, scale: str, runs_root: Path, results: Path) -> list:
-    """The kept runs of a table, plus the failed or unfinished ones of its local sweep folder, plus (a study) the
-    kept runs of the tables it reuses that are cells of its grid, as the runner would restore them: so a study
-    is reported, partial, from the runs other tables made before it trains any of its own."""
+    """The runs a table's report reads: its kept runs and (a study) those of the tables it reuses that are cells of
+    its grid, as the runner would restore them (`report.grids.kept_folders`: a reused run is read from the table
+    that made it), plus the runs of its local sweep folder that none of those has (failed or unfinished ones, or
+    not yet kept); so a study is reported, partial, from the runs other tables made before it trains any of its
+    own. Its runs made on a GPU (kept apart) come last: the report compares one device's runs."""
     from highway_repro.report import load_runs
     from highway_repro.report.runs import load_run
 
-    sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
+    sweep_dir, apart = runs_root / f"{name}-{scale}", results / runs_folder(name, scale, apart=True)
+    folders = kept_folders(name, scale, results)
+    kept = {f.name: load_run(f) for f in folders if f.parent != apart}
+    local = load_runs(sweep_dir) if sweep_dir.is_dir() else []
     single = not TARGETS[name].sweep  # its run is the sweep folder itself, kept as <kept>/run: the same job
-    runs = {"run" if single else r.path.name: r for r in (load_runs(sweep_dir) if sweep_dir.is_dir() else [])}
-    runs.update({r.path.name: r for r in (load_runs(kept) if kept.is_dir() else [])})
-    for folder in reused_folders(name, scale, results):
-        runs.setdefault(folder.name, load_run(folder))
-    apart = results / runs_folder(name, scale, apart=True)  # made on a GPU: the report compares one device's runs
-    return sorted(runs.values(), key=lambda r: r.path.name) + (load_runs(apart) if apart.is_dir() else [])
+    runs = {**{"run" if single else r.path.name: r for r in local}, **kept}
+    return sorted(runs.values(), key=lambda r: r.path.name) + [load_run(f) for f in folders if f.parent == apart]
 
 
-def reused_folders(name: str, scale: str, results: Path) -> list[Path]:
-    """The kept run folders of the tables `name` reuses whose names are cells of its grid (finished or not)."""
-    t = TARGETS[name]
-    if not t.reuse:
-        return []
-    grid = cells(name, scale)
-    return [p.parent for o in t.reuse for p in sorted((results / runs_folder(o, scale)).glob("*/metrics.json"))
-            if p.parent.name in grid]
-
-
-def trained_for(name: str, scale: str, results: Path, folders: list[Path]) -> list[Path]:
-    """The run folders that table `name` trained itself: not the runs of the tables it reuses (restored into its
-    sweep, and so also kept in its own folder: the same metrics.json as in the reused table's folder)."""
-    def reused(run: Path) -> bool:
-        mine = run / "metrics.json"
-        return mine.exists() and any(
-            (o := results / runs_folder(x, scale) / run.name / "metrics.json").exists()
-            and o.read_bytes() == mine.read_bytes() for x in TARGETS[name].reuse)
-    return [f for f in folders if not reused(f)]
+def reused_names(name: str, scale: str, results: Path) -> frozenset:
+    """The folder names of the finished runs study `name` takes from the tables it reuses, its own kept runs of those
+    names aside (`report.grids.kept_folders`): `keep` leaves them where they are kept."""
+    reused = {results / runs_folder(o, scale) for o in TARGETS[name].reuse}
+    return frozenset(f.name for f in kept_folders(name, scale, results)
+                     if f.parent in reused and run_status(f) in FINISHED)
 
 
 def other_recipe(part: str, scale: str, folders: list[Path]) -> dict[str, str]:

@@ -15,7 +15,7 @@ from highway_repro.errors import ConfigError
 from highway_repro.report.header import duration
 from highway_repro.runner.estimate import (CALIBRATION_FILE, DEFAULT_PEAK_GB, estimate_s, on_cpu, peak_gb, per_run_s,
                                            speed_ratio, wall_s)
-from highway_repro.runner.keep import FINISHED, keep, refuse_other_recipe, restore, run_status
+from highway_repro.runner.keep import FINISHED, keep, refuse_other_recipe, restore, reused_names, run_status
 from highway_repro.runner.plan import REPEAT_KEYS, dirname, job_names, jobs_of, override_key, plan_grids
 from highway_repro.runner.progress import Progress
 from highway_repro.targets import TARGETS, kept_apart, make_target, runs_folder
@@ -41,6 +41,7 @@ class TablePlan:
     base: dict | None = None  # the table's record as it was when the table started
     left: int = 0  # commands not yet ended
     apart: Path | None = None  # where runs made on a GPU are kept (`targets.runs_folder(..., apart=True)`)
+    reused: frozenset = frozenset()  # runs restored from the tables a study reuses: kept there, not copied (`keep`)
 
 
 def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Path, results: Path,
@@ -116,9 +117,10 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
         print(f"[{name}] memory: {peak:.1f} GB a run at its peak ({peak_how})", flush=True)
     apart = results / runs_folder(name, scale, apart=True) if kept_apart(scale) else None
     p = TablePlan(name, sweep_dir, kept, not t.sweep, fresh, shown, secs=secs if total else [], threads=threads,
-                  todo=todo, peak_gb=peak, apart=apart)
+                  todo=todo, peak_gb=peak, apart=apart,
+                  reused=frozenset() if fresh else reused_names(name, scale, results))
     if not todo and not estimate_only and sweep_dir.exists():
-        keep(sweep_dir, kept, single=not t.sweep, apart=apart)  # runs that finished after the last keep (a kill -9)
+        keep(sweep_dir, kept, single=not t.sweep, apart=apart, reused=p.reused)  # finished after the last keep
     if estimate_only or not todo:
         return p
     base = [sys.executable, "-m", "highway_repro.train", f"experiment={t.experiment}", f"scale={scale}",
@@ -201,7 +203,7 @@ def tick(p: TablePlan) -> None:
     """A progress tick: keep the runs finished so far and record the table's time up to now, so that a runner
     killed -9 (a machine that goes away) loses neither its finished runs nor more than a tick of its time."""
     if p.sweep_dir.exists():
-        keep(p.sweep_dir, p.kept, single=p.single, apart=p.apart)
+        keep(p.sweep_dir, p.kept, single=p.single, apart=p.apart, reused=p.reused)
     if p.start is not None:
         record_time(p, time.time())
 
@@ -226,7 +228,7 @@ def finish_table(p: TablePlan) -> None:
         p.progress.stop.set()
         p.progress.join()  # a tick may be keeping files right now
     p.sweep_dir.mkdir(parents=True, exist_ok=True)
-    n = keep(p.sweep_dir, p.kept, single=p.single, apart=p.apart)
+    n = keep(p.sweep_dir, p.kept, single=p.single, apart=p.apart, reused=p.reused)
     record_time(p, time.time())
     if p.progress is not None:
         print(p.progress.line(), f"- kept files updated: {n}", flush=True)
