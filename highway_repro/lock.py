@@ -10,7 +10,7 @@
   is free, and the next writer takes it over. There is nothing to clean up and no staleness to guess.
 - Once taken, the file holds the holder's pid, host and start time (what a refused writer reads); released, it
   is removed (a writer that opened it just before it was removed sees that and takes the new file).
-- The trainer's lock is `<run folder>/.writer.lock` (`cli.run_job`; rank 0 under DDP), taken before the run
+- The trainer's lock is `<run folder>/.writer.lock` (`train.job.held`; rank 0 under DDP), taken before the run
   folder is read or written and held until the job ends. Before it, Hydra has already written the folder's
   `.hydra/` files (config.yaml, hydra.yaml, overrides.yaml: the same content for the same command; a
   different command aimed at a busy folder rewrites them with its own before it is refused) and opened

@@ -21,8 +21,8 @@ import yaml
 from conftest import REPO, compose, mirror, needs_mirror
 from highway_repro.engine import checkpoint as ck
 from highway_repro.engine.trainer import Trainer
-from highway_repro.train.job import USER_ERRORS, run_job
-from highway_repro.train import run
+from highway_repro.train import run, run_job
+from highway_repro.train.job import USER_ERRORS
 from _faults import SMALL, Crash, _stable, _history, _final, _reference
 
 

@@ -11,8 +11,8 @@ import torch
 
 from conftest import compose, needs_mirror
 from highway_repro.engine import checkpoint as ck
-from highway_repro.train.job import run_job, summary
-from highway_repro.train import run
+from highway_repro.train.job import summary
+from highway_repro.train import run, run_job
 from _faults import _final
 
 

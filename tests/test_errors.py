@@ -25,8 +25,8 @@ from highway_repro.train.config import ConfigError, validate
 from highway_repro.data import vision
 from highway_repro.engine import checkpoint as ck
 from highway_repro.errors import HighwayError
-from highway_repro.train.job import MULTIRUN_ENV, USER_ERRORS, SweepEnd, run_job, user_failure
-from highway_repro.train import run
+from highway_repro.train.job import MULTIRUN_ENV, USER_ERRORS, SweepEnd, user_failure
+from highway_repro.train import run, run_job
 from _faults import SMALL, DEPTH_0, _final, _cli, _env
 
 

@@ -103,7 +103,7 @@ def test_a_stop_signal_outside_training_is_one_line(capsys, signum):
 
 @needs_mirror
 def test_a_data_cache_folder_under_a_file_is_one_line(tmp_path, monkeypatch, capsys):
-    from highway_repro.train.job import run_job
+    from highway_repro.train import run_job
     from highway_repro.train import run
 
     (tmp_path / "file").write_text("")

@@ -22,7 +22,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import REPO, needs_mirror
-from highway_repro.train.job import folder_lock, run_job
+from highway_repro.train import run_job
+from highway_repro.train.job import folder_lock
 from highway_repro.engine import checkpoint as ck
 from highway_repro.errors import BusyError
 from highway_repro.lock import RUN_LOCK, take

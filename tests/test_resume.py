@@ -18,8 +18,7 @@ import torch
 from conftest import REPO, compose, needs_mirror
 from highway_repro.engine import checkpoint as ck
 from highway_repro.engine.trainer import Trainer
-from highway_repro.train.job import run_job
-from highway_repro.train import run
+from highway_repro.train import run, run_job
 from _faults import IMAGE, LM, SMALL, Crash, _stable, _history, _final, _cli, _env, _reference
 
 

@@ -136,7 +136,7 @@ def test_resume_auto_refuses_a_run_folder_of_another_recipe(tmp_path):
     """A finished run is reused by resume=auto only under the same recipe: speed and logging keys may differ, a
     changed max_steps is a one-line error naming the key (exit 2) that leaves the folder's metrics as they were."""
     from highway_repro.train.config import ConfigError
-    from highway_repro.train.job import run_job
+    from highway_repro.train import run_job
     from highway_repro.train.recipe import check_same_recipe
 
     base = ["experiment=demo", "scale=smoke", "resume=auto"]

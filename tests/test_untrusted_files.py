@@ -112,7 +112,7 @@ def test_the_report_reads_a_planted_config_as_data(tmp_path, capsys, name, where
 def test_resume_and_the_runner_refuse_a_planted_config(tmp_path, capsys, name, where):
     """resume=auto (`cli.run_job`: the recipe guard) and the runner's check of kept runs (`keep.other_recipe`) both
     read the folder's config: a key only it has, or a target of its own, is another recipe; nothing is trained."""
-    from highway_repro.train.job import run_job
+    from highway_repro.train import run_job
     from highway_repro.errors import HighwayError
     from highway_repro.runner.keep import other_recipe
 

@@ -121,7 +121,7 @@ def save(ckpt_dir: Path, name: str, payload: dict) -> Path:
     """Write ckpt_dir/name.pt atomically; for `last`, the previous last.pt is kept as prev.pt.
 
     A temp file `.<name>.pt.tmp<pid>` whose writer is dead (killed mid-write) is removed; one of a live process is
-    left to it. The run folder's lock (`highway_repro.lock`, taken by `cli.run_job`) already keeps a second trainer
+    left to it. The run folder's lock (`highway_repro.lock`, taken by `train.job.held`) already keeps a second trainer
     out; the pid check keeps a save that runs without it (a script, a test) from deleting a live writer's file. A
     dead writer's pid taken by a new process keeps its file until that process ends: a stray file, never a loss."""
     ckpt_dir = Path(ckpt_dir)

@@ -3,10 +3,9 @@
     python -m highway_repro.train experiment=hn_fig1 scale=cpu
     python -m highway_repro.train -m sweep=hn_fig1/cpu scale=cpu hydra/launcher=grouped  # in groups
 
-The only module that knows all parts (data meta goes into the model's constructor). Beside it in this package:
-`config.py` checks the config before torch is imported, `recipe.py` guards a run folder, `job.py` runs one job in its
-run folder and makes user errors one line, `grouped.py` trains a multirun's jobs in groups; `runtime` sets threads
-and seeds, `resolvers` registers `${hp:...}`."""
+The only module that knows all parts (data meta goes into the model's constructor). Beside it: `config.py` checks
+the config before torch is imported, `recipe.py` guards a run folder, `job.py` holds a job's run folder and makes
+user errors one line, `grouped.py` trains a multirun's jobs in groups."""
 
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ from highway_repro.resolvers import register
 from highway_repro.runtime import configure
 from highway_repro.train import grouped
 from highway_repro.train.config import ConfigError, check_command, validate_against_data
-from highway_repro.train.job import build, launch, one_line_errors, prepare, stopped, user_failure, with_config
+from highway_repro.train.job import build, held, one_line_errors, prepare, ranks, stopped, user_failure, with_config
 
 log = logging.getLogger("highway_repro")
 CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
@@ -73,6 +72,14 @@ def run(cfg: DictConfig, out_dir: Path, dist=None) -> dict:
     if trainer.is_main:
         write_run_info(out_dir, end_time=now(), peak_rss_gb=round(trainer.peak_rss_gb(), 3))
     return final
+
+
+def run_job(cfg: DictConfig, out_dir: Path, multirun: bool, train=run) -> float | None:
+    """One job: its ranks (`job.ranks`), its run folder held (`job.held`), then `train`; returns its val/loss."""
+    with ranks(cfg, out_dir) as (dist, out_dir), held(cfg, out_dir, multirun, dist) as job:
+        if job.train:
+            job.final = train(cfg, out_dir, dist=dist)
+    return job.value
 
 
 def build_run(cfg: DictConfig, out_dir: Path, dist=None, trainer_cls=None):
@@ -132,7 +139,7 @@ def main(cfg: DictConfig):
         return user_failure(e, out_dir / "metrics.json", multirun, is_main=rank == "0")
     if grouped.collecting_jobs():  # hydra/launcher=grouped: trained with its group once all jobs are set up
         return grouped.collect(cfg, out_dir, multirun, build_run)
-    return launch(cfg, out_dir, multirun, run)
+    return run_job(cfg, out_dir, multirun)
 
 
 def cli():

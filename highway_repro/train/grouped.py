@@ -7,7 +7,7 @@ The launcher (`hydra_plugins/highway_repro_launcher`) sets up every job as Hydra
 folder, `.hydra/`, the command-line checks of `train.main`), but `train.main` hands the composed job to `collect`
 instead of training it. Then `train_groups` splits the jobs into groups of one shape (`shape_key`: configs equal up
 to what a member may have of its own: seed, trial, data order, optimizer and schedule numbers, gate bias), at most
-`size` each, and trains each group in this process. Each member is admitted as a lone job is (`job.run_job`: its
+`size` each, and trains each group in this process. Each member is admitted as a lone job is (`job.held`: its
 folder's lock, the recipe guard, a finished run kept as it is), writes exactly the run folder it would write alone,
 and names its group in run_info.json (`group`: id, size, position, the members' folders).
 """

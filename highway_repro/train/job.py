@@ -1,8 +1,8 @@
 """The command line of `python -m highway_repro.train`: how a job runs, and what the user sees when something is
 wrong.
 
-- `launch` runs the job of a composed config (`run_job`: the run folder's lock, one writer per run folder, the
-  recipe guard, a finished run left as it is, then the training function), data-parallel under torchrun.
+- `ranks` gives a job its process group under torchrun (rank 0's run folder for all); `held` holds its run folder
+  (one writer per run folder, the recipe guard, a finished run left as it is) while the caller trains in it.
 - A mistake of the user's (`USER_ERRORS`: a config value, a data file, a checkpoint) is one line on stderr and exit
   code 2, no traceback (`user_failure`); HYDRA_FULL_ERROR=1 adds the traceback. Anything else is a bug and keeps
   its traceback. `build` and `with_config` let such errors out of a constructor as they were raised, and make what
@@ -26,6 +26,7 @@ import signal
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
@@ -135,36 +136,72 @@ def with_config(what: str, fn, *args, **kwargs):
         raise ConfigError(f"{what}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
 
 
-def launch(cfg: DictConfig, out_dir: Path, multirun: bool, train) -> float | None:
-    """The job of one composed config: `run_job` in this process, or, launched by torchrun or a multi-task SLURM job,
-    data-parallel in rank 0's run folder (a later-starting rank's own empty folder is removed)."""
+@contextlib.contextmanager
+def ranks(cfg: DictConfig, out_dir: Path):
+    """(dist, run folder) of the job: (None, `out_dir`) in one process; launched by torchrun or a multi-task SLURM
+    job, the process group and rank 0's run folder for all (a later-starting rank's own empty folder is removed
+    at the end)."""
     from highway_repro.engine.distributed import init_from_env, world_size_from_env
 
     if world_size_from_env() <= 1:
-        return run_job(cfg, out_dir, multirun, train)
+        yield None, out_dir
+        return
     dist = init_from_env(str(cfg.trainer.device), seed=int(cfg.seed))
     own_dir, out_dir = out_dir, Path(dist.broadcast_object(str(out_dir)))  # rank 0's run folder for all
     if dist.rank:
         logging.getLogger().setLevel(logging.WARNING)
     try:
-        return run_job(cfg, out_dir, multirun, train, dist)
+        yield dist, out_dir
     finally:
         dist.cleanup()
         if own_dir != out_dir and own_dir.is_dir() and {p.name for p in own_dir.iterdir()} <= {".hydra", "train.log"}:
             shutil.rmtree(own_dir, ignore_errors=True)  # the stray folder of a later-starting rank
 
 
-def run_job(cfg: DictConfig, out_dir: Path, multirun: bool, train, dist=None) -> float | None:
-    """One job in `out_dir`, the run folder's lock held throughout (`folder_lock`: a second writer is one line and
-    exit code 2, and touches nothing of the folder): the recipe guard, a finished run kept as it is (resume=auto),
-    else `train(cfg, out_dir, dist=dist)` (`highway_repro.train.run`); returns the val/loss (Hydra's job return
-    value). User errors are one line (`user_failure`); a bug keeps its traceback and marks metrics.json failed."""
+@dataclass
+class Job:
+    """A job in its run folder (`held`): whether to train it, and what Hydra gets back (its val/loss)."""
+    train: bool = False  # False: another writer's or another recipe's folder, or a finished run kept as it is
+    final: dict | None = None  # the run's final metrics, set by the caller once it trained
+    value: float | None = None  # Hydra's job return value
+
+
+@contextlib.contextmanager
+def held(cfg: DictConfig, out_dir: Path, multirun: bool, dist=None):
+    """The job in `out_dir`, the run folder's lock held throughout (`folder_lock`: a second writer is one line and
+    exit code 2, and touches nothing of the folder), then the recipe guard and a finished run kept as it is
+    (`nothing_to_do`). Yields a `Job`; the caller trains where `job.train` and sets `job.final`. A user error in
+    the block is one line (`user_failure`); a bug keeps its traceback and marks metrics.json failed. An interrupted
+    run stops the whole sweep too (exit 128 + signal; resume=auto continues it)."""
+    is_main, done, job = dist is None or dist.rank == 0, out_dir / "metrics.json", Job()
     try:
         lock = folder_lock(out_dir, dist)
     except HighwayError as e:  # another writer's folder: its metrics.json is left as it is
-        return user_failure(e, None, multirun, dist is None or dist.rank == 0)
+        job.value = user_failure(e, None, multirun, is_main)
+        yield job
+        return
     try:
-        return _job(cfg, out_dir, multirun, train, dist)
+        left, job.value = nothing_to_do(cfg, out_dir, multirun, is_main)
+        job.train = not left
+        try:
+            yield job
+        except USER_ERRORS as e:
+            job.value = user_failure(e, done, multirun, is_main)
+            return
+        except Exception as e:  # a bug: its traceback is shown; the report still marks the cell as failed
+            if unwritable(e) is not None:  # a full disk or a read-only folder: the user's to fix
+                job.value = user_failure(storage_error(unwritable(e)), done, multirun, is_main)
+                return
+            if is_main:
+                write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {e}"})
+            raise
+        if job.final is None:
+            return
+        if is_main:
+            print(summary(job.final))
+        if job.final.get("status") == "interrupted":
+            sys.exit(128 + job.final.get("signal", 15))
+        job.value = job.final.get("val/loss")
     finally:
         if lock is not None:
             lock.release()
@@ -184,30 +221,6 @@ def folder_lock(out_dir: Path, dist=None) -> Lock | None:
     if refused is not None:
         raise refused
     return held
-
-
-def _job(cfg: DictConfig, out_dir: Path, multirun: bool, train, dist=None) -> float | None:
-    """`run_job` in a run folder this process holds."""
-    is_main = dist is None or dist.rank == 0
-    done = out_dir / "metrics.json"
-    left, value = nothing_to_do(cfg, out_dir, multirun, is_main)
-    if left:
-        return value
-    try:
-        final = train(cfg, out_dir, dist=dist)
-    except USER_ERRORS as e:
-        return user_failure(e, done, multirun, is_main)
-    except Exception as e:  # a bug: its traceback is shown; the report still marks the cell as failed
-        if unwritable(e) is not None:  # a full disk or a read-only folder: the user's to fix
-            return user_failure(storage_error(unwritable(e)), done, multirun, is_main)
-        if is_main:
-            write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {e}"})
-        raise
-    if is_main:
-        print(summary(final))
-    if final.get("status") == "interrupted":  # stop the whole sweep too; resume=auto continues it
-        sys.exit(128 + final.get("signal", 15))
-    return final.get("val/loss")
 
 
 def nothing_to_do(cfg: DictConfig, out_dir: Path, multirun: bool, is_main: bool = True) -> tuple[bool, object]:
