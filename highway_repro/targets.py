@@ -7,7 +7,7 @@ A table is made of config files and one report spec; this list only ties them to
   the table's grid): the rows and seeds/trials a scale runs (`hydra.sweeper.params`);
 - `configs/experiment_scale/<experiment>/<scale>.yaml` (one per scale, required): what the scale changes,
   and the runner's estimates for it (`est_step_s`, `est_peak_gb`);
-- `highway_repro.report.TABLES[<name>]`: the table spec (rows, columns, claims) that reads the runs.
+- `highway_repro.report.registry()[<name>]`: the table spec (rows, columns, claims) that reads the runs.
 
 Adding a table = one line here + those files (docs/DESIGN.md walks through it). Torch-free.
 """

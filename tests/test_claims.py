@@ -10,9 +10,11 @@ import math
 import random
 
 import pytest
+from scipy.stats import t as student_t
 
 from highway_repro.report import build_table, load_runs, stats, write_summary
-from test_report import MACHINE, fake_run
+
+from test_report import MACHINE, fake_run, welch_interval
 
 
 def test_holm_adjusted_p_values_of_a_published_example():
@@ -32,7 +34,7 @@ def test_holm_verdicts_reduce_to_the_raw_ones_for_a_family_of_one_and_are_strict
     """One test: Holm changes nothing (the t-test's p agrees with its 95 % interval). Ten tests with p = 0.02 on the
     claim's side: each alone HELD (0.02 < 0.025), together none (10 x 0.02 > 0.025); a small p stays HELD."""
     a, b = [2.00, 2.01, 2.02], [2.10, 2.12, 2.11]
-    ci = stats.welch_interval(a, b)
+    ci = welch_interval(a, b)
     test = stats.t_test(a, b, "lower")["tests"]
     assert stats.holm_verdicts([test]) == [stats.verdict(ci, "lower")] == [stats.HELD]
     assert stats.holm_verdicts([test | {"p_side": test["p_other"], "p_other": test["p_side"]}]) == [stats.NOT_HELD]
@@ -97,7 +99,7 @@ def test_seeds_needed_inverts_the_welch_half_width():
 
     def half(m):
         df = (m - 1) * (sa ** 2 + sb ** 2) ** 2 / (sa ** 4 + sb ** 4)
-        return stats.t_quantile(0.975, df) * math.sqrt((sa ** 2 + sb ** 2) / m)
+        return student_t.ppf(0.975, df) * math.sqrt((sa ** 2 + sb ** 2) / m)
 
     assert half(n) < abs(diff) <= half(n - 1)
     assert stats.seeds_needed(sa, sb, -0.01, 0.05) < stats.seeds_needed(sa, sb, -0.01, None)  # equivalence is nearer
@@ -223,11 +225,11 @@ def test_a_second_look_p_value_says_what_its_99_percent_interval_says():
     the interval; at the first look's 95 % they are unchanged."""
     a, b = [2.00, 2.01, 2.02, 2.03], [2.05, 2.06, 2.07, 2.08]  # diff -0.05, se sqrt(2 x 0.000167 / 4), df 6
     se, df = math.sqrt(2 * 0.01 ** 2 * 5 / 3 / 4), 6.0
-    cut = stats.t_quantile(0.995, df) * se  # the 99 % interval's half-width: it excludes 0 when |diff| > cut
+    cut = student_t.ppf(0.995, df) * se  # the 99 % interval's half-width: it excludes 0 when |diff| > cut
     for diff in (-cut * (1 + 1e-6), -cut * (1 - 1e-6), -cut * 0.7, -cut * 1.5):
         xs = [x + diff + 0.05 for x in a]  # the same spread, this difference
         p = stats.second_look_p({"p_side": stats.t_test(xs, b, "lower")["tests"]["p_side"], "p_other": None}, 0.99)
-        lo, hi = stats.welch_interval(xs, b, 0.99)
+        lo, hi = welch_interval(xs, b, 0.99)
         assert (p["p_side"] < 0.025) == (hi < 0) == (diff < -cut) and p["p_other"] is None
         assert stats.holm_verdicts([{**p, "p_other": 1.0, "p_equiv": None}]) == [
             stats.HELD if hi < 0 else stats.NOT_RESOLVED]
@@ -484,5 +486,5 @@ def test_a_shared_per_seed_component_narrows_the_paired_interval(tmp_path):
     # undecided: the seeds a paired interval at 99 % needs, the first n with t(0.995, n - 1) sd / sqrt(n) < |mean|
     # (differences -0.05, 0, -0.1: sd 0.05; n 10: 3.250 x 0.05 / sqrt(10) = 0.0514, n 11: 0.0478)
     rows = _seed_rows(tmp_path / "open", {"a": {0: 2.0, 1: 2.1, 2: 2.2}, "b": {0: 2.05, 1: 2.1, 2: 2.3}})
-    n = next(n for n in range(3, 100) if stats.t_quantile(0.995, n - 1) * 0.05 / math.sqrt(n) < 0.05)
+    n = next(n for n in range(3, 100) if student_t.ppf(0.995, n - 1) * 0.05 / math.sqrt(n) < 0.05)
     assert test_claim(claim, rows).seeds_needed == n == 11

@@ -93,3 +93,17 @@ def test_the_design_fits_two_screens_and_the_entry_point_stays_small():
     assert len((REPO / "docs" / "DESIGN.md").read_text().splitlines()) <= 120
     assert "`train/__init__.py` (under 150 lines" in (REPO / "docs" / "DESIGN.md").read_text()
     assert len((REPO / "highway_repro" / "train" / "__init__.py").read_text().splitlines()) < 150
+
+
+def test_importing_the_reports_reads_no_sweep_file():
+    """The table registry (its rows' order from configs/sweep/) is built on first use, not at import: importing
+    the reports opens no sweep file and loads no Hydra; the first `registry()` call reads them."""
+    code = ("import builtins, io, sys; opened = []; real = io.open\n"
+            "def spy(f, *a, **k):\n    opened.append(str(f)); return real(f, *a, **k)\n"
+            "builtins.open = io.open = spy\n"
+            "import highway_repro.report\n"
+            "print(sum('configs/sweep' in f for f in opened), 'hydra' in sys.modules)\n"
+            "highway_repro.report.registry()\n"
+            "print(sum('configs/sweep' in f for f in opened) > 0)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["0", "False", "True"]

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from conftest import REPO, load_script
-from highway_repro.report import ledger, papers
+from highway_repro.report import grids, ledger, papers
 
 RESULTS = REPO / "results"
 
@@ -62,7 +62,7 @@ def test_a_changed_seed_list_is_caught(entries, tmp_path, monkeypatch):
     shutil.copytree(REPO / "configs" / "sweep", tmp_path / "sweep")
     extra = tmp_path / "sweep" / "ht_char_ptb" / "cpu-extra_seeds.yaml"
     extra.write_text(extra.read_text().replace("seed: 2,3,4", "seed: 2,3,4,5"))
-    monkeypatch.setattr(ledger, "CONFIG_DIR", tmp_path)
+    monkeypatch.setattr(grids, "SWEEP_DIR", tmp_path / "sweep")
     assert [p.split(":")[0] for p in ledger.problems(entries, RESULTS)] == ["seeds ht_char_ptb"]
 
 

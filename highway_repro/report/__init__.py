@@ -11,10 +11,9 @@
 | `stats.py` | t-tests (statsmodels: paired, Welch, TOST), the four verdicts, Holm, quantile tests, seeds needed |
 | `papers.py` | every paper number, claim threshold and floor |
 | `spec.py` | the one table style: `TableSpec` (rows, columns, claims, floors) and `render` |
-| `measures.py` | `Measure` (one number per run), `Row` (the runs of a row), the number formats |
-| `columns.py` | the column constructors (`stat`, `best`, `paper`, ...) and a row's mean learning curve |
+| `measures.py` | `Measure` (one number per run), `Row` (the runs of a row), number formats, the column constructors |
 | `claims.py` | `Claim` and its tests (paired by seed or Welch, one-sample, a quantile of trials), Holm, floors |
-| `tables.py` | `TABLES` (name -> spec), `build_table` and `findings_path` (a follow-up step's kept findings) |
+| `tables.py` | `registry()` (name -> spec, built on first use), `build_table`, `findings_path` (kept findings) |
 | `header.py` | the one header writer (command, scale, seeds, runs, times, machine from run_info.json) |
 | `plots.py` | the one plotting helper |
 | `summary.py` | `<table>.claims.json`, `results/summary.csv` (each comparison once), `results/README.md` |
@@ -29,6 +28,6 @@ This package reads files only: it imports neither torch nor the models, the trai
 from highway_repro.report.generic import main
 from highway_repro.report.runs import Run, load_runs
 from highway_repro.report.summary import write_summary
-from highway_repro.report.tables import TABLES, build_table, findings_path
+from highway_repro.report.tables import build_table, findings_path, registry
 
-__all__ = ["Run", "load_runs", "build_table", "findings_path", "write_summary", "TABLES", "main"]
+__all__ = ["Run", "load_runs", "build_table", "findings_path", "write_summary", "registry", "main"]

@@ -1,10 +1,7 @@
-"""Claims and their tests: a `Claim` (a row's measure on one side of another row or of a number), tested by a 95 %
-interval (`stats.py`; 99 % at a comparison's second look, `stats.SECOND_LOOK`, and every other comparison on the
-runs of its first look, `first_look`): two rows by their difference of means with the equivalence margin delta,
-paired by seed where the design pairs them (`seed_pairs`: a paired t interval of the per-seed differences), else
-by Welch's interval, a row against a number by a one-sample t-interval, a quantile of a random search's trials (or
-two searches' difference) by exact order-statistic intervals (`stats.quantile_test`); the family of a table's tests,
-Holm-adjusted (`family`); floors as claims (`floor_claim`)."""
+"""Claims and their tests (`test_claim`): two rows by the difference of their means (paired by seed where the design
+pairs them, else Welch) with the equivalence margin, a row against a number (one-sample), a random search's quantile
+(exact order-statistic intervals); 99 % at a comparison's second look, every other on its first look's runs
+(`first_look`); the table's family, Holm-adjusted (`family`); floors as claims (`floor_claim`)."""
 
 from __future__ import annotations
 
@@ -17,8 +14,7 @@ from typing import Callable
 from highway_repro.report import papers, stats
 from highway_repro.report.claims_list import PAPER_SCALE_ONLY, counted
 from highway_repro.report.grids import SWEEP_DIR, grid_of
-from highway_repro.report.columns import reach_steps
-from highway_repro.report.measures import Measure, Row, interval, mean_pm, num
+from highway_repro.report.measures import Measure, Row, interval, mean_pm, num, reach_steps
 from highway_repro.report.papers import Floor
 from highway_repro.report.runs import Run
 
@@ -195,11 +191,8 @@ def _table_cpu_seconds(rows: dict) -> float:
 
 @dataclass
 class ClaimResult:
-    """A claim tested on a table's rows (`test_claim`): ours and the other side, the interval at `level` (`ci`;
-    `ci_unpaired`: Welch's beside a paired one), the margin `delta`, the verdict, the p-values (`tests`, for Holm),
-    the comparison's identity (`key`: the runs of each side and the statistic), the runs a decision would need
-    (`seeds_needed` in `need_unit`, `decision`: `stats.decision_cost`), the paper claim it tests, and its Markdown
-    `line`; `same_as`, `family_size` and `holm` are set with the table's family (`family`)."""
+    """A claim tested on a table's rows (`test_claim`); `key`: the comparison's identity (the runs of each side and
+    the statistic); `same_as`, `family_size` and `holm` are set with the table's family (`family`)."""
     claim: Claim
     row: Row | None
     label: str
@@ -236,11 +229,9 @@ class ClaimResult:
 
 
 def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> ClaimResult:
-    """The claim's result (`ClaimResult`). `table`: the table's name, for papers.PAPER_CLAIMS and its second look: a
-    comparison of papers.SECOND_LOOK_CLAIMS whose table has a second look at the runs' scale reads every run at
-    stats.SECOND_LOOK once all of that look's runs have ended (until then, and any other comparison always, the runs
-    of its first look); `keys`: the table's row keys (`TableSpec.keys`), which tell when a second look has all its
-    runs."""
+    """The claim's result on `rows`. `table`: for papers.PAPER_CLAIMS and its second look (a comparison of
+    papers.SECOND_LOOK_CLAIMS reads every run at stats.SECOND_LOOK once all of that look's runs have ended, until then
+    its first look's); `keys`: the table's row keys, which tell when a second look has all its runs."""
     pc = paper_claim_of(table, c)
     side_rows = [rows.get(i) for i in (c.row, c.against) if isinstance(i, tuple) and not pooled(i)]
     scales = _scales([r for row in side_rows if row for r in row.runs])
@@ -280,7 +271,7 @@ def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> Claim
         threshold = c.threshold if other else float(c.against)
         qt = stats.quantile_test(xs, c.q, threshold, c.side, ys, level)
         res.mean, res.other_mean, res.n, res.other_n = *qt["quantiles"], len(xs), len(ys or [])
-        res.ci, res.tests = qt["ci"], stats.second_look_p(qt["tests"], level)
+        res.ci, res.tests = _interval_and_p(qt, level)
         res.verdict = stats.verdict(qt["ci"], c.side, threshold)
         stat, sci = f"{stats.pct(c.q)} quantile of {len(xs)} trials", m.how != "log10" and abs(res.mean) < 1e-2
         how = ("; the rows' exact order-statistic intervals at the Bonferroni level" if other else
@@ -294,18 +285,12 @@ def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> Claim
                     f"{'<' if c.side == 'lower' else '>'} {threshold:g}), {tested}")
         else:
             line = f"{label} {c.text} ({what}): {stat} {num(res.mean, d, sci)}; {tested}"
-        res.line = f"{line}: **{res.verdict}**"
-        res.last_look = _last_look(res, row, other, table, keys)
         if res.verdict == stats.NOT_RESOLVED:
-            res.seeds_needed = stats.quantile_trials_needed(xs, c.q, threshold, ys)
-            res.need_unit = "trials"
-            run_s = _cpu_run_seconds(row.runs + other.runs) if other else None
-            if res.seeds_needed and run_s:
-                have = ([sum(r.status != "missing" for r in s.runs) for s in side_rows] if under_way else
-                        (res.n, res.other_n))  # a second look under way: its runs so far count
-                res.decision = stats.decision_cost(res.seeds_needed, tuple(have), run_s,
-                                                      _table_cpu_seconds(table_rows))
-        return res
+            res.seeds_needed, res.need_unit = stats.quantile_trials_needed(xs, c.q, threshold, ys), "trials"
+            if other:  # a second look under way: its runs so far count
+                _decision(res, row.runs + other.runs, [sum(r.status != "missing" for r in s.runs) for s in side_rows]
+                          if under_way else (res.n, res.other_n), table_rows)
+        return _finish(res, line, row, other, table, keys)
     xs = _values(row, c)
     res.mean, res.std = stats.mean_std(xs)
     res.n = len(row.done) if c.pick == "best" else len(xs)
@@ -322,15 +307,12 @@ def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> Claim
             sds = (stats.mean_std(pairs)[1], 0.0)
             how = "paired ", f" over {len(pairs)} seeds (Welch's: " + "[{:.4g}, {:.4g}])".format(*res.ci_unpaired)
         res.diff = test["estimate"] if test else res.mean - res.other_mean
-        res.ci, res.tests = (test["ci"], stats.second_look_p(test["tests"], level)) if test else (None, None)
+        res.ci, res.tests = _interval_and_p(test, level)
         res.verdict = stats.verdict(res.ci, c.side, c.threshold, res.delta)
         if res.verdict == stats.NOT_RESOLVED:
             res.seeds_needed = stats.seeds_needed(*sds, res.diff, res.delta, stats.SECOND_LOOK,
-                                                     start=max(len(xs), len(ys)))
-            run_s = _cpu_run_seconds(used)
-            if res.seeds_needed and run_s:
-                res.decision = stats.decision_cost(res.seeds_needed, (len(xs), len(ys)), run_s,
-                                                      _table_cpu_seconds(table_rows))
+                                                  start=max(len(xs), len(ys)))
+            _decision(res, used, (len(xs), len(ys)), table_rows)
         must = f" (must be {'<' if c.side == 'lower' else '>'} {c.threshold:g})" if c.threshold else ""
         band = f", delta ±{res.delta:.3g}" if res.delta is not None else ""
         tested = f"difference {res.diff:+.4g}{must}, {how[0]}{interval(res.ci, level)}{at}{how[1]}{band}"
@@ -346,23 +328,36 @@ def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> Claim
         line = f"{label} {c.text}: best of {res.n} runs {value} (a single value, no interval)"
     else:
         test = stats.t_test(xs, None, c.side, float(c.against), None, level)
-        res.ci, res.tests = (test["ci"], stats.second_look_p(test["tests"], level)) if test else (None, None)
+        res.ci, res.tests = _interval_and_p(test, level)
         res.verdict = stats.verdict(res.ci, c.side, float(c.against))
         if res.verdict == stats.NOT_RESOLVED:
             res.seeds_needed = stats.seeds_needed(res.std, 0.0, res.mean - float(c.against), None,
-                                                     stats.SECOND_LOOK, start=len(xs))
+                                                  stats.SECOND_LOOK, start=len(xs))
         note = f" ({c.paper_note.lstrip('; ')})" if c.paper_note else ""
         line = (f"{label} {c.text}{note}: ours {mean_pm(xs, d)} (n {len(xs)}), "
                 f"{interval(res.ci, level).replace('CI', 'CI of the mean')}{at}")
+    return _finish(res, line, row, other, table, keys)
+
+
+def _interval_and_p(test: dict | None, level: float) -> tuple:
+    """(interval, p-values on the first look's scale) of a `stats` test; (None, None) without one."""
+    return (test["ci"], stats.second_look_p(test["tests"], level)) if test else (None, None)
+
+
+def _decision(res: ClaimResult, runs: list, have, table_rows: dict) -> None:
+    """`res.decision`: what the runs it needs would cost (`stats.decision_cost`), where the runs' CPU time is known."""
+    run_s = _cpu_run_seconds(runs)
+    if res.seeds_needed and run_s:
+        res.decision = stats.decision_cost(res.seeds_needed, tuple(have), run_s, _table_cpu_seconds(table_rows))
+
+
+def _finish(res: ClaimResult, line: str, row: Row, other: Row | None, table: str, keys: tuple) -> ClaimResult:
+    """The result with its line and `last_look`: NOT RESOLVED by its second look once all of that look's runs have
+    ended (no look follows)."""
     res.line = f"{line}: **{res.verdict}**"
-    res.last_look = _last_look(res, row, other if two_rows else None, table, keys)
+    res.last_look = (res.level == stats.SECOND_LOOK and res.verdict == stats.NOT_RESOLVED and
+                     all(second_look_complete(r, table, keys) for r in (row, other) if r is not None))
     return res
-
-
-def _last_look(res: ClaimResult, row: Row, other: Row | None, table: str, keys: tuple) -> bool:
-    """A comparison left NOT RESOLVED by its second look once all of that look's runs have ended: no look follows."""
-    return (res.level == stats.SECOND_LOOK and res.verdict == stats.NOT_RESOLVED and
-            all(second_look_complete(r, table, keys) for r in (row, other) if r is not None))
 
 
 def family(results: list[ClaimResult], elsewhere: Callable | None = None) -> None:
@@ -376,8 +371,6 @@ def family(results: list[ClaimResult], elsewhere: Callable | None = None) -> Non
         if r.claim.kind == "claim" and not r.same_as and r.tests is not None:
             tests.append(r)
     holm = stats.holm_verdicts([r.tests for r in tests])
-    for r in results:
-        r.family_size, r.holm = None, None
     for r, v in zip(tests, holm):
         r.family_size, r.holm = len(tests), v
 

@@ -1,13 +1,7 @@
-"""The full claims list of `results/README.md`, and the counts of verdicts, from summary.csv's rows (standard
-library only: `scripts/update_readme.py` loads this file without the package).
-
-One line per distinct comparison (kind `claim`: a comparison that several tables hold is shown once, in its home
-table; who makes it: `paper`, or `ours` for a check the papers do not state for that table, such as their general
-claim on a table they did not report; its type, `papers.CLAIM_TYPES`; paper value, ours, scale, verdict with its
-95 % interval, the Holm verdict within the table's family, delta, link to the table), by type (the papers' trends
-first), then one line per floor of the cpu scale (a study's parts, rows with `part_of`, left out). A level claim
-(an absolute number of the paper) gets a verdict at the paper's scale only: at another its line says "paper scale
-only", with its numbers, and no tally counts it (`counted`). Rows are summary.csv's: every value a string.
+"""The full claims list of `results/README.md` (one line per distinct comparison, by claim type, then one per floor
+of the cpu scale) and the counts of verdicts, from summary.csv's rows (every value a string). A level claim tested
+at another scale than the paper's gets no verdict (`counted`). Standard library only: `scripts/update_readme.py`
+loads this file without the package.
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
-"""`results/claims.png`: a forest plot of every distinct comparison (the `claim` lines of results/summary.csv).
-
-One line per comparison: the difference and its 95 % interval (99 % at a second look, named in its label, with
-the claim's type where it is the paper's), coloured by verdict (a level claim at another scale than the paper's has
-none: its own colour), the +-delta band where the comparison has an equivalence margin, and the paper's effect (a
-diamond) where papers.py gives one. One panel per unit, since the tables compare different things:
-
-| panel | lines | x |
-|---|---|---|
-| relative | bpc, perplexity, mean over evaluations (Highway Transformer) | difference in % of the compared row's mean |
-| log10 loss | Fig. 1, highway vs plain | difference of log10 final training loss (the paper's: < -2) |
-| acc | test accuracy against a row or the paper's threshold | points |
-| loss | training loss against a threshold (Fig. 1, plain nets) | log10(ours / threshold): orders of magnitude |
+"""`results/claims.png`: a forest plot of every distinct comparison (the `claim` lines of results/summary.csv): its
+difference and interval coloured by verdict, the +-delta band, the paper's effect (a diamond); one panel per unit
+(`PANELS`), since the tables compare different things.
 """
 
 from __future__ import annotations
@@ -38,6 +28,10 @@ def _f(x) -> float:
         return math.nan
 
 
+def _opt(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
 def placed(r: dict) -> tuple[str, float, float, float, float | None, float | None] | None:
     """(panel, x, interval low, interval high, delta, paper effect) of a claim line on its panel's scale, or None
     for a line of another unit."""
@@ -47,16 +41,14 @@ def placed(r: dict) -> tuple[str, float, float, float, float | None, float | Non
     if metric in ("bpc", "ppl") or metric.startswith("mean "):
         base = _f(r.get("compared_mean"))
         scale = 100.0 / base if math.isfinite(base) and base else math.nan
-        rel = _f(r.get("paper_effect_rel"))
         return ("relative", diff * scale, lo * scale, hi * scale, delta * scale if math.isfinite(delta) else None,
-                100.0 * rel if math.isfinite(rel) else None)
+                _opt(100.0 * _f(r.get("paper_effect_rel"))))
     if metric == "log10 loss":
-        return ("log10 loss", diff, lo, hi, delta if math.isfinite(delta) else None,
-                paper if math.isfinite(paper) else None)
+        return "log10 loss", diff, lo, hi, _opt(delta), _opt(paper)
     threshold = _f(r.get("threshold"))
     if metric == "acc":
         if two_rows:
-            return "acc", diff, lo, hi, delta if math.isfinite(delta) else None, None
+            return "acc", diff, lo, hi, _opt(delta), None
         mean = _f(r.get("mean"))
         return "acc", mean - threshold, lo - threshold, hi - threshold, None, None
     if metric == "loss" and threshold > 0:

@@ -16,11 +16,11 @@ from pathlib import Path
 from highway_repro.errors import ArgumentParser, HighwayError
 
 from highway_repro.report.header import header
-from highway_repro.report.plots import Panel, plot
+from highway_repro.report.plots import curve_panel, plot
 from highway_repro.report.runs import Run, load_runs
-from highway_repro.report.spec import Measure, TableSpec, count, mean_curve, render, stat
+from highway_repro.report.spec import Measure, TableSpec, count, render, stat
 from highway_repro.report.summary import write_summary
-from highway_repro.report.tables import TABLES, build_table
+from highway_repro.report.tables import build_table, registry
 
 
 def varying_keys(runs: list[Run]) -> list[str]:
@@ -48,7 +48,7 @@ def main(argv=None) -> int:
 def _main(argv=None) -> int:
     ap = ArgumentParser(prog="python -m highway_repro.report", description=__doc__.split("\n")[0])
     ap.add_argument("runs", nargs="*", help="sweep or run folders")
-    ap.add_argument("--table", choices=sorted(TABLES), help="a paper table (paper values, claims, floors)")
+    ap.add_argument("--table", choices=sorted(registry()), help="a paper table (paper values, claims, floors)")
     ap.add_argument("--group-by", default=None, help="comma-separated config keys (default: the overrides that "
                                                       "vary, seed aside)")
     ap.add_argument("--metrics", default="val/loss,test/loss", help="comma-separated metrics.json keys")
@@ -96,12 +96,7 @@ def _main(argv=None) -> int:
             out.with_name(out.name + ".md").write_text(header("Report", runs, meta) + md)
             out.with_name(out.name + ".csv").write_text(csv_text)
             if args.curve:
-                series = {}
-                for row in t.rows:
-                    xs, ys = mean_curve(row.done, args.curve)
-                    if xs:
-                        series[row.label or "run"] = (xs, ys)
-                plot(out.with_name(out.name + ".png"), [Panel("", series, args.curve)])
+                plot(out.with_name(out.name + ".png"), [curve_panel(t.rows, args.curve, "", args.curve)])
     if args.summary:
         write_summary(Path(args.summary))
     return 0

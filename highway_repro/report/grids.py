@@ -1,7 +1,7 @@
-"""A table's grids as its sweep files give them (`configs/sweep/<table>/<scale>*.yaml`, `hydra.sweeper.params`), each
-value read by Hydra's own override parser (a number or name, a comma list, `range(a,b)`): the one reader of that
-grammar in the reports; the job folder names of a table's grid (`cells`, as the runner's plan names them) and the
-kept run folders a table's report reads (`kept_folders`: the one rule of the ledger, the runner and the W&B export)."""
+"""A table's grids as its sweep files give them (`configs/sweep/<table>/<scale>*.yaml`), each value read by Hydra's
+own override parser (the one reader of that grammar in the reports); the job folder names of a grid (`cells`) and
+the kept run folders a table's report reads (`kept_folders`: the one rule of the ledger, the runner and the W&B
+export)."""
 
 from __future__ import annotations
 

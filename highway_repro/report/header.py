@@ -55,14 +55,20 @@ def compute_time(runs: list[Run]) -> dict:
 
 
 def machine(info: dict) -> str:
-    parts = [info.get("machine") or "?"]
-    if info.get("cpu_model"):
-        parts.append(info["cpu_model"])
-    if info.get("cpu_count"):
-        parts.append(f"{info['cpu_count']} CPUs")
-    parts.append(f"torch {info.get('torch', '?')}, Python {info.get('python', '?')}")
-    parts.append(f"GPU {info['cuda_device']}" if info.get("cuda_device") else "no GPU")
-    return ", ".join(parts)
+    parts = [info.get("machine") or "?", info.get("cpu_model"), info.get("cpu_count") and f"{info['cpu_count']} CPUs",
+             f"torch {info.get('torch', '?')}, Python {info.get('python', '?')}",
+             f"GPU {info['cuda_device']}" if info.get("cuda_device") else "no GPU"]
+    return ", ".join(p for p in parts if p)
+
+
+def _s(n: int) -> str:
+    """The plural ending of a count: "s" for more than one."""
+    return "s" if n > 1 else ""
+
+
+def _runs_each(counts: Counter) -> str:
+    """`4 (10 runs), 2 (1 run)`: each value and its runs, the most common first."""
+    return ", ".join(f"{k} ({n} run{_s(n)})" for k, n in counts.most_common())
 
 
 def header(title: str, runs: list[Run], meta: dict | None = None) -> str:
@@ -71,7 +77,7 @@ def header(title: str, runs: list[Run], meta: dict | None = None) -> str:
     lines = [f"# {title}", ""]
     commands = list(dict.fromkeys(meta.get("commands") or []))
     if commands:
-        lines.append(f"- command{'s' if len(commands) > 1 else ''}: " + "; ".join(f"`{c}`" for c in commands))
+        lines.append(f"- command{_s(len(commands))}: " + "; ".join(f"`{c}`" for c in commands))
     n_done = sum(r.done for r in runs)
     n_missing = sum(r.status == "missing" for r in runs)
     n_damaged = sum(r.status == "damaged" for r in runs)
@@ -85,13 +91,13 @@ def header(title: str, runs: list[Run], meta: dict | None = None) -> str:
     other = meta.get("other_recipe") or {}  # kept runs of an older recipe, left out of the table (the runner)
     if other:
         shown = "; ".join(f"`{k}` ({v})" for k, v in list(other.items())[:3]) + ("; ..." if len(other) > 3 else "")
-        lines.append(f"- **{len(other)} kept run{'s' if len(other) > 1 else ''} left out: made with another recipe "
+        lines.append(f"- **{len(other)} kept run{_s(len(other))} left out: made with another recipe "
                      f"than the config files now give** ({shown}); move them out of results/ (git history "
                      "keeps committed runs) and train the table again")
     apart = meta.get("other_device") or []  # made on the other device: not compared (report.runs.one_device)
     if apart:
         names = ", ".join(f"`{r.path.name}`" for r in apart[:3]) + (", ..." if len(apart) > 3 else "")
-        lines.append(f"- **{len(apart)} run{'s' if len(apart) > 1 else ''} made on "
+        lines.append(f"- **{len(apart)} run{_s(len(apart))} made on "
                      f"{'a GPU' if device(apart[0]) == 'gpu' else 'a CPU'} left out** ({names}): a table compares "
                      f"the runs of one device (the one most of its runs were made on); the device effect, paired by "
                      f"seed where both exist: docs/gpu.md")
@@ -100,34 +106,29 @@ def header(title: str, runs: list[Run], meta: dict | None = None) -> str:
     gpu = [r.metric("time/wall_s") for r in runs if r.run_info.get("cuda_device")]
     if gpu:
         cpu_h = (f"{sum(x for x in gpu if math.isfinite(x)) / 3600:.2f} GPU-hours (the wall time of the {len(gpu)} "
-                 f"run{'s' if len(gpu) > 1 else ''} made on a GPU, summed: runs that shared a GPU each count), " + cpu_h
+                 f"run{_s(len(gpu))} made on a GPU, summed: runs that shared a GPU each count), " + cpu_h
                  + (" of the host" if len(gpu) == len(runs) else ""))
     if t["estimated"]:
         cpu_h += (f" (estimated as wall time x threads for {t['estimated']} of the runs, which recorded no "
                   "time/cpu_s" + (f"; {t['unknown_threads']} of them with no thread count: 1 assumed" if
                                   t["unknown_threads"] else "") + ")")
-    wall = f"- wall time: {duration(meta['wall_s'])} for the command{'s' if len(commands) > 1 else ''}; " \
+    wall = f"- wall time: {duration(meta['wall_s'])} for the command{_s(len(commands))}; " \
         if meta.get("wall_s") is not None else "- wall time: "
     lines.append(wall + f"training {duration(t['wall_s'])} summed over runs, {cpu_h}"
                  + (f" ({t['without_final']} of the runs, made before runs recorded `time/final_eval_s`, leave their "
                     "final evaluation passes out of these times)" if t["without_final"] else ""))
     if meta.get("budget"):
         secs, n, jobs = meta["budget"]
-        lines.append(f"- with the cores to themselves: {duration(secs)} for the {n} finished run{'s' if n > 1 else ''} "
+        lines.append(f"- with the cores to themselves: {duration(secs)} for the {n} finished run{_s(n)} "
                      f"trained for this table, on {jobs} jobs x 1 thread (each at its CPU time per thread, in grid "
                      "order: the measure of the cpu budget; the wall time above also counts other work that shared "
                      "the machine)")
     infos = [r.run_info for r in runs if r.run_info]
     machines = Counter(machine(i) for i in infos)
     if machines:
-        for m, n in machines.most_common():
-            lines.append(f"- machine: {m} ({n} run{'s' if n > 1 else ''})")
-        threads = Counter(str(i.get("threads", "?")) for i in infos)
-        lines.append("- threads per run: " + ", ".join(f"{k} ({n} run{'s' if n > 1 else ''})"
-                                                         for k, n in threads.most_common()))
-        commits = Counter((i.get("git_commit") or "unknown")[:12] for i in infos)
-        lines.append("- code: commit " + ", ".join(f"{c} ({n} run{'s' if n > 1 else ''})"
-                                                   for c, n in commits.most_common()))
+        lines += [f"- machine: {m} ({n} run{_s(n)})" for m, n in machines.most_common()]
+        lines.append("- threads per run: " + _runs_each(Counter(str(i.get("threads", "?")) for i in infos)))
+        lines.append("- code: commit " + _runs_each(Counter((i.get("git_commit") or "unknown")[:12] for i in infos)))
     else:
         lines.append("- machine: not recorded in the run folders (no run_info.json)")
     if len(infos) < len(runs) and infos:

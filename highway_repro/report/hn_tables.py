@@ -115,12 +115,8 @@ FIG1_TEST = (
 
 def _fig1_claims(by_id) -> list[Claim]:
     """Fig. 1's claims: at depths 50 and 100 highway ends more than FIG1_HIGHWAY_FACTOR below plain (log10 final
-    training loss); plain nets of 10 and 20 layers reach FIG1_PLAIN_BELOW. Ours: both kinds train at depth 10.
-    Each is tested on the FIG1_QUANTILE-quantile of a (depth, kind)'s trials (`stats.quantile_test`), not on the
-    paper's best of 100 trials or top-10 mean: a quantile has an exact, distribution-free interval from the trials
-    (order statistics), a best trial has none (its percentile bootstrap cannot reach below the measured best and
-    errs about twice its level); the quantile is the lowest multiple of 5 % at which every claim can reach both
-    verdicts with 26 trials a row (FIG1_TEST, the table's notes, says it in full)."""
+    training loss); plain nets of 10 and 20 layers reach FIG1_PLAIN_BELOW; ours: both kinds train at depth 10. Each
+    on the FIG1_QUANTILE-quantile of a (depth, kind)'s trials, not the paper's best trial (FIG1_TEST says why)."""
     q, factor = papers.FIG1_QUANTILE, papers.FIG1_HIGHWAY_FACTOR
     of = f"at the {stats.pct(q)} quantile of the trials"
     log_loss = Measure("train/loss", "log10 final training loss", how="log10", digits=3)
@@ -153,23 +149,20 @@ HN_FIG1 = TableSpec(
     figure=_fig1_figure)
 
 
-def _paper_accuracy(table, field):
-    """A cell with the paper's accuracy of a row of `table` (papers.HN_TABLE1 / HN_CIFAR): `best`, or `mean_std`."""
-    def value(row_id):
-        p = table.rows.get(row_id)
-        if p is None:
-            return None
-        return f"{p['mean']:.2f} ± {p['std']:.2f}" if field == "mean_std" else f"{p[field]:.2f}"
+def _paper_accuracy(table: papers.PaperTable) -> tuple[Column, Column]:
+    """The paper's best and mean ± std accuracy of a row of `table` (papers.HN_TABLE1 / HN_CIFAR)."""
+    def cell(fmt):
+        return lambda row_id: fmt(table.rows[row_id]) if row_id in table.rows else None
 
-    return value
+    return (paper("paper best", cell(lambda p: f"{p['best']:.2f}"), "paper_best"),
+            paper("paper mean ± std", cell(lambda p: f"{p['mean']:.2f} ± {p['std']:.2f}"), "paper_mean_std"))
 
 
 HN_TABLE1 = TableSpec(
     "Highway Networks, Table 1: 10-layer conv net on MNIST",
     keys=("model.width", "model.kind"),
     columns=(params(), count(), stat(TEST_ACC, "test accuracy % (ours, mean ± std)"), best(TEST_ACC),
-             paper("paper best", _paper_accuracy(papers.HN_TABLE1, "best"), "paper_best"),
-             paper("paper mean ± std", _paper_accuracy(papers.HN_TABLE1, "mean_std"), "paper_mean_std")),
+             *_paper_accuracy(papers.HN_TABLE1)),
     primary=TEST_ACC,
     claims=tuple(Claim(f"reaches the paper's accuracy ({TEST_ACC.label} >= paper mean - {papers.TABLE1_CLAIM_STDS:g} "
                        f"paper std = {papers.table1_threshold(p):.2f})", row, TEST_ACC, "higher",
@@ -183,9 +176,7 @@ HN_TABLE1 = TableSpec(
 HN_CIFAR = TableSpec(
     "Highway Networks, Tables 2/3: 19-layer conv net on CIFAR-10",
     keys=("model.kind",), order={"model.kind": ("highway", "plain")},
-    columns=(params(), count(), stat(TEST_ACC, "test accuracy % (ours)"),
-             paper("paper best", _paper_accuracy(papers.HN_CIFAR, "best"), "paper_best"),
-             paper("paper mean ± std", _paper_accuracy(papers.HN_CIFAR, "mean_std"), "paper_mean_std")),
+    columns=(params(), count(), stat(TEST_ACC, "test accuracy % (ours)"), *_paper_accuracy(papers.HN_CIFAR)),
     primary=TEST_ACC,
     claims=(Claim(f"reaches about the paper's accuracy ({TEST_ACC.label} >= {papers.CIFAR_CLAIM_AT_LEAST})",
                   ("highway",), TEST_ACC, "higher", papers.CIFAR_CLAIM_AT_LEAST,

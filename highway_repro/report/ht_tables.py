@@ -34,9 +34,9 @@ def _variant_label(row, v: str | None = None) -> str:
     return f"{label} (`{v}`)" if label and label != v else f"`{v}`"
 
 
-def _paper_num(x, metric: str) -> str:
+def _paper_num(x, metric: str) -> str | None:
     if x is None:
-        return NA
+        return None
     dec = len(repr(float(x)).split(".")[1])
     return f"{x:.{max(3 if metric == 'bpc' else 2, dec)}f}"
 
@@ -119,10 +119,8 @@ def ht_table(name: str, title: str, metric: str, time_column: bool = False,
     columns = [params(), count(), stat(val), stat(test),
                rel_change(claim_measure, "Δ test vs baseline", "rel_vs_baseline")]
     if pt.rows:
-        columns += [paper(f"paper val {metric}", lambda i: _paper_num(paper_pair(i)[0], metric) if paper_pair(i)[0]
-                          is not None else None, "paper_val"),
-                    paper(f"paper test {metric}", lambda i: _paper_num(paper_pair(i)[1], metric) if paper_pair(i)[1]
-                          is not None else None, "paper_test"),
+        columns += [paper(f"paper val {metric}", lambda i: _paper_num(paper_pair(i)[0], metric), "paper_val"),
+                    paper(f"paper test {metric}", lambda i: _paper_num(paper_pair(i)[1], metric), "paper_test"),
                     paper("paper Δ vs baseline", lambda i: paper_rel(i)[0], "paper_rel_vs_baseline")]
     columns += [stat(auc), rel_change(auc, "Δ AUC vs baseline", "rel_auc_vs_baseline"),
                 steps_to_reach(val, f"steps to reach the baseline's last eval's val {metric}")]

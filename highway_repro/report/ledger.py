@@ -1,14 +1,12 @@
 """The preregistration ledger: when each definition a verdict rests on was fixed, and how many of the runs it
-compares were kept before then. `results/preregistration.json` is append-only (built once from the git history by
+compares were kept before then. `results/preregistration.json` is append-only (built from the git history by
 `scripts/build_ledger.py`, an entry appended with each later change); `make tables` writes it out as
 `results/preregistration.md`.
 
-An entry: `id`, `kind`, `table`, `definition` (what is compared with the code; null: the claim was removed),
-`commit` and `date` (the first commit that holds the definition as it stands; an entry appended with an
-uncommitted change names the commit the change is made on, and the time it was appended), `runs_before` /
-`runs_after` (the kept runs of the rows it compares, cpu scale, either device: committed at or before that commit /
-after it, counted when the entry was made), `after_data` (true when runs_before > 0) and `reason` (what changed
-and why; required after the data). The kinds `definitions` reads from the code:
+An entry: `id`, `kind`, `table`, `definition` (null: removed), `commit` and `date` (the first commit that holds the
+definition as it stands), `runs_before` / `runs_after` (the kept cpu-scale runs of the rows it compares, committed
+at or before that commit / after it), `after_data` (runs_before > 0) and `reason` (required after the data). The
+kinds `definitions` reads from the code:
 
 | kind | definition |
 |---|---|
@@ -24,14 +22,15 @@ compared with the code.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
 from pathlib import Path
 
 from highway_repro.report import papers, stats
-from highway_repro.report.grids import kept_folders, params_of, swept
-from highway_repro.targets import CONFIG_DIR, TARGETS
+from highway_repro.report.grids import SWEEP_DIR, kept_folders, params_of, swept, sweep_files
+from highway_repro.targets import TARGETS
 
 LEDGER = "preregistration.json"
 SCALE = "cpu"  # the kept runs' scale: the one the ledger counts
@@ -50,12 +49,10 @@ def grid(param_sets) -> dict[str, list[str]]:
     out: dict[str, set] = {}
     for spec in param_sets:
         params = {k: swept(v, k) for k, v in spec.items()}
-        rows = [{}]
-        for k, vs in params.items():
-            rows = [{**r, k: v} for r in rows for v in vs] if k not in REPEAT_KEYS else rows
+        keys = [k for k in params if k not in REPEAT_KEYS]
         seeds = next((params[k] for k in REPEAT_KEYS if k in params), [""])
-        for r in rows:
-            out.setdefault(row_label(r), set()).update(seeds)
+        for values in itertools.product(*(params[k] for k in keys)):
+            out.setdefault(row_label(dict(zip(keys, values))), set()).update(seeds)
     return {row: sorted(s, key=lambda x: (len(x), x)) for row, s in sorted(out.items())}
 
 
@@ -81,9 +78,7 @@ def expand(text: str) -> set[str]:
 
 def sweep_params(table: str, second_look: bool = False) -> list[dict]:
     """The grids of the table's cpu sweep files: the first look's, or its second look's."""
-    folder = CONFIG_DIR / "sweep" / table
-    files = sorted(folder.glob(f"{SCALE}*.yaml")) if folder.is_dir() else []
-    return [params_of(p.read_text()) for p in files if (p.name == SECOND_LOOK_FILE) == second_look]
+    return [params_of(p.read_text()) for p in sweep_files(table, SCALE) if (p.name == SECOND_LOOK_FILE) == second_look]
 
 
 # ------------------------------------------------------------ definitions
@@ -116,8 +111,7 @@ def margin_entry(table: str, pp, metrics: list[str]) -> dict | None:
     paper claim of the table has a paper effect (the current papers.py says which)."""
     if not metrics:
         return None
-    keys = {next((k for k in papers.MARGINS if k == m or (k == "mean over evaluations" and m.startswith("mean "))),
-                 m) for m in metrics}
+    keys = {papers.margin_key(m) or m for m in metrics}
     margins = getattr(pp, "MARGINS", {})
     d = {k: f"{margins[k].value:g} {'relative' if margins[k].relative else 'absolute'}" if k in margins else "none"
          for k in sorted(keys)}
@@ -150,7 +144,7 @@ def table_metrics(table: str, results: Path) -> list[str]:
 
 def sweep_tables() -> list[str]:
     """The tables with a grid at the ledger's scale."""
-    return [t for t in TARGETS if t != "demo" and (CONFIG_DIR / "sweep" / t / f"{SCALE}.yaml").exists()]
+    return [t for t in TARGETS if t != "demo" and (SWEEP_DIR / t / f"{SCALE}.yaml").exists()]
 
 
 def definitions(results: Path) -> list[dict]:
@@ -187,7 +181,7 @@ def _in_row(job: dict, row: list, keys: tuple) -> bool:
 def compared(entry: dict, results: Path, previous: dict | None = None) -> list[str]:
     """The kept runs (results-relative folders) that a definition compares; the claim types': those of the claims
     whose type differs from `previous` (the newest entry's definition; None: every claim)."""
-    from highway_repro.report.tables import TABLES
+    from highway_repro.report.tables import registry
 
     kind, table = entry["kind"], entry["table"]
     if kind == "claim types":
@@ -202,7 +196,7 @@ def compared(entry: dict, results: Path, previous: dict | None = None) -> list[s
     if kind in ("seeds", "look"):
         cells = entry["definition"]["grid"] if kind == "look" else entry["definition"]
         return [r for r, job, seed in runs if seed in expand(cells.get(row_label(job), ""))]
-    keys = TABLES[table].keys
+    keys = registry()[table].keys
     rows = [[v] for side in entry["rows"] for v in side] if len(keys) == 1 else entry["rows"]
     look = {row: set(s) for row, s in grid(sweep_params(table, True)).items()}
     decided = entry.get("second_look") or entry["id"] in {claim_id(c) for c in papers.SECOND_LOOK_CLAIMS}

@@ -188,6 +188,12 @@ MARGINS = {
 PAPER_EFFECT_SHARE = 0.5  # a margin is at most this share of the paper's own effect, where the paper gives one
 
 
+def margin_key(metric: str) -> str | None:
+    """The key of MARGINS that covers `metric` (a mean over the evaluations: its own), or None."""
+    return next((k for k in MARGINS if k == metric or (k == "mean over evaluations" and metric.startswith("mean "))),
+                None)
+
+
 def margin(metric: str, baseline_mean: float, effect: tuple[float, float | None] | None = None) -> float | None:
     """The delta of a comparison on `metric` (Measure.metric: 'bpc', 'mean bpc over evaluations', 'log10 loss', ...)
     whose compared row has mean `baseline_mean`; None for a metric with no margin (no comparison of two rows).
@@ -195,8 +201,7 @@ def margin(metric: str, baseline_mean: float, effect: tuple[float, float | None]
     is at most PAPER_EFFECT_SHARE of it, the relative effect taken on our compared row's mean (our scale's numbers
     differ from the paper's), so that NO DIFFERENCE never covers an effect of the paper's size. Set from the
     papers' numbers and the metric, never from our results."""
-    key = next((k for k in MARGINS if k == metric or (k == "mean over evaluations" and metric.startswith("mean "))),
-               None)
+    key = margin_key(metric)
     if key is None:
         return None
     m = MARGINS[key]

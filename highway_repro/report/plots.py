@@ -59,11 +59,12 @@ def plot(path, panels: list[Panel], ncols: int | None = None, panel_size=(7.0, 4
     return path
 
 
-def curve_panel(rows, key: str, title: str, ylabel: str, logy=False, only_training=False, colors=None) -> Panel:
-    """One panel: each row's mean curve of `key` over its finished runs (`spec.mean_curve`)."""
+def curve_panel(rows, key: str, title: str, ylabel: str, logy=False) -> Panel:
+    """One panel: each row's mean curve of `key` over its finished runs (`spec.mean_curve`; a row without a label:
+    "run")."""
     series = {}
     for row in rows:
-        xs, ys = mean_curve(row.done, key, only_training)
+        xs, ys = mean_curve(row.done, key)
         if xs:
-            series[row.label] = (xs, ys)
-    return Panel(title, series, ylabel, logy=logy, colors=colors or {})
+            series[row.label or "run"] = (xs, ys)
+    return Panel(title, series, ylabel, logy=logy)

@@ -50,8 +50,6 @@ def read_yaml(path: Path):
                              "config a run wrote, plain values only; move the folder away)") from None
 
 
-
-
 def parse_overrides(lines) -> dict[str, str]:
     """`["+a.b=1", "seed=2"]` -> `{"a.b": "1", "seed": "2"}` (values stay strings, as typed)."""
     out = {}

@@ -1,20 +1,7 @@
-"""One table style for both papers: a table is a `TableSpec` (rows, columns, claims and their tests, floors),
-rendered by `render` into Markdown, CSV rows, claim rows (for results/summary.csv) and a figure.
-
-- rows: runs are grouped by the spec's config `keys` (`("variant",)`, `("model.width", "model.kind")`),
-  read from each run's overrides, else its config (`Run.get`);
-- columns: small named constructors (`stat`, `best`, `paper`, `delta`, ...) over `Measure`s, one number per run;
-- claims: `Claim`s, each tested by a 95 % interval (`stats.py`): two rows (difference of means, paired by seed or
-  Welch) or a row against a number (one-sample t-interval); a quantile of a random search's trials by exact
-  order-statistic intervals; two-row comparisons get the equivalence margin delta (`papers.margin`) and the four
-  verdicts; a claim is the paper's when `papers.PAPER_CLAIMS` states it (`papers.paper_claim`);
-- the family of a table: its claim tests, Holm-adjusted (`stats.holm_verdicts`) beside the raw verdicts; a test
-  on the same runs, measure and rows as a line of another table (a study reusing a table's runs) links to it;
-- floors (`papers.FLOORS`): the level a reference row must reach at the cpu scale, tested like a claim.
-
-The parts live in their own files: `measures.py` (`Measure`, `Row`, number formats), `columns.py` (the column
-constructors), `claims.py` (`Claim` and its tests); this file holds `TableSpec` and `render`, and every public
-name of the four, so that `from highway_repro.report.spec import ...` reaches all of them.
+"""One table style for both papers: a `TableSpec` (rows grouped by config `keys`, columns, claims, floors), rendered
+by `render` into Markdown, CSV and the tested claims. Its parts live in `measures.py` (`Measure`, `Row`, number
+formats, the columns) and `claims.py` (`Claim` and its tests); every public name of the three is reachable from
+here.
 """
 
 from __future__ import annotations
@@ -28,9 +15,9 @@ from typing import Callable
 from highway_repro.report import stats
 from highway_repro.report.claims import (LAST_LOOK, UNTESTED, Claim, ClaimResult, claim_line, family, floor_claim,
                                          paper_claim_of, pooled, run_id, side_row, test_claim, trials)
-from highway_repro.report.columns import (Column, best, best_key, count, mean_curve, paper, params, ratio_to_baseline,
-                                          reach_steps, rel_change, stat, steps_to_reach, top_mean)
-from highway_repro.report.measures import NA, Measure, Row, interval, mean_pm, num, pct
+from highway_repro.report.measures import (NA, Column, Measure, Row, best, best_key, count, interval, mean_curve,
+                                           mean_pm, num, paper, params, pct, ratio_to_baseline, reach_steps, rel_change,
+                                           stat, steps_to_reach, top_mean)
 from highway_repro.report.papers import PaperTable
 from highway_repro.report.runs import Run
 

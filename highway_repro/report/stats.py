@@ -1,20 +1,5 @@
-"""Means, 95 % confidence intervals and the four verdicts.
-
-- `t_test(xs, ys, side, threshold, delta)`: the t-test of a claim by statsmodels: the interval of a mean (one
-  sample, n - 1 degrees of freedom; of per-seed differences, the paired test of two rows trained on the same seeds)
-  or of mean(xs) - mean(ys) by Welch (Welch-Satterthwaite degrees of freedom), the one-sided p-values of the claim's
-  side and of the other, and equivalence within +-delta (TOST); `mean_interval`, `welch_interval`: its interval.
-- `verdict(interval, side, threshold, delta)`: HELD when the interval lies wholly on the claim's side of the
-  threshold, DID NOT HOLD when wholly on the other side, NO DIFFERENCE when it contains the threshold and lies
-  wholly within +-delta of it (a comparison of two rows with an equivalence margin), NOT RESOLVED otherwise (and
-  when an interval cannot be formed: fewer than 2 values on a side).
-- `holm`, `holm_verdicts`: Holm's (1979) step-down adjustment (statsmodels) and the verdicts of a family of tests.
-- `second_look_p`: the p-values of a comparison at its second look (`SECOND_LOOK`) on the first look's scale;
-- `seeds_needed`: the seeds per row at which a Welch (or paired) interval would decide, from the measured spread;
-  `decision_cost`: the runs and hours that would take, against the cpu scale's budget of a table.
-- `quantile_test`: a random search's q-quantile of its trials (or two searches' difference) against a threshold,
-  by exact order-statistic intervals (binomial tails from scipy); `quantile_trials_needed`: the trials per row at
-  which it would decide; `expected_best`: the expected best of k trials, k = 1..N (descriptive).
+"""Means, 95 % confidence intervals, the four verdicts, Holm's adjustment, the seeds a decision needs, and a random
+search's quantile tests (exact order-statistic intervals).
 
 scipy and statsmodels are imported inside the functions that use them: the runner and the GPU check, which import
 the report's constants, start without them.
@@ -22,10 +7,9 @@ the report's constants, start without them.
 
 from __future__ import annotations
 
-import functools
 import math
 import statistics
-from functools import partial
+from functools import lru_cache, partial
 
 HELD, NOT_HELD, NO_DIFFERENCE, NOT_RESOLVED = "HELD", "DID NOT HOLD", "NO DIFFERENCE", "NOT RESOLVED"
 VERDICTS = (HELD, NOT_HELD, NO_DIFFERENCE, NOT_RESOLVED)
@@ -60,12 +44,6 @@ def mean_std(values) -> tuple[float, float]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else math.nan)
 
 
-def t_quantile(p: float, df: float) -> float:
-    """The p-quantile of Student's t with `df` (> 0, not necessarily whole) degrees of freedom (scipy.stats.t)."""
-    from scipy.stats import t
-    return float(t.ppf(p, df))
-
-
 def _finite(values) -> list[float]:
     return [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
 
@@ -73,24 +51,21 @@ def _finite(values) -> list[float]:
 ALTERNATIVE = {"lower": "smaller", "higher": "larger"}  # a claim's side as statsmodels names the alternative
 
 
-def _side(side: str) -> str:
+def _check_side(side: str) -> None:
     if side not in ALTERNATIVE:
         raise ValueError(f"side={side!r} is not known (valid: lower, higher)")
-    return side
 
 
 def t_test(xs, ys=None, side: str = "lower", threshold: float = 0.0, delta: float | None = None,
            level: float = LEVEL) -> dict | None:
-    """The t-test of a claim that mean(xs) (with `ys`: mean(xs) - mean(ys), Welch's test, no equal-variance
-    assumption) lies on `side` of `threshold`, by statsmodels (`DescrStatsW`, `CompareMeans`): {"estimate", "ci": the
-    interval at `level`, "tests": the one-sided p-values of the claim's side ("p_side") and of the other ("p_other"),
-    and of equivalence within threshold +-delta ("p_equiv": TOST, the larger of its two one-sided p-values; None
-    without a margin)}. Paired rows: xs their per-seed differences, ys None. None when a side has fewer than two
-    values. Values without spread (se 0): the estimate is exact, its interval a point, p 0 or 1 (1/2 on the
-    threshold)."""
+    """The t-test (statsmodels) that mean(xs), or with `ys` Welch's mean(xs) - mean(ys), lies on `side` of
+    `threshold`: {"estimate", "ci" at `level`, "tests": one-sided p-values of the claim's side ("p_side"), of the
+    other ("p_other"), of equivalence within threshold +-delta ("p_equiv": TOST; None without a margin)}. Paired
+    rows: xs their per-seed differences. None when a side has fewer than two values; without spread (se 0) the
+    interval is a point and p is 0 or 1 (1/2 on the threshold)."""
     from statsmodels.stats.weightstats import CompareMeans, DescrStatsW
 
-    _side(side)
+    _check_side(side)
     xs, ys = _finite(xs), None if ys is None else _finite(ys)
     if len(xs) < 2 or (ys is not None and len(ys) < 2):
         return None
@@ -125,20 +100,12 @@ def mean_interval(values, level: float = LEVEL) -> tuple[float, float] | None:
     return t and t["ci"]
 
 
-def welch_interval(a, b, level: float = LEVEL) -> tuple[float, float] | None:
-    """Welch's interval of mean(a) - mean(b); None when a side has fewer than two values."""
-    t = t_test(a, b, level=level)
-    return t and t["ci"]
-
-
 def verdict(interval: tuple[float, float] | None, side: str, threshold: float = 0.0,
             delta: float | None = None) -> str:
-    """HELD if `interval` lies wholly on `side` ("lower" or "higher") of `threshold`, DID NOT HOLD if wholly on
-    the other side (touching the threshold counts as not wholly; an interval on one side keeps its verdict even
-    when it also lies within +-delta), NO DIFFERENCE if it lies within [threshold - delta, threshold + delta]
-    (`delta`: the equivalence margin; None: no such verdict), NOT RESOLVED otherwise or without an interval."""
-    if side not in ("lower", "higher"):
-        raise ValueError(f"side={side!r} is not known (valid: lower, higher)")
+    """HELD if `interval` lies wholly on `side` of `threshold`, DID NOT HOLD if wholly on the other (touching the
+    threshold is not wholly; a side wins over +-delta), NO DIFFERENCE if it lies within threshold +-delta (`delta`:
+    the equivalence margin, None: no such verdict), NOT RESOLVED otherwise or without an interval."""
+    _check_side(side)
     if interval is None:
         return NOT_RESOLVED
     lo, hi = interval
@@ -161,9 +128,8 @@ def point_verdict(value: float, side: str, threshold: float) -> str:
 
 # ------------------------------------------------------------------ p-values, Holm, seeds needed
 def second_look_p(tests: dict | None, level: float) -> dict | None:
-    """One-sided p-values of a test read at `level` on the scale of LEVEL's: multiplied by (1 - LEVEL) / (1 - level)
-    (at most 1), so that a p below (1 - LEVEL) / 2 says what the `level` interval says (Bonferroni), in the raw
-    verdict and in Holm's family alike; unchanged at LEVEL."""
+    """One-sided p-values read at `level`, on LEVEL's scale (x (1 - LEVEL) / (1 - level), at most 1: Bonferroni), so
+    that p < (1 - LEVEL) / 2 says what the `level` interval says, in the raw verdict and in Holm's alike."""
     if tests is None or level == LEVEL:
         return tests
     factor = (1.0 - LEVEL) / (1.0 - level)
@@ -171,9 +137,8 @@ def second_look_p(tests: dict | None, level: float) -> dict | None:
 
 
 def holm(pvalues: list[float]) -> list[float]:
-    """Holm's (1979) step-down adjustment (statsmodels' `multipletests`): with the m p-values sorted ascending, the
-    i-th (1-based) becomes max over j <= i of min(1, (m - j + 1) p_(j)); returned in the input order. Rejecting where
-    the adjusted p is below alpha controls the family-wise error rate at alpha, whatever the dependence."""
+    """Holm's (1979) step-down adjusted p-values (statsmodels' `multipletests`), in the input order: rejecting below
+    alpha controls the family-wise error rate at alpha, whatever the dependence."""
     if len(pvalues) < 2:  # a family of one is its own adjustment (and multipletests runs gc.collect, ~50 ms, each call)
         return [min(1.0, float(p)) for p in pvalues]
     from statsmodels.stats.multitest import multipletests
@@ -181,13 +146,10 @@ def holm(pvalues: list[float]) -> list[float]:
 
 
 def holm_verdicts(tests: list[dict], alpha: float = 1.0 - LEVEL) -> list[str]:
-    """The verdicts of a family of tests after Holm's adjustment. Each test: {"p_side": one-sided p of the claim's
-    side, "p_other": of the other side, "p_equiv": of equivalence (the larger of the two one-sided tests against
-    +-delta; None without a margin)}, or None for a test without a p-value (no interval: NOT RESOLVED). Each of the
-    three lists is adjusted over the family; a verdict is reached when its adjusted p is below alpha / 2 (the
-    one-sided level of a two-sided 95 % interval), so a family of one gives the raw verdicts back. NO DIFFERENCE
-    keeps the raw definition: the interval contains the threshold (neither raw one-sided p below alpha / 2), so a
-    difference the raw interval shows is never called no difference once the family widens it."""
+    """The verdicts of a family of tests (`t_test`'s "tests", None: NOT RESOLVED) after Holm's adjustment of each
+    p-value list: a verdict where its adjusted p < alpha / 2, so a family of one gives the raw verdicts back. NO
+    DIFFERENCE also needs neither raw one-sided p below alpha / 2: a difference the raw interval shows is never
+    called no difference once the family widens it."""
     idx = [i for i, t in enumerate(tests) if t is not None]
     adj = {k: holm([tests[i][k] for i in idx]) for k in ("p_side", "p_other")}
     eq = [i for i in idx if tests[i].get("p_equiv") is not None]
@@ -205,13 +167,9 @@ def holm_verdicts(tests: list[dict], alpha: float = 1.0 - LEVEL) -> list[str]:
 
 def seeds_needed(sd_a: float, sd_b: float, diff: float, delta: float | None, level: float = LEVEL,
                  start: int = 2, cap: int = 1000) -> int | None:
-    """Seeds per row at which a Welch interval would decide, if the rows kept their measured spreads and their
-    difference: the smallest n (equal on both sides) with half-width h(n) = t_q(df(n)) * sqrt((sd_a^2 + sd_b^2) / n)
-    below |diff| (the interval then excludes 0: HELD or DID NOT HOLD) or below delta - |diff| (the interval then
-    lies within +-delta: NO DIFFERENCE), with df(n) = (n - 1) (sd_a^2 + sd_b^2)^2 / (sd_a^4 + sd_b^4) (Welch's df
-    for equal n) and t_q the (1 + level) / 2 quantile; n counts from `start` (the larger row's seeds now: both rows
-    brought to n). A paired interval (or one sample): sd_a the sd of the differences, sd_b 0, so df(n) = n - 1 and
-    h(n) = t_q(n - 1) * sd_a / sqrt(n). None when no spread is measured or no n <= `cap` decides."""
+    """Seeds per row (n >= `start`, both rows) at which a Welch interval would decide if the rows kept their spreads
+    and difference: its half-width (Welch's df for equal n) below |diff| (a side) or below delta - |diff| (NO
+    DIFFERENCE). Paired (or one sample): sd_a the sd of the differences, sd_b 0. None if no n <= `cap` decides."""
     va, vb = sd_a * sd_a, sd_b * sd_b
     if not all(math.isfinite(x) for x in (va, vb, diff)) or va + vb == 0.0:
         return None
@@ -233,10 +191,8 @@ TABLE_BUDGET_H, BUDGET_CORES = 8.0, 2
 
 def decision_cost(seeds: int, have: tuple[int, int], run_s: float,
                   table_s: float = 0.0) -> tuple[int, float, float, bool]:
-    """What bringing both rows of a comparison to `seeds` seeds would cost, given the seeds they `have`, the wall
-    seconds `run_s` one run takes with a core to itself and the `table_s` such seconds the table's runs already
-    took: (runs to add, their hours on BUDGET_CORES cores, the table's hours with them, whether that exceeds
-    TABLE_BUDGET_H)."""
+    """Bringing both rows to `seeds` from `have`, a run taking `run_s` seconds on a core, the table's runs `table_s`:
+    (runs to add, their hours on BUDGET_CORES cores, the table's hours with them, over TABLE_BUDGET_H)."""
     more = max(0, seeds - have[0]) + max(0, seeds - have[1])
     hours = more * run_s / BUDGET_CORES / 3600
     total = table_s / BUDGET_CORES / 3600 + hours
@@ -244,14 +200,14 @@ def decision_cost(seeds: int, have: tuple[int, int], run_s: float,
 
 
 # ------------------------------------------------------------------ a random search: its trials' quantile
-@functools.lru_cache(maxsize=4096)
+@lru_cache(maxsize=4096)
 def binom_cdf(n: int, q: float) -> tuple[float, ...]:
     """(P(B <= k) for k = 0..n), B ~ Binomial(n, q) (scipy.stats.binom)."""
     from scipy.stats import binom
     return tuple(float(c) for c in binom.cdf(range(n + 1), n, q))
 
 
-@functools.lru_cache(maxsize=4096)
+@lru_cache(maxsize=4096)
 def quantile_ranks(n: int, q: float, miss: float) -> tuple[int, int]:
     """(r, s): the order statistics x_(r) <= Q <= x_(s) of n trials that bound the q-quantile Q of their law, each
     missing with probability below `miss` whatever the law (P(x_(r) > Q) <= P(B <= r - 1), P(x_(s) < Q) <= P(B >= s),
@@ -290,15 +246,11 @@ def _p_below(xs: list[float], ys: list[float] | None, q: float, t: float) -> flo
 
 
 def quantile_test(xs, q: float, threshold: float, side: str, ys=None, level: float = LEVEL) -> dict:
-    """A claim on the q-quantile Q of a random search's trials: Q(xs) on `side` of `threshold`, or with `ys` the
-    difference Q(xs) - Q(ys). The interval at `level` is exact and distribution-free: each quantile's order-statistic
-    bounds (`quantile_ranks`, each end missing below (1 - level) / 2), and for a difference the two rows' intervals
-    at the Bonferroni level (each end below (1 - level) / 4: upper of xs minus lower of ys, lower minus upper), so it
-    misses at most 1 - level. One-sided p-values (`holm_verdicts`' input) are the least (1 - level) / 2 at which the
-    interval lies on that side: p < (1 - level) / 2 exactly when it does.
-    -> {"quantiles": (Q(xs), Q(ys) or nan), "estimate", "ci", "tests"}."""
-    if side not in ("lower", "higher"):
-        raise ValueError(f"side={side!r} is not known (valid: lower, higher)")
+    """A claim that the q-quantile Q of a random search's trials, Q(xs) or with `ys` Q(xs) - Q(ys), lies on `side` of
+    `threshold`, by exact, distribution-free order-statistic intervals at `level` (a difference: the rows' intervals
+    at the Bonferroni level, each end missing below (1 - level) / 4); a one-sided p is below (1 - level) / 2 exactly
+    when the interval lies on that side. -> {"quantiles": (Q(xs), Q(ys) or nan), "estimate", "ci", "tests"}."""
+    _check_side(side)
     xs, ys = sorted(xs), sorted(ys) if ys is not None else None
     miss = (1.0 - level) / 2 / (1 if ys is None else 2)
     (lo, hi), qs = _bounds(xs, q, miss), (quantile(xs, q), quantile(ys, q) if ys is not None else math.nan)
@@ -315,10 +267,8 @@ def quantile_test(xs, q: float, threshold: float, side: str, ys=None, level: flo
 
 def quantile_trials_needed(xs, q: float, threshold: float, ys=None, level: float = SECOND_LOOK,
                            cap: int = 1000) -> int | None:
-    """Trials per row at which `quantile_test`'s interval at `level` would decide if each row's trials kept their
-    measured distribution: the smallest n from the trials a row has now whose bounds, read off the measured trials at
-    the same fractions (rank r of n -> the measured trial of rank ceil(r N / n)), exclude `threshold`; None when no
-    n <= cap does."""
+    """Trials per row at which `quantile_test` at `level` would decide if the trials kept their measured law (rank r
+    of n read as the measured trial of rank ceil(r N / n)); None when no n <= cap does."""
     rows = [sorted(xs)] + ([sorted(ys)] if ys is not None else [])
     miss = (1.0 - level) / 2 / len(rows)
     for n in range(max(map(len, rows)), cap + 1):
@@ -331,7 +281,7 @@ def quantile_trials_needed(xs, q: float, threshold: float, ys=None, level: float
     return None
 
 
-@functools.lru_cache(maxsize=64)
+@lru_cache(maxsize=64)
 def best_of_k_weights(n: int) -> tuple[tuple[float, ...], ...]:
     """w[k - 1][i - 1] = C(n - i, k - 1) / C(n, k): the chance that the i-th best of n values is the best of k of them
     drawn at random without replacement (k, i = 1..n; each row sums to 1)."""
@@ -339,10 +289,8 @@ def best_of_k_weights(n: int) -> tuple[tuple[float, ...], ...]:
 
 
 def expected_best(values, lower_is_better: bool = True) -> list[float]:
-    """The expected best of k trials of a random search, k = 1..N, from its N trials: sum_i w[k - 1][i - 1] x_(i) over
-    the trials ranked best first (`best_of_k_weights`), the unbiased estimate over the k-subsets of the trials; the
-    mean at k = 1, the best trial at k = N (Dodge et al. 2019, "Show Your Work", EMNLP, sec. 3; they draw the k
-    trials with replacement, which never reaches the best trial; Dodge et al. 2021, "Expected Validation Performance
-    and Estimation of a Random Variable's Maximum", Findings of EMNLP: this unbiased form)."""
+    """The expected best of k of the N trials, k = 1..N, unbiased over their k-subsets (`best_of_k_weights`): the mean
+    at k = 1, the best trial at k = N (Dodge et al. 2021, "Expected Validation Performance and Estimation of a Random
+    Variable's Maximum", Findings of EMNLP; their 2019 "Show Your Work" draws with replacement)."""
     xs = sorted(values, reverse=not lower_is_better)
     return [sum(w * x for w, x in zip(row, xs)) for row in best_of_k_weights(len(xs))]

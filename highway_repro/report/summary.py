@@ -1,13 +1,8 @@
-"""Claim rows: `<out>.claims.json` beside each table, `results/summary.csv` over all of them, the index
-page `results/README.md`, which also names the expected tables not made yet and ends with the full claims list
-(`claims_list.py`), and the forest plot of every distinct comparison, `results/claims.png` (`forest.py`).
-
-A claims file holds one entry per table row (kind `row`: the table's main number, its 95 % interval, the paper's
-number, the floor and whether it is met) and one per claim or floor (kind `claim` / `floor`: the tested
-interval and its `level`, 0.99 at a comparison's second look, delta and the verdict). In summary.csv each
-distinct comparison (the same runs on each side, the same statistic) is one `claim` line, in its home table
-(`home_rank`); a line of another table on it becomes kind `same` with `same_as` naming the home. Per table, the
-family of its claim lines gets Holm-adjusted verdicts.
+"""`<out>.claims.json` beside each table (an entry per table row, kind `row`, and per claim or floor, kinds `claim` /
+`floor`), `results/summary.csv` over all of them, where each distinct comparison (the same runs on each side, the
+same statistic) is one `claim` line in its home table (`home_rank`; another table's line on it: kind `same`), and
+the index `results/README.md`, ending with the full claims list (`claims_list.py`) and `results/claims.png`
+(`forest.py`).
 """
 
 from __future__ import annotations
@@ -41,6 +36,11 @@ def _num(x):
     return float(f"{x:.6g}")
 
 
+def _ends(name: str, ci: tuple | None) -> dict:
+    """`<name>_low`, `<name>_high`: an interval's ends (None without one)."""
+    return {f"{name}_low": _num(ci[0]) if ci else None, f"{name}_high": _num(ci[1]) if ci else None}
+
+
 def claim_rows(name: str, t: Rendered, scale: str | None) -> list[dict]:
     spec, m = t.spec, t.spec.primary
     floors = {r.claim.row: r for r in t.results if r.claim.kind == "floor"}
@@ -53,24 +53,20 @@ def claim_rows(name: str, t: Rendered, scale: str | None) -> list[dict]:
         f = floors.get(row.id)
         out.append({"table": name, "row": row.name, "kind": "row", "metric": m.metric + (
             " (best run)" if spec.primary_pick == "best" else ""), "split": m.split, "n_seeds": len(row.done),
-            "mean": _num(mean), "std": _num(std) if spec.primary_pick != "best" else None,
-            "ci_low": _num(ci[0]) if ci else None, "ci_high": _num(ci[1]) if ci else None,
+            "mean": _num(mean), "std": _num(std) if spec.primary_pick != "best" else None, **_ends("ci", ci),
             "level": stats.LEVEL if ci else None,
             "paper": _num(spec.paper_of(row.id, m.split)) if spec.paper_of else None,
             "floor": f.claim.against if f else None, "floor_met": floor_met(f) if f else None,
             "claim": "", "verdict": "", "scale": scale})
     for r in t.results:
         c = r.claim
-        ci, welch = r.ci, r.ci_unpaired
         against = (r.other_label or "/".join(map(str, c.against))).replace("`", "") \
             if isinstance(c.against, tuple) else c.against
         out.append({"table": name, "row": r.label.replace("`", ""), "kind": c.kind, "metric": c.measure.metric,
                     "split": c.measure.split, "n_seeds": r.n, "mean": _num(r.mean),
                     "std": _num(r.std) if c.pick != "best" else None,
-                    "ci_low": _num(ci[0]) if ci else None, "ci_high": _num(ci[1]) if ci else None,
-                    "ci_unpaired_low": _num(welch[0]) if welch else None,
-                    "ci_unpaired_high": _num(welch[1]) if welch else None,
-                    "level": r.level if ci else None, "paper": _num(c.paper_value),
+                    **_ends("ci", r.ci), **_ends("ci_unpaired", r.ci_unpaired),
+                    "level": r.level if r.ci else None, "paper": _num(c.paper_value),
                     "floor": c.against if c.kind == "floor" else None,
                     "floor_met": floor_met(r) if c.kind == "floor" else None,
                     "claim": c.text + c.paper_note, "verdict": r.verdict, "compared_with": against,
@@ -121,9 +117,8 @@ def comparisons_elsewhere(out: Path, table: str, part_of: str | None):
 
 
 def write_claims(name: str, t: Rendered, out: Path, meta: dict, runs: int | None = None) -> Path:
-    """`<out>.claims.json`: {table, title, scale, file (the table's .md, relative to this file), runs (the runs
-    of the table: done, failed or missing), runs_planned (the runs of its grid, from the runner's plan; None
-    when unknown), part_of (the target whose combined table reads this one's runs, or None), rows}."""
+    """`<out>.claims.json`: {table, title, scale, file (the table's .md), runs (done, failed or missing),
+    runs_planned (the runner's plan; None: unknown), part_of (the study whose combined table reads them), rows}."""
     out = Path(out)
     path = out.with_name(out.name + ".claims.json")
     path.write_text(json.dumps({"table": name, "title": t.spec.title, "scale": meta.get("scale"),
@@ -158,8 +153,7 @@ def distinct(rows: list[dict]) -> None:
             if r["paper_claim"] and not home["paper_claim"]:
                 home["claim_type"] = r.get("claim_type")
             home["paper_claim"] = home["paper_claim"] or r["paper_claim"]
-            r.update(kind="same", same_as=f"{home['file']}: {home['row']} {home['claim']}", family_size=None,
-                     holm_verdict=None)
+            r.update(kind="same", same_as=_same_as(home), family_size=None, holm_verdict=None)
     by_file: dict[str, list[dict]] = {}
     for r in rows:
         if r["kind"] == "claim" and r.get("tests") is not None:
@@ -176,11 +170,9 @@ def missing_paper_claims(rows: list[dict]) -> list[papers.PaperClaim]:
 
 
 def write_summary(results_root: Path, expected: dict | None = None) -> Path:
-    """`<results_root>/summary.csv` from every `*.claims.json` below it but for `archive/` (tables of superseded
-    recipes, out of the tree since `ARCHIVE_COMMIT`; where restored: indexed, not summarised), and the index
-    `<results_root>/README.md`.
-    `expected`: table name -> how to make it (the runner passes every report it knows); the index names those
-    without a claims file."""
+    """`<results_root>/summary.csv` from every `*.claims.json` below it but `archive/` (superseded recipes: indexed,
+    not summarised), and the index `README.md`, which names each table of `expected` (name -> how to make it) not
+    made yet."""
     root = Path(results_root)
     files = sorted(f for f in root.rglob("*.claims.json") if f.relative_to(root).parts[0] != ARCHIVE)
     tables, rows = [], []
@@ -211,7 +203,6 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
              "| table | scale | runs | claims held / did not hold / no difference / not resolved (not testable yet) "
              "| Holm | family | linked to another table | floors met |",
              "|---|---|---|---|---|---|---|---|"]
-    order = (stats.HELD, stats.NOT_HELD, stats.NO_DIFFERENCE, stats.NOT_RESOLVED)
     for d, rel in tables:
         mine = [r for r in rows if r["file"] == rel]
         claims = [r for r in mine if r["kind"] == "claim" and counted(r)]
@@ -224,9 +215,9 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
         runs = "not recorded" if n is None else f"{n} of {planned} (partial)" if planned and planned > n else str(n)
         size = next((r["family_size"] for r in mine if r["kind"] == "claim" and r.get("family_size")), 0)
         lines.append(f"| [{d['title']}]({rel}) | {d.get('scale') or '?'} | {runs} | "
-                     + " / ".join(str(v[k]) for k in order) + f"{f' ({untested})' if untested else ''}"
+                     + " / ".join(str(v[k]) for k in stats.VERDICTS) + f"{f' ({untested})' if untested else ''}"
                      + f"{f'; {paper_scale} {PAPER_SCALE_ONLY}' if paper_scale else ''} | "
-                     + " / ".join(str(h[k]) for k in order) + f" | {size} | "
+                     + " / ".join(str(h[k]) for k in stats.VERDICTS) + f" | {size} | "
                      f"{sum(r['kind'] == 'same' for r in mine)} | {f'{sum(fl)} of {len(fl)}' if fl else '—'} |")
     missing = missing_paper_claims(rows)
     if missing:

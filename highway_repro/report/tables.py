@@ -1,11 +1,8 @@
-"""The papers' tables and figures as `TableSpec`s (one style for both papers: `hn_tables.py`, `ht_tables.py`),
-the registry `TABLES`, and `build_table`.
-
-`TABLES` maps a table name to its spec. Paper numbers, claim thresholds and floors come from `papers.py`.
-"""
+"""The table registry (`registry()`: name -> `TableSpec`, from `hn_tables.py` and `ht_tables.py`) and `build_table`."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from highway_repro.report.header import header
@@ -16,31 +13,37 @@ from highway_repro.report.spec import render
 from highway_repro.report.summary import comparisons_elsewhere, write_claims
 
 
-# ================================================================== the registry
-TABLES = {
-    "demo": DEMO,
-    "hn_fig1": HN_FIG1,
-    "hn_table1": HN_TABLE1,
-    "hn_cifar": HN_CIFAR,
-    "hn_analysis": HN_ANALYSIS,
-    "ht_char_ptb": ht_table("ht_char_ptb", "Highway Transformer: Transformer-L3 on char-PTB (bpc)", "bpc"),
-    "ht_word_ptb": ht_table("ht_word_ptb", "Highway Transformer: R-Transformer-L3 on word-PTB (perplexity)", "ppl"),
-    "ht_char_ptb_rt": ht_table("ht_char_ptb_rt", "Highway Transformer: R-Transformer-L3 on char-PTB (bpc; no paper "
-                               "numbers)", "bpc"),
-    "ht_word_ptb_l3": ht_table("ht_word_ptb_l3", "Highway Transformer: Transformer-L3 on word-PTB (perplexity; no "
-                               "paper numbers)", "ppl"),
-    "ht_enwik8_l6": ht_table("ht_enwik8_l6", "Highway Transformer: 6-layer Transformer-XL on enwik8 (bpc), gate kinds "
-                             "and placement", "bpc", time_column=True, reference_curves=True),
-    "ht_enwik8_l12": ht_table("ht_enwik8_l12", "Highway Transformer: 12-layer Transformer-XL on enwik8 (bpc), gate "
-                              "placement", "bpc", time_column=True),
-    "ht_placement_scan": ht_table("ht_placement_scan", "Study: SDU tanh in exactly one layer k of the 6-layer "
-                                  "Transformer-XL on enwik8 (bpc)", "bpc", extra_figure=placement_panels),
-    "ht_zoo_char_ptb": ht_table("ht_zoo_char_ptb", "Study (gate zoo): Transformer-L3 on char-PTB (bpc)", "bpc"),
-    "ht_zoo_char_ptb_rt": ht_table("ht_zoo_char_ptb_rt", "Study (gate zoo): R-Transformer-L3 on char-PTB (bpc)", "bpc"),
-    "ht_zoo_enwik8_l6": ht_table("ht_zoo_enwik8_l6", "Study (gate zoo): 6-layer Transformer-XL on enwik8 (bpc)", "bpc"),
-    "ht_gate_zoo": gate_zoo_table(),
-    "ht_paper_anchor": paper_anchor_table(),
-}
+@functools.cache
+def registry() -> dict:
+    """Table name -> spec, built on first use: the Highway Transformer tables read their rows' order from the sweep
+    files."""
+    return {
+        "demo": DEMO,
+        "hn_fig1": HN_FIG1,
+        "hn_table1": HN_TABLE1,
+        "hn_cifar": HN_CIFAR,
+        "hn_analysis": HN_ANALYSIS,
+        "ht_char_ptb": ht_table("ht_char_ptb", "Highway Transformer: Transformer-L3 on char-PTB (bpc)", "bpc"),
+        "ht_word_ptb": ht_table("ht_word_ptb", "Highway Transformer: R-Transformer-L3 on word-PTB (perplexity)",
+                                "ppl"),
+        "ht_char_ptb_rt": ht_table("ht_char_ptb_rt", "Highway Transformer: R-Transformer-L3 on char-PTB (bpc; no "
+                                   "paper numbers)", "bpc"),
+        "ht_word_ptb_l3": ht_table("ht_word_ptb_l3", "Highway Transformer: Transformer-L3 on word-PTB (perplexity; "
+                                   "no paper numbers)", "ppl"),
+        "ht_enwik8_l6": ht_table("ht_enwik8_l6", "Highway Transformer: 6-layer Transformer-XL on enwik8 (bpc), gate "
+                                 "kinds and placement", "bpc", time_column=True, reference_curves=True),
+        "ht_enwik8_l12": ht_table("ht_enwik8_l12", "Highway Transformer: 12-layer Transformer-XL on enwik8 (bpc), "
+                                  "gate placement", "bpc", time_column=True),
+        "ht_placement_scan": ht_table("ht_placement_scan", "Study: SDU tanh in exactly one layer k of the 6-layer "
+                                      "Transformer-XL on enwik8 (bpc)", "bpc", extra_figure=placement_panels),
+        "ht_zoo_char_ptb": ht_table("ht_zoo_char_ptb", "Study (gate zoo): Transformer-L3 on char-PTB (bpc)", "bpc"),
+        "ht_zoo_char_ptb_rt": ht_table("ht_zoo_char_ptb_rt", "Study (gate zoo): R-Transformer-L3 on char-PTB (bpc)",
+                                       "bpc"),
+        "ht_zoo_enwik8_l6": ht_table("ht_zoo_enwik8_l6", "Study (gate zoo): 6-layer Transformer-XL on enwik8 (bpc)",
+                                     "bpc"),
+        "ht_gate_zoo": gate_zoo_table(),
+        "ht_paper_anchor": paper_anchor_table(),
+    }
 
 
 def scale_section(files: list[tuple[str, str]]) -> str:
@@ -67,12 +70,12 @@ def findings_path(out: Path) -> Path:
 
 def build_table(name: str, runs: list[Run], out: Path, meta: dict) -> str:
     """Write `<out>.md`, `<out>.csv`, `<out>.png` (if the table has a figure) and `<out>.claims.json`; return the
-    Markdown. meta = {"commands": [str], "scale": str, "wall_s": float | None, "scale_files": [(path, text)],
-    "findings": str (optional, Markdown placed after the table: a follow-up's findings, `findings_path`)}
-    (from the runner; the scale files are appended verbatim, `scale_section`)."""
-    if name not in TABLES:
-        raise ValueError(f"table {name!r} is not known (valid: {', '.join(sorted(TABLES))})")
-    spec = TABLES[name]
+    Markdown. meta (from the runner): {"commands", "scale", "wall_s", "scale_files": [(path, text)], "findings"
+    (optional Markdown after the table, `findings_path`), ...}."""
+    tables = registry()
+    if name not in tables:
+        raise ValueError(f"table {name!r} is not known (valid: {', '.join(sorted(tables))})")
+    spec = tables[name]
     out = Path(out)
     runs, left_out = one_device(runs)
     if left_out:
