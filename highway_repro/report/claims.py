@@ -174,9 +174,9 @@ def _cpu_run_seconds(runs: list) -> float | None:
     when none recorded it."""
     secs = []
     for r in runs:
-        cpu, threads = r.metric("time/cpu_s"), r.run_info.get("threads")
+        cpu = r.metric("time/cpu_s")
         if math.isfinite(cpu) and not r.run_info.get("cuda_device"):
-            secs.append(cpu / (threads if isinstance(threads, int) and threads > 0 else 1))
+            secs.append(cpu / r.threads[0])
     return statistics.fmean(secs) if secs else None
 
 

@@ -24,14 +24,6 @@ def seeds(runs: list[Run]) -> list[str]:
     return sorted(vals, key=lambda s: (not s.lstrip("-").isdigit(), int(s) if s.lstrip("-").isdigit() else 0, s))
 
 
-def _threads(r: Run) -> tuple[int, bool]:
-    """Threads the run used and whether that is known (run_info, else the config's `threads`)."""
-    for v in (r.run_info.get("threads"), r.get("threads")):
-        if isinstance(v, int) and v > 0 or (isinstance(v, str) and v.isdigit() and int(v) > 0):
-            return int(v), True
-    return 1, False
-
-
 def compute_time(runs: list[Run]) -> dict:
     """Training wall time and CPU time summed over the runs that recorded one."""
     wall = cpu = 0.0
@@ -46,7 +38,7 @@ def compute_time(runs: list[Run]) -> dict:
         if math.isfinite(c):
             cpu += c
         else:
-            n, known = _threads(r)
+            n, known = r.threads
             cpu += w * n
             estimated += 1
             unknown_threads += not known

@@ -95,6 +95,14 @@ class Run:
     def done(self) -> bool:
         return self.status == "done"
 
+    @property
+    def threads(self) -> tuple[int, bool]:
+        """Threads the run used and whether that is known (run_info.json, else the config's `threads`; else 1)."""
+        for v in (self.run_info.get("threads"), self.get("threads")):
+            if isinstance(v, int) and v > 0 or (isinstance(v, str) and v.isdigit() and int(v) > 0):
+                return int(v), True
+        return 1, False
+
     def get(self, key: str, default=None):
         """A config value by dotted key: the job's override if it has one, else the run's config."""
         if key in self.overrides:
