@@ -41,7 +41,7 @@ def placed(r: dict) -> tuple[str, float, float, float, float | None, float | Non
     if metric in ("bpc", "ppl") or metric.startswith("mean "):
         base = _f(r.get("compared_mean"))
         scale = 100.0 / base if math.isfinite(base) and base else math.nan
-        return ("relative", diff * scale, lo * scale, hi * scale, delta * scale if math.isfinite(delta) else None,
+        return ("relative", diff * scale, lo * scale, hi * scale, _opt(delta * scale),
                 _opt(100.0 * _f(r.get("paper_effect_rel"))))
     if metric == "log10 loss":
         return "log10 loss", diff, lo, hi, _opt(delta), _opt(paper)

@@ -88,8 +88,8 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path, echo: bo
         other = other_recipe(part, scale, [r.path for r in part_runs])
         runs += [r for r in part_runs if r.path.name not in other]
         meta["other_recipe"].update({(f"{part}/{k}" if t.parts else k): v for k, v in other.items()})
-        own += [r.path for r in part_runs if r.path.name not in other  # not the runs of the tables it reuses
-                and r.path.parent not in {results / runs_folder(o, scale) for o in TARGETS[part].reuse}]
+        reused = {results / runs_folder(o, scale) for o in TARGETS[part].reuse}  # not the runs of those tables
+        own += [r.path for r in part_runs if r.path.name not in other and r.path.parent not in reused]
     if scale == "cpu":  # the budget's measure: the runs' CPU time per thread, on 2 jobs in grid order (CPU runs)
         secs = run_seconds(own, cpu_only=True)
         meta["budget"] = (wall_s(secs, CPU_BUDGET_JOBS), len(secs), CPU_BUDGET_JOBS) if secs else None
