@@ -191,6 +191,27 @@ def test_a_study_reusing_a_tables_runs_adds_no_comparison(tmp_path):
         assert sum(r["kind"] == "claim" for r in csv.DictReader(fh)) == n_distinct + 2
 
 
+def test_the_summary_keeps_the_tables_families_and_says_when_they_disagree(tmp_path, capsys):
+    """summary.csv takes each table's own family and Holm verdicts: a study built before the table whose runs it
+    reuses holds their comparisons too (two homes), which the index says, naming both files, instead of quietly
+    re-counting one of the families (built in order: test_a_study_reusing_a_tables_runs_adds_no_comparison)."""
+    table = {"baseline": [2.20, 2.21, 2.22], "sdu_tanh": [2.10, 2.12, 2.11]}
+    _enwik8_runs(tmp_path / "l6", table)
+    _enwik8_runs(tmp_path / "scan", table | {"tanh_l1": [2.19, 2.20], "tanh_l6": [2.15, 2.16]})
+    out = tmp_path / "results" / "highway_transformer"
+    build_table("ht_placement_scan", load_runs(tmp_path / "scan"), out / "placement_scan", {"scale": "cpu"})
+    build_table("ht_enwik8_l6", load_runs(tmp_path / "l6"), out / "enwik8_l6", {"scale": "cpu"})
+    write_summary(tmp_path / "results")
+    readme = (tmp_path / "results" / "README.md").read_text()
+    assert "**The tables disagree on 2 comparison(s)" in readme
+    assert "highway_transformer/enwik8_l6.md and highway_transformer/placement_scan.md both hold `sdu_tanh ends " \
+           "lower than the baseline" in readme
+    assert "warning: results/README.md: the tables disagree on 2" in capsys.readouterr().err
+    with open(tmp_path / "results" / "summary.csv", newline="") as fh:
+        scan = [r for r in csv.DictReader(fh) if r["table"] == "ht_placement_scan" and r["kind"] == "claim"]
+    assert len(scan) == 7 and {r["family_size"] for r in scan} == {"7"}  # as the study's own Markdown says
+
+
 def test_an_unresolved_random_search_names_the_trials_a_decision_needs(tmp_path):
     """A quantile claim that 4 trials a row leave NOT RESOLVED (no end of its interval exists) names the trials per
     row at which its 99 % interval would decide if the trials kept their measured distribution: the first n whose

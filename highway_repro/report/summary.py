@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -141,26 +142,30 @@ ARCHIVE = "archive"  # results/archive/: tables and runs of superseded recipes, 
 ARCHIVE_COMMIT = "3b84a2689132d00462605e95dd0e34f464c9f369"  # the last change of results/archive/ (in its tree)
 
 
-def distinct(rows: list[dict]) -> None:
-    """Each comparison once: of the claim lines on the same comparison (key `comparison`), the home's stays kind
-    `claim` (the paper's when any of them is), the others become kind `same`, `same_as` naming the home; then
-    each table's family (its `claim` lines with p-values) gets its size and Holm-adjusted verdicts."""
-    homes: dict[str, dict] = {}
-    for r in sorted((r for r in rows if r["kind"] == "claim" and r.get("comparison")),
-                    key=lambda r: home_rank(r["table"], r.get("part_of"), r.get("experiment", ""))):
-        home = homes.setdefault(r["comparison"], r)
-        if home is not r:
+def distinct(rows: list[dict]) -> list[str]:
+    """Each comparison once, as the tables marked it (`claims.family`): a table's line on a comparison that another
+    table holds (`same_as`) becomes kind `same` and gives its home the paper claim it tests; family sizes and Holm
+    verdicts stay the tables' own, so that summary.csv says what each table says. Returns where the tables disagree
+    (a comparison two tables hold, a line naming a comparison no table holds): tables built out of order, or one
+    rebuilt without the tables it reuses; `make tables` rebuilds them in order."""
+    homes: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["kind"] == "claim" and r.get("comparison") and not r.get("same_as"):
+            homes.setdefault(r["comparison"], []).append(r)
+    problems = [f"{' and '.join(h['file'] for h in hs)} both hold `{hs[0]['row']} {hs[0]['claim']}`"
+                for hs in homes.values() if len(hs) > 1]
+    for r in rows:
+        if r["kind"] == "claim" and r.get("same_as"):
+            r["kind"] = "same"
+            home = homes.get(r.get("comparison"), [None])[0]
+            if home is None:
+                problems.append(f"{r['file']}: `{r['row']} {r['claim']}` names a comparison no table holds now")
+                continue
+            r["same_as"] = _same_as(home)  # the home's file from the results root
             if r["paper_claim"] and not home["paper_claim"]:
                 home["claim_type"] = r.get("claim_type")
             home["paper_claim"] = home["paper_claim"] or r["paper_claim"]
-            r.update(kind="same", same_as=_same_as(home), family_size=None, holm_verdict=None)
-    by_file: dict[str, list[dict]] = {}
-    for r in rows:
-        if r["kind"] == "claim" and r.get("tests") is not None:
-            by_file.setdefault(r["file"], []).append(r)
-    for family in by_file.values():
-        for r, v in zip(family, stats.holm_verdicts([r["tests"] for r in family])):
-            r.update(family_size=len(family), holm_verdict=v)
+    return problems
 
 
 def missing_paper_claims(rows: list[dict]) -> list[papers.PaperClaim]:
@@ -182,7 +187,7 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
         tables.append((d, rel))
         rows += [{**r, "file": rel, "runs": d.get("runs"), "runs_planned": d.get("runs_planned"),
                   "part_of": d.get("part_of")} for r in d["rows"]]
-    distinct(rows)
+    problems = distinct(rows)
     root.mkdir(parents=True, exist_ok=True)
     forest(rows, root / "claims.png")
     path = root / "summary.csv"
@@ -219,6 +224,11 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
                      + f"{f'; {paper_scale} {PAPER_SCALE_ONLY}' if paper_scale else ''} | "
                      + " / ".join(str(h[k]) for k in stats.VERDICTS) + f" | {size} | "
                      f"{sum(r['kind'] == 'same' for r in mine)} | {f'{sum(fl)} of {len(fl)}' if fl else '—'} |")
+    if problems:
+        lines += ["", f"**The tables disagree on {len(problems)} comparison(s), so their counts here are not one "
+                  "comparison each: `make tables` rebuilds every table in order.** " + "; ".join(problems) + "."]
+        print(f"warning: results/README.md: the tables disagree on {len(problems)} comparison(s) ({problems[0]}); "
+              "`make tables` rebuilds them in order", file=sys.stderr)
     missing = missing_paper_claims(rows)
     if missing:
         per_table = Counter(c.table for c in missing)
