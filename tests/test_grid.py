@@ -710,7 +710,7 @@ def test_the_estimate_follows_the_machine_through_its_calibration(tmp_path, monk
 
     from highway_repro.runner import estimate
 
-    monkeypatch.setattr(estimate, "machine_key", lambda: "CPU X, 2 cores")
+    monkeypatch.setattr(estimate, "machine_key", lambda info=None: "CPU X, 2 cores")
     monkeypatch.setattr(estimate, "CALIBRATION", None)  # the file given below, not the fixture's
     monkeypatch.setattr(estimate, "probe", lambda name, scale, workdir: {"cell": "seed=0,variant=baseline",
                                                                           "cpu_s_per_step": 0.8})
@@ -728,5 +728,38 @@ def test_the_estimate_follows_the_machine_through_its_calibration(tmp_path, monk
     estimate.calibrate(["ht_enwik8_l6"], "cpu", tmp_path, cal)  # a study without a probe: its experiment's table's
     assert estimate.speed_ratio("ht_placement_scan", "cpu", cfg, kept, cal)[0] == pytest.approx(2.0)
     assert estimate.speed_ratio("ht_char_ptb", "cpu", cfg, kept, cal) == (1.0, "")  # another table: none
-    monkeypatch.setattr(estimate, "machine_key", lambda: "CPU Y, 8 cores")
+    monkeypatch.setattr(estimate, "machine_key", lambda info=None: "CPU Y, 8 cores")
     assert estimate.speed_ratio("t", "cpu", cfg, kept, cal) == (1.0, "")
+
+
+def test_runs_made_on_this_machine_price_it_before_its_probe(tmp_path, monkeypatch):
+    """Kept CPU runs made here (their run_info.json names this CPU and core count) set the ratio: the sum of their
+    CPU-s per thread over the sum of their cells' means over all kept CPU runs, (600 + 1200) / (500 + 1000) = 1.2,
+    not the probe's x 2; a GPU run made here and a CPU run of another machine alone set nothing."""
+    from omegaconf import OmegaConf
+
+    from highway_repro.runner import estimate
+
+    key = estimate.machine_key  # a run's machine as run_info.json names it
+    monkeypatch.setattr(estimate, "machine_key", lambda info=None: key(info) if info is not None else "CPU X, 2 cores")
+    monkeypatch.setattr(estimate, "CALIBRATION", None)
+    monkeypatch.setattr(estimate, "probe", lambda name, scale, workdir: {"cell": "seed=0,variant=baseline",
+                                                                          "cpu_s_per_step": 1.0})
+    cal = tmp_path / "calibration.json"
+    estimate.calibrate(["t"], "cpu", tmp_path, cal)
+    here = {"cpu_model": "CPU X", "cpu_count": 2, "cuda_device": None}
+    kept = tmp_path / "kept"
+    for name, cost, info in (("seed=0,variant=baseline", 0.6, here), ("seed=1,variant=baseline", 0.4,
+                                                                         {"cpu_model": "Other CPU", "cpu_count": 64}),
+                             ("seed=0,variant=sdu_tanh", 1.2, here), ("seed=1,variant=sdu_tanh", 0.8, {}),
+                             ("seed=2,variant=sdu_tanh", 0.1, {**here, "cuda_device": "NVIDIA H200"})):
+        (kept / name).mkdir(parents=True)
+        (kept / name / "metrics.json").write_text(json.dumps({"status": "done", "time/cpu_s": 2000 * cost}))
+        (kept / name / "metrics.jsonl").write_text(json.dumps({"step": 50, "perf/cpu_s_per_step": cost}) + "\n")
+        (kept / name / "run_info.json").write_text(json.dumps({"threads": 2, **info}))
+    cfg = OmegaConf.create({"est_step_s": 0.5})
+    ratio, how = estimate.speed_ratio("t", "cpu", cfg, kept, cal)
+    assert ratio == pytest.approx(1.2) and "2 kept runs made here" in how
+    for name in ("seed=0,variant=baseline", "seed=0,variant=sdu_tanh"):  # none made here: the probe, 1.0 / 0.5
+        (kept / name / "run_info.json").write_text(json.dumps({"cpu_model": "Other CPU", "cpu_count": 64}))
+    assert estimate.speed_ratio("t", "cpu", cfg, kept, cal)[0] == pytest.approx(2.0)

@@ -97,11 +97,13 @@ CALIBRATION: Path | None = None  # another file instead (the tests: none of this
 PROBE_STEPS = 8  # a probe's training steps; the second half is timed
 
 
-def machine_key() -> str:
-    """This machine as the calibration file names it: CPU model and core count."""
+def machine_key(info: dict | None = None) -> str:
+    """This machine as the calibration file names it: CPU model and core count; `info`: the machine a run was made
+    on, from its run_info.json."""
     from highway_repro.engine.loggers import cpu_model
 
-    return f"{cpu_model() or 'unknown CPU'}, {os.cpu_count()} cores"
+    model, cores = (info.get("cpu_model"), info.get("cpu_count")) if info is not None else (cpu_model(), os.cpu_count())
+    return f"{model or 'unknown CPU'}, {cores} cores"
 
 
 def _step_cost(run: Path) -> float | None:
@@ -153,11 +155,34 @@ def calibrate(names: list[str], scale: str, workdir: Path, path: Path) -> dict:
     return mine
 
 
+def made_here(kept: Path | None) -> tuple[float, str] | None:
+    """How much longer the kept CPU runs made on this machine took than all kept CPU runs of their cells (any machine,
+    these included): the sum of their `run_seconds` over the sum of their cells' means; None when none was made here.
+    A probe of a few steps, often taken beside other work, overstates a machine (Transformer-XL 12 layers on a 2-core
+    AMD EPYC: x 1.85 probed against the kept runs' step costs, x 1.09 from the 8 runs made there)."""
+    secs, me = [], machine_key()  # (cell, seconds, made here)
+    for f in kept.glob("*/run_info.json") if kept is not None else ():
+        try:
+            info = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        for sec in run_seconds([f.parent], cpu_only=True):
+            secs.append((grid_cell(f.parent.name), sec, machine_key(info) == me))
+    here = [(cell, sec) for cell, sec, mine in secs if mine]
+    if not here:
+        return None
+    mean = {c: sum(v) / len(v) for c in {c for c, _ in here} if (v := [sec for other, sec, _ in secs if other == c])}
+    ratio = sum(sec for _, sec in here) / sum(mean[c] for c, _ in here)
+    return ratio, f"x {ratio:.2f} for this machine ({len(here)} kept runs made here against their cells' means)"
+
+
 def speed_ratio(name: str, scale: str, cfg, kept: Path | None, path: Path) -> tuple[float, str]:
-    """How much longer a step takes on this machine than where the estimate's numbers come from: the probe of this
-    machine (`calibrate`) over the same cell's kept runs' logged CPU-s a step, else over the scale file's
-    `est_step_s`; a study without a probe of its own takes its experiment's table's; (1.0, "") when this machine has
-    no calibration or nothing to compare it with."""
+    """How much longer a step takes on this machine than where the estimate's numbers come from: the kept runs made
+    on this machine where there are some (`made_here`), else the probe of this machine (`calibrate`) over the same
+    cell's kept runs' logged CPU-s a step, else over the scale file's `est_step_s`; a study without a probe of its own
+    takes its experiment's table's; (1.0, "") when this machine has no calibration or nothing to compare it with."""
+    if (measured := made_here(kept)) is not None:
+        return measured
     try:
         probes = json.loads((CALIBRATION or path).read_text())[machine_key()][scale]
         mine = probes[name] if name in probes else probes[TARGETS[name].experiment]
