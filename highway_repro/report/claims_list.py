@@ -10,11 +10,6 @@ VERDICTS = ("HELD", "DID NOT HOLD", "NO DIFFERENCE", "NOT RESOLVED")
 CLAIM_TYPES = ("trend", "level", "artifact", "own")  # papers.CLAIM_TYPES, in the list's order
 PAPER_SCALE = "paper"  # the scale of the papers' models, budgets and data (configs/scale/paper.yaml)
 PAPER_SCALE_ONLY = "paper scale only"
-EXPLAINED = ("A verdict comes from the 95 % interval of what a claim compares: **HELD** = wholly on the claim's side, "
-             "**DID NOT HOLD** = wholly on the other side,\n**NO DIFFERENCE** = it contains 0 and lies within +-delta "
-             "(the metric's equivalence margin, `papers.MARGINS`), **NOT RESOLVED** = none of these: too few runs to "
-             "tell.\nRuns added after a comparison's first verdict are read at a 99 % interval, the second look "
-             "(`stats.SECOND_LOOK`: the two looks err at most 6 %); the seeds a decision needs are counted at 99 %.")
 
 
 def num(x: str) -> str:
