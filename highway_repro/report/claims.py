@@ -323,7 +323,8 @@ def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> Claim
             res.detail = f"steps to reach {other.label}'s last evaluation's {c.reach.label} ({goal:.4g}): {steps}"
             line += f"; {res.detail}"
     elif c.pick == "best":
-        res.verdict = stats.point_verdict(res.mean, c.side, float(c.against))
+        v, thr = res.mean, float(c.against)  # a single value: HELD or DID NOT HOLD
+        res.verdict = stats.verdict((v, v), c.side, thr) if v != thr else stats.NOT_HELD
         value = num(res.mean, d, sci=abs(res.mean) < 1e-2)
         line = f"{label} {c.text}: best of {res.n} runs {value} (a single value, no interval)"
     else:

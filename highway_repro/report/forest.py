@@ -11,6 +11,7 @@ from pathlib import Path
 
 from highway_repro.report import stats
 from highway_repro.report.claims_list import PAPER_SCALE_ONLY, counted
+from highway_repro.report.plots import pyplot, save
 
 COLORS = {stats.HELD: "tab:green", stats.NOT_HELD: "tab:red", stats.NO_DIFFERENCE: "tab:blue",
           stats.NOT_RESOLVED: "0.55"}
@@ -87,13 +88,12 @@ def forest(rows: list[dict], path: Path) -> Path | None:
     groups = {k: v for k, v in groups.items() if v}
     if not groups:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    from matplotlib.patches import Patch
 
     heights = [len(v) + 2 for v in groups.values()]
-    fig, axes = plt.subplots(len(groups), 1, figsize=(12, 0.22 * sum(heights) + 1.2),
+    height = 0.22 * sum(heights) + 1.2
+    fig, axes = plt.subplots(len(groups), 1, figsize=(12, height),
                              gridspec_kw={"height_ratios": heights}, squeeze=False)
     for ax, (panel, lines) in zip(axes[:, 0], groups.items()):
         for y, (r, x, lo, hi, delta, paper) in enumerate(reversed(lines)):
@@ -118,13 +118,8 @@ def forest(rows: list[dict], path: Path) -> Path | None:
     handles = [plt.Line2D([], [], color=c, marker="o", lw=1.6, label=v) for v, c in COLORS.items()]
     handles += [plt.Line2D([], [], color=UNCOUNTED, marker="o", lw=1.6, label=f"{PAPER_SCALE_ONLY} (no verdict)")]
     handles += [plt.Line2D([], [], color="black", marker="D", mfc="none", lw=0, label="the paper's effect"),
-                matplotlib.patches.Patch(color="tab:blue", alpha=0.12, label="+-delta (equivalence margin)")]
+                Patch(color="tab:blue", alpha=0.12, label="+-delta (equivalence margin)")]
     fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=7, frameon=False)
-    height = 0.22 * sum(heights) + 1.2
     fig.subplots_adjust(left=0.42, right=0.98, top=1 - 0.6 / height, bottom=0.3 / height,
                         hspace=3.0 * len(groups) / sum(heights))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)

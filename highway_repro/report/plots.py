@@ -1,4 +1,5 @@
-"""The one plotting helper: curves (against step, or another x), in one or more panels, to a PNG."""
+"""The one plotting helper: curves (against step, or another x), in one or more panels, to a PNG; `pyplot` and
+`save` for the figures drawn by hand (the claims forest)."""
 
 from __future__ import annotations
 
@@ -22,13 +23,28 @@ class Panel:
     vlines: dict = field(default_factory=dict)  # x -> legend text: a dotted vertical line
 
 
-def plot(path, panels: list[Panel], ncols: int | None = None, panel_size=(7.0, 4.5)) -> Path:
-    """Draw `panels` on a grid of `ncols` columns (default: all in one row) and save to `path`."""
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (files, no display), imported when a figure is drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def save(fig, path) -> Path:
+    """Save `fig` to `path` (its folder made) at the figures' 110 dpi and close it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    pyplot().close(fig)
+    return path
+
+
+def plot(path, panels: list[Panel], ncols: int | None = None, panel_size=(7.0, 4.5)) -> Path:
+    """Draw `panels` on a grid of `ncols` columns (default: all in one row) and save to `path`."""
+    plt = pyplot()
     ncols = ncols or len(panels)
     nrows = -(-len(panels) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows), squeeze=False)
@@ -52,11 +68,7 @@ def plot(path, panels: list[Panel], ncols: int | None = None, panel_size=(7.0, 4
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def curve_panel(rows, key: str, title: str, ylabel: str, logy=False) -> Panel:

@@ -22,13 +22,6 @@ import yaml
 from highway_repro.errors import HighwayError
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text()) if path.exists() else {}
-    except json.JSONDecodeError:  # a file cut by a kill reads as absent
-        return {}
-
-
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where PyYAML has it: ~10x faster
 
 
@@ -145,9 +138,9 @@ class Run:
         return statistics.fmean(vals) if vals else math.nan
 
 
-def _read_metrics(path: Path) -> tuple[dict, str | None]:
-    """metrics.json as a dict, and None; or {} and why it cannot be parsed (the file is written atomically, so such
-    a file was damaged after the run wrote it)."""
+def _read_object(path: Path) -> tuple[dict, str | None]:
+    """A run's JSON file (metrics.json, run_info.json) as a dict, and None ({} when absent); or {} and why it cannot
+    be parsed (the files are written atomically, so such a file was damaged after the run wrote it)."""
     if not path.exists():
         return {}, None
     try:
@@ -161,10 +154,10 @@ def load_run(path: Path) -> Run:
     path = Path(path)
     overrides = parse_overrides(read_yaml(path / ".hydra" / "overrides.yaml"))
     config = read_yaml(path / "config_resolved.yaml") or read_yaml(path / ".hydra" / "config.yaml") or {}
-    final, damage = _read_metrics(path / "metrics.json")
+    final, damage = _read_object(path / "metrics.json")
     status = "damaged" if damage else str(final.get("status", "unknown")) if final else "missing"
     error = f"{path / 'metrics.json'} cannot be parsed ({damage})" if damage else final.get("error")
-    info = _read_json(path / "run_info.json")
+    info = _read_object(path / "run_info.json")[0]  # a damaged one reads as absent
     if error is None and status == "missing":
         error = (f"killed by the {info['killed']}" if info.get("killed")
                  else "no metrics.json (job died or still running)")

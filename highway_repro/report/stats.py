@@ -119,13 +119,6 @@ def verdict(interval: tuple[float, float] | None, side: str, threshold: float = 
     return NOT_RESOLVED
 
 
-def point_verdict(value: float, side: str, threshold: float) -> str:
-    """A single value (a best trial) against a threshold: HELD or DID NOT HOLD (NOT RESOLVED if missing)."""
-    if not math.isfinite(value):
-        return NOT_RESOLVED
-    return verdict((value, value), side, threshold) if value != threshold else NOT_HELD
-
-
 # ------------------------------------------------------------------ p-values, Holm, seeds needed
 def second_look_p(tests: dict | None, level: float) -> dict | None:
     """One-sided p-values read at `level`, on LEVEL's scale (x (1 - LEVEL) / (1 - level), at most 1: Bonferroni), so
