@@ -735,7 +735,8 @@ def test_the_estimate_follows_the_machine_through_its_calibration(tmp_path, monk
 def test_runs_made_on_this_machine_price_it_before_its_probe(tmp_path, monkeypatch):
     """Kept CPU runs made here (their run_info.json names this CPU and core count) set the ratio: the sum of their
     CPU-s per thread over the sum of their cells' means over all kept CPU runs, (600 + 1200) / (500 + 1000) = 1.2,
-    not the probe's x 2; a GPU run made here and a CPU run of another machine alone set nothing."""
+    not the probe's x 2 (nor when the runs go to a GPU); a GPU run made here and a CPU run of another machine alone
+    set nothing."""
     from omegaconf import OmegaConf
 
     from highway_repro.runner import estimate
@@ -760,6 +761,8 @@ def test_runs_made_on_this_machine_price_it_before_its_probe(tmp_path, monkeypat
     cfg = OmegaConf.create({"est_step_s": 0.5})
     ratio, how = estimate.speed_ratio("t", "cpu", cfg, kept, cal)
     assert ratio == pytest.approx(1.2) and "2 kept runs made here" in how
+    gpu = OmegaConf.create({"est_step_s": 0.5, "trainer": {"device": "cuda"}})  # runs to a GPU: not the CPU's ratio
+    assert estimate.speed_ratio("t", "cpu", gpu, kept, cal)[0] == pytest.approx(2.0)
     for name in ("seed=0,variant=baseline", "seed=0,variant=sdu_tanh"):  # none made here: the probe, 1.0 / 0.5
         (kept / name / "run_info.json").write_text(json.dumps({"cpu_model": "Other CPU", "cpu_count": 64}))
     assert estimate.speed_ratio("t", "cpu", cfg, kept, cal)[0] == pytest.approx(2.0)

@@ -177,11 +177,12 @@ def made_here(kept: Path | None) -> tuple[float, str] | None:
 
 
 def speed_ratio(name: str, scale: str, cfg, kept: Path | None, path: Path) -> tuple[float, str]:
-    """How much longer a step takes on this machine than where the estimate's numbers come from: the kept runs made
-    on this machine where there are some (`made_here`), else the probe of this machine (`calibrate`) over the same
-    cell's kept runs' logged CPU-s a step, else over the scale file's `est_step_s`; a study without a probe of its own
-    takes its experiment's table's; (1.0, "") when this machine has no calibration or nothing to compare it with."""
-    if (measured := made_here(kept)) is not None:
+    """How much longer a step takes on this machine than where the estimate's numbers come from: the kept CPU runs
+    made on this machine, where the runs go to its CPU and there are some (`made_here`), else the probe of this
+    machine (`calibrate`) over the same cell's kept runs' logged CPU-s a step, else over the scale file's
+    `est_step_s`; a study without a probe of its own takes its experiment's table's; (1.0, "") when this machine has
+    no calibration or nothing to compare it with."""
+    if on_cpu(cfg) and (measured := made_here(kept)) is not None:  # a GPU run's wall time: no CPU's ratio
         return measured
     try:
         probes = json.loads((CALIBRATION or path).read_text())[machine_key()][scale]
