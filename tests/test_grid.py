@@ -246,6 +246,7 @@ def test_progress_eta_counts_the_unfinished_part_of_started_runs_and_keeps_finis
     # second job (0-60 s), d on the first once b is done (30-90 s): 90 s
     assert "1/4 runs done, 3 to go; ETA 1.5 min" in p.line()
     assert Progress("t", sweep, names, jobs=1, est=600.0, max_steps=100).line().count("ETA 25.0 min") == 1
+    assert "ETA 3.0 min" in Progress("t", sweep, names, jobs=2, est=60.0, max_steps=100, speed=2.0).line()  # 2x 90 s
     p.on_tick()
     assert (kept / "a" / "metrics.json").exists() and not (kept / "b").exists()
     # a last line longer than 4 KB (gate statistics of a deep net) still counts; a single-run table's folder

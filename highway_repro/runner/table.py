@@ -92,12 +92,14 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     else:
         secs = [per] * len(todo) if per else []
     ratio, calibrated = speed_ratio(name, scale, cfg, kept if own_recipe else None, results / CALIBRATION_FILE)
+    speed = ratio if calibrated else 1.0  # this machine's, and grouped runs', factor: for the progress lines too
     if secs and calibrated:
         secs, how = [s * ratio for s in secs], f"{how}; {calibrated}"
     size = group_of(cfg, group) if t.sweep else 1
     if size > 1:
         speedup = group_speedup(cfg, results)
         if secs and speedup:
+            speed /= speedup
             secs, how = [s / speedup for s in secs], (f"{how}; grouped (up to {size} runs), each run {speedup:.2f}x "
                                                       f"faster than alone ({BENCH_GROUPED})")
         else:
@@ -145,7 +147,7 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
                     jobs_by_name.setdefault(dirname(j, exclude), [f"sweep={f}"] + j)
             p.commands = [base + jobs_by_name[n] for n in todo]
     p.progress = Progress(name, sweep_dir, names, jobs, unkept, max_steps=int(cfg.trainer.max_steps),
-                          on_tick=lambda: tick(p), sweep=t.sweep)
+                          on_tick=lambda: tick(p), sweep=t.sweep, speed=speed)
     return p
 
 
