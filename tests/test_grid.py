@@ -220,7 +220,7 @@ def test_a_partial_table_prices_its_cells_without_kept_runs_at_the_scale_files_p
 def test_kept_runs_are_priced_by_their_cpu_time_per_thread(tmp_path):
     """A CPU run's price is its CPU time / its threads, not its wall time, which a machine shared with other work
     inflates (the L6 run that took 2,197 s of wall time beside a third process used 1,720 CPU-s); a GPU run's
-    CPU time says nothing of its GPU time: its wall time."""
+    CPU time says nothing of its GPU time: its wall time; a grouped run's share of its group's work is priced alone."""
     from highway_repro.runner.estimate import run_seconds
 
     _fake_run(tmp_path / "shared", wall=2197.0, cpu=1720.0, info={"threads": 1})
@@ -230,6 +230,11 @@ def test_kept_runs_are_priced_by_their_cpu_time_per_thread(tmp_path):
     assert run_seconds([tmp_path / n for n in ("shared", "four", "gpu", "old")]) == [1720.0, 90.0, 50.0, 30.0]
     # the cpu budget's measure leaves the GPU run out
     assert run_seconds([tmp_path / n for n in ("shared", "four", "gpu", "old")], cpu_only=True) == [1720.0, 90.0, 30.0]
+    # a run trained in a group logged its share of the group's work: alone it takes the benchmark's ratio more
+    _fake_run(tmp_path / "member", wall=40.0, cpu=30.0, info={"threads": 1, "group": {"size": 8}})
+    _fake_run(tmp_path / "lone", wall=40.0, cpu=30.0, info={"threads": 1, "group": {"size": 1}})
+    assert run_seconds([tmp_path / "member", tmp_path / "lone"], speedup=2.5) == [75.0, 30.0]
+    assert run_seconds([tmp_path / "member"]) == [30.0]  # no benchmark of its model: as logged
 
 
 def test_progress_eta_counts_the_unfinished_part_of_started_runs_and_keeps_finished_runs(tmp_path):

@@ -20,14 +20,16 @@ from highway_repro.runner.plan import REPEAT_KEYS, dirname, jobs_of, override_ke
 from highway_repro.targets import ROOT, TARGETS
 
 
-def run_seconds(runs: list[Path], cpu_only: bool = False) -> list[float]:
+def run_seconds(runs: list[Path], cpu_only: bool = False, speedup: float | None = None) -> list[float]:
     """Wall seconds of each finished run with its cores to itself, as the budgets assume (jobs x threads = cores):
     a CPU run's CPU time / its threads, which a machine shared with other work does not inflate (its wall time
     does: the same Transformer-XL run took 2,197 s of wall time and 1,720 CPU-s beside a third process); a GPU
     run's wall time. A diverged run counts with what it cost (often seconds): a random search's cell diverges that
     often again, so the mean over its finished runs is what one more run of it is expected to cost (Fig. 1: the
     120 runs took 1.8 h wall on 2 jobs, priced at 3.0 h when only the runs that did not diverge were counted).
-    `cpu_only`: leave out the runs made on a GPU (the cpu budget's measure)."""
+    `cpu_only`: leave out the runs made on a GPU (the cpu budget's measure). A run trained in a group (run_info.json
+    `group`) logged its share of the group's work: times `speedup` (the grouped benchmark's ratio alone / grouped for
+    its model, `table.group_speedup`) it is what the run takes alone, as the estimates price runs; None: as logged."""
     out = []
     for r in runs:
         try:
@@ -38,10 +40,11 @@ def run_seconds(runs: list[Path], cpu_only: bool = False) -> list[float]:
         if m.get("status") not in FINISHED or (cpu_only and info.get("cuda_device")):
             continue
         threads = info.get("threads") if isinstance(info.get("threads"), int) and info["threads"] > 0 else 1
+        alone = speedup if speedup and isinstance(info.get("group"), dict) and info["group"].get("size", 1) > 1 else 1
         if m.get("time/cpu_s") and not info.get("cuda_device"):
-            out.append(float(m["time/cpu_s"]) / threads)
+            out.append(float(m["time/cpu_s"]) / threads * alone)
         elif m.get("time/wall_s"):
-            out.append(float(m["time/wall_s"]))
+            out.append(float(m["time/wall_s"]) * alone)
     return out
 
 
@@ -51,11 +54,12 @@ def on_cpu(cfg) -> bool:
     return str(cfg.get("trainer", {}).get("device", "auto")) != "cuda"
 
 
-def estimate_s(cfg, kept: Path | None) -> tuple[float | None, str]:
-    """Wall seconds one run of this table takes with its threads to itself: the mean of its kept runs
+def estimate_s(cfg, kept: Path | None, speedup: float | None = None) -> tuple[float | None, str]:
+    """Wall seconds one run of this table takes alone with its threads to itself: the mean of its kept runs
     (`run_seconds`, those made on the device the runs go to, `on_cpu`; None: none apply, e.g. overrides change the
     recipe), else the scale file's `est_step_s` (measured CPU-seconds per step) x max_steps."""
-    done = run_seconds([p.parent for p in kept.glob("*/metrics.json")], on_cpu(cfg)) if kept is not None else []
+    done = (run_seconds([p.parent for p in kept.glob("*/metrics.json")], on_cpu(cfg), speedup)
+            if kept is not None else [])
     if done:
         return sum(done) / len(done), f"mean of {len(done)} kept runs"
     step_s = cfg.get("est_step_s")
@@ -69,14 +73,14 @@ def grid_cell(name: str) -> str:
     return ",".join(p for p in name.split(",") if override_key(p) not in REPEAT_KEYS)
 
 
-def per_run_s(names: list[str], finished: list[Path], fallback: float | None,
-              cpu_only: bool = False) -> list[float | None]:
+def per_run_s(names: list[str], finished: list[Path], fallback: float | None, cpu_only: bool = False,
+              speedup: float | None = None) -> list[float | None]:
     """Seconds for each of `names` on one thread: the mean of the finished runs (run folders; `cpu_only`: those made
     on a CPU) of its cell, else `fallback`. Cells differ in cost (a depth-100 net against a depth-10 one, gated rows
     against the baseline), so the runs kept first, often the cheap ones, do not price the rest."""
     by_cell: dict[str, list[float]] = {}
     for r in finished:
-        for sec in run_seconds([r], cpu_only):
+        for sec in run_seconds([r], cpu_only, speedup):
             by_cell.setdefault(grid_cell(r.name), []).append(sec)
     return [sum(v) / len(v) if (v := by_cell.get(grid_cell(n))) else fallback for n in names]
 
@@ -155,7 +159,7 @@ def calibrate(names: list[str], scale: str, workdir: Path, path: Path) -> dict:
     return mine
 
 
-def made_here(kept: Path | None) -> tuple[float, str] | None:
+def made_here(kept: Path | None, speedup: float | None = None) -> tuple[float, str] | None:
     """How much longer the kept CPU runs made on this machine took than all kept CPU runs of their cells (any machine,
     these included): the sum of their `run_seconds` over the sum of their cells' means; None when none was made here.
     A probe of a few steps, often taken beside other work, overstates a machine (Transformer-XL 12 layers on a 2-core
@@ -166,7 +170,7 @@ def made_here(kept: Path | None) -> tuple[float, str] | None:
             info = json.loads(f.read_text())
         except (OSError, ValueError):
             continue
-        for sec in run_seconds([f.parent], cpu_only=True):
+        for sec in run_seconds([f.parent], True, speedup):
             secs.append((grid_cell(f.parent.name), sec, machine_key(info) == me))
     here = [(cell, sec) for cell, sec, mine in secs if mine]
     if not here:
@@ -176,13 +180,14 @@ def made_here(kept: Path | None) -> tuple[float, str] | None:
     return ratio, f"x {ratio:.2f} for this machine ({len(here)} kept runs made here against their cells' means)"
 
 
-def speed_ratio(name: str, scale: str, cfg, kept: Path | None, path: Path) -> tuple[float, str]:
+def speed_ratio(name: str, scale: str, cfg, kept: Path | None, path: Path,
+                speedup: float | None = None) -> tuple[float, str]:
     """How much longer a step takes on this machine than where the estimate's numbers come from: the kept CPU runs
     made on this machine, where the runs go to its CPU and there are some (`made_here`), else the probe of this
     machine (`calibrate`) over the same cell's kept runs' logged CPU-s a step, else over the scale file's
     `est_step_s`; a study without a probe of its own takes its experiment's table's; (1.0, "") when this machine has
     no calibration or nothing to compare it with."""
-    if on_cpu(cfg) and (measured := made_here(kept)) is not None:  # a GPU run's wall time: no CPU's ratio
+    if on_cpu(cfg) and (measured := made_here(kept, speedup)) is not None:  # a GPU run's wall time: no CPU's ratio
         return measured
     try:
         probes = json.loads((CALIBRATION or path).read_text())[machine_key()][scale]

@@ -76,7 +76,8 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     if not fresh:
         refuse_other_recipe(name, scale, [n for n in done if n not in queued], sweep_dir, results)
     own_recipe = all(override_key(o) in REPEAT_KEYS for o in extra)  # else kept runs price nothing
-    per, how = estimate_s(cfg, kept if own_recipe else None)
+    speedup = group_speedup(cfg, results)  # a kept run trained in a group is priced alone (estimate.run_seconds)
+    per, how = estimate_s(cfg, kept if own_recipe else None, speedup)
     peak, peak_how = peak_gb(cfg, kept if own_recipe else None)
     todo = [n for n in names if n not in done]
     threads = int(cfg.get("threads") or 1)
@@ -85,19 +86,19 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     unkept, unkept_how = estimate_s(cfg, None)
     unkept = unkept or per
     if t.sweep and per:  # each run at the mean of the kept runs of its cell, where it has some
-        secs = per_run_s(todo, [p.parent for p in kept.glob("*/metrics.json")], unkept, on_cpu(cfg))
+        secs = per_run_s(todo, [p.parent for p in kept.glob("*/metrics.json")], unkept, on_cpu(cfg), speedup)
         if secs.count(unkept) < len(todo):
             how += "; each cell's own kept runs where it has some" + (
                 f", else {unkept_how}" if unkept != per and unkept in secs else "")
     else:
         secs = [per] * len(todo) if per else []
-    ratio, calibrated = speed_ratio(name, scale, cfg, kept if own_recipe else None, results / CALIBRATION_FILE)
+    ratio, calibrated = speed_ratio(name, scale, cfg, kept if own_recipe else None, results / CALIBRATION_FILE,
+                                    speedup)
     speed = ratio if calibrated else 1.0  # this machine's, and grouped runs', factor: for the progress lines too
     if secs and calibrated:
         secs, how = [s * ratio for s in secs], f"{how}; {calibrated}"
     size = group_of(cfg, group) if t.sweep else 1
     if size > 1:
-        speedup = group_speedup(cfg, results)
         if secs and speedup:
             speed /= speedup
             secs, how = [s / speedup for s in secs], (f"{how}; grouped (up to {size} runs), each run {speedup:.2f}x "
@@ -147,7 +148,7 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
                     jobs_by_name.setdefault(dirname(j, exclude), [f"sweep={f}"] + j)
             p.commands = [base + jobs_by_name[n] for n in todo]
     p.progress = Progress(name, sweep_dir, names, jobs, unkept, max_steps=int(cfg.trainer.max_steps),
-                          on_tick=lambda: tick(p), sweep=t.sweep, speed=speed)
+                          on_tick=lambda: tick(p), sweep=t.sweep, speed=speed, speedup=speedup)
     return p
 
 
