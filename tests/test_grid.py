@@ -217,6 +217,26 @@ def test_a_partial_table_prices_its_cells_without_kept_runs_at_the_scale_files_p
     assert "else est_step_s 0.2 x 12600 steps" in capsys.readouterr().out
 
 
+def test_a_grouped_plan_prices_kept_grouped_runs_once(tmp_path, capsys):
+    """Fig. 1 with a grouped benchmark of 2.0: a kept run trained in a group of 8 logged 100 CPU-s, its share; alone
+    it takes 200 s, and grouped again 100 s; planned alone (group 1), 200 s."""
+    from highway_repro.runner.table import plan_table
+
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "bench_grouped.csv").write_text("section,case,metric,value,unit,note\n"
+                                               "grouped,mlp10-plain,alone_over_grouped,2.0,,\n")
+    kept = results / "highway_networks" / "runs" / "hn_fig1-cpu"
+    for trial in range(2):
+        _fake_run(kept / f"model.depth=10,model.kind=plain,trial={trial}", wall=100.0, cpu=100.0,
+                  info={"threads": 1, "group": {"size": 8}})
+    p = plan_table("hn_fig1", "cpu", 1, [], tmp_path / "runs", results, estimate_only=True, group="auto")
+    cell = [s for n, s in zip(p.todo, p.secs) if n.startswith("model.depth=10,model.kind=plain,")]
+    assert cell and set(cell) == {100.0}, cell
+    p = plan_table("hn_fig1", "cpu", 1, [], tmp_path / "runs", results, estimate_only=True, group="1")
+    assert {s for n, s in zip(p.todo, p.secs) if n.startswith("model.depth=10,model.kind=plain,")} == {200.0}
+
+
 def test_kept_runs_are_priced_by_their_cpu_time_per_thread(tmp_path):
     """A CPU run's price is its CPU time / its threads, not its wall time, which a machine shared with other work
     inflates (the L6 run that took 2,197 s of wall time beside a third process used 1,720 CPU-s); a GPU run's
@@ -716,7 +736,8 @@ def test_the_estimate_follows_the_machine_through_its_calibration(tmp_path, monk
 
     from highway_repro.runner import estimate
 
-    monkeypatch.setattr(estimate, "machine_key", lambda info=None: "CPU X, 2 cores")
+    key = estimate.machine_key  # a run's machine as run_info.json names it (these have none: not this one)
+    monkeypatch.setattr(estimate, "machine_key", lambda info=None: key(info) if info is not None else "CPU X, 2 cores")
     monkeypatch.setattr(estimate, "CALIBRATION", None)  # the file given below, not the fixture's
     monkeypatch.setattr(estimate, "probe", lambda name, scale, workdir: {"cell": "seed=0,variant=baseline",
                                                                           "cpu_s_per_step": 0.8})
@@ -734,15 +755,16 @@ def test_the_estimate_follows_the_machine_through_its_calibration(tmp_path, monk
     estimate.calibrate(["ht_enwik8_l6"], "cpu", tmp_path, cal)  # a study without a probe: its experiment's table's
     assert estimate.speed_ratio("ht_placement_scan", "cpu", cfg, kept, cal)[0] == pytest.approx(2.0)
     assert estimate.speed_ratio("ht_char_ptb", "cpu", cfg, kept, cal) == (1.0, "")  # another table: none
-    monkeypatch.setattr(estimate, "machine_key", lambda info=None: "CPU Y, 8 cores")
+    monkeypatch.setattr(estimate, "machine_key", lambda info=None: key(info) if info is not None else "CPU Y, 8 cores")
     assert estimate.speed_ratio("t", "cpu", cfg, kept, cal) == (1.0, "")
 
 
-def test_runs_made_on_this_machine_price_it_before_its_probe(tmp_path, monkeypatch):
-    """Kept CPU runs made here (their run_info.json names this CPU and core count) set the ratio: the sum of their
-    CPU-s per thread over the sum of their cells' means over all kept CPU runs, (600 + 1200) / (500 + 1000) = 1.2,
-    not the probe's x 2 (nor when the runs go to a GPU); a GPU run made here and a CPU run of another machine alone
-    set nothing."""
+def test_runs_made_on_this_machine_price_the_others_before_its_probe(tmp_path, monkeypatch):
+    """Kept CPU runs made here (their run_info.json names this CPU and core count) and elsewhere in the same cells set
+    the ratio for the runs made elsewhere: the sum of those made here over their cells' means elsewhere, (600 + 1200)
+    / (400 + 800) = 1.5, not the probe's x 2 (nor any ratio when the runs go to a GPU); the estimate then prices each
+    kept run made elsewhere at 1.5x and each made here as it took; a GPU run made here sets nothing; with no cell
+    measured on both, the probe against the probe cell's runs made elsewhere."""
     from omegaconf import OmegaConf
 
     from highway_repro.runner import estimate
@@ -766,9 +788,34 @@ def test_runs_made_on_this_machine_price_it_before_its_probe(tmp_path, monkeypat
         (kept / name / "run_info.json").write_text(json.dumps({"threads": 2, **info}))
     cfg = OmegaConf.create({"est_step_s": 0.5})
     ratio, how = estimate.speed_ratio("t", "cpu", cfg, kept, cal)
-    assert ratio == pytest.approx(1.2) and "2 kept runs made here" in how
-    gpu = OmegaConf.create({"est_step_s": 0.5, "trainer": {"device": "cuda"}})  # runs to a GPU: not the CPU's ratio
-    assert estimate.speed_ratio("t", "cpu", gpu, kept, cal)[0] == pytest.approx(2.0)
-    for name in ("seed=0,variant=baseline", "seed=0,variant=sdu_tanh"):  # none made here: the probe, 1.0 / 0.5
-        (kept / name / "run_info.json").write_text(json.dumps({"cpu_model": "Other CPU", "cpu_count": 64}))
-    assert estimate.speed_ratio("t", "cpu", cfg, kept, cal)[0] == pytest.approx(2.0)
+    assert ratio == pytest.approx(1.5) and "2 kept runs made here" in how
+    runs = sorted(kept.glob("*variant=baseline"))  # seed 0 here (600 s), seed 1 elsewhere (400 s)
+    assert estimate.run_seconds(runs, True, None, ratio) == pytest.approx([600.0, 600.0])
+    gpu = OmegaConf.create({"est_step_s": 0.5, "trainer": {"device": "cuda"}})
+    assert estimate.speed_ratio("t", "cpu", gpu, kept, cal) == (1.0, "")
+    for name in ("seed=1,variant=baseline", "seed=1,variant=sdu_tanh"):  # all CPU runs made here: the probe vs
+        (kept / name / "run_info.json").write_text(json.dumps(here))  # est_step_s (no baseline run elsewhere)
+    cfg = OmegaConf.create({"est_step_s": 0.25})
+    assert estimate.speed_ratio("t", "cpu", cfg, kept, cal)[0] == pytest.approx(4.0)
+    for name in ("seed=0,variant=baseline", "seed=1,variant=baseline"):  # the probe's cell made elsewhere only
+        (kept / name / "run_info.json").write_text(json.dumps({"threads": 2, "cpu_model": "Other CPU"}))
+    assert estimate.speed_ratio("t", "cpu", cfg, kept, cal)[0] == pytest.approx(2.0)  # 1.0 / the mean 0.5
+
+
+def test_the_eta_prices_runs_made_here_as_they_took_and_grouped_ones_alone(tmp_path, monkeypatch):
+    """A run finished in this sweep was made here: the next run of its cell costs what it took, not x the ratio of
+    the machines that made the kept runs; a grouped run's logged share (x the benchmark's speedup: alone) is divided
+    back when the plan groups."""
+    from highway_repro.runner import estimate
+    from highway_repro.runner.progress import Progress
+
+    key = estimate.machine_key
+    monkeypatch.setattr(estimate, "machine_key", lambda info=None: key(info) if info is not None else "CPU X, 2 cores")
+    here = {"threads": 1, "cpu_model": "CPU X", "cpu_count": 2}
+    sweep = tmp_path / "sweep"
+    _fake_run(sweep / "seed=0", wall=100.0, cpu=100.0, info=here)
+    eta = Progress("t", sweep, ["seed=0", "seed=1"], jobs=1, est=185.0, elsewhere=1.85).line()
+    assert "ETA 1.7 min" in eta, eta  # 100 s
+    (sweep / "seed=0" / "run_info.json").write_text(json.dumps({**here, "group": {"size": 8}}))
+    eta = Progress("t", sweep, ["seed=0", "seed=1"], jobs=1, est=185.0, speedup=2.5, speed=1 / 2.5).line()
+    assert "ETA 1.7 min" in eta, eta  # 100 s x 2.5 / 2.5

@@ -20,32 +20,49 @@ from highway_repro.runner.plan import REPEAT_KEYS, dirname, jobs_of, override_ke
 from highway_repro.targets import ROOT, TARGETS
 
 
-def run_seconds(runs: list[Path], cpu_only: bool = False, speedup: float | None = None) -> list[float]:
+def run_info(run: Path) -> dict | None:
+    """A run folder's run_info.json ({} when it has none; None when it cannot be read)."""
+    try:
+        return json.loads((run / "run_info.json").read_text()) if (run / "run_info.json").exists() else {}
+    except (OSError, ValueError):
+        return None
+
+
+def run_seconds(runs: list[Path], cpu_only: bool = False, speedup: float | None = None,
+                elsewhere: float = 1.0) -> list[float]:
     """Wall seconds of each finished run with its cores to itself, as the budgets assume (jobs x threads = cores):
     a CPU run's CPU time / its threads, which a machine shared with other work does not inflate (its wall time
     does: the same Transformer-XL run took 2,197 s of wall time and 1,720 CPU-s beside a third process); a GPU
     run's wall time. A diverged run counts with what it cost (often seconds): a random search's cell diverges that
     often again, so the mean over its finished runs is what one more run of it is expected to cost (Fig. 1: the
     120 runs took 1.8 h wall on 2 jobs, priced at 3.0 h when only the runs that did not diverge were counted).
-    `cpu_only`: leave out the runs made on a GPU (the cpu budget's measure). A run trained in a group (run_info.json
-    `group`) logged its share of the group's work: times `speedup` (the grouped benchmark's ratio alone / grouped for
-    its model, `table.group_speedup`) it is what the run takes alone, as the estimates price runs; None: as logged."""
-    out = []
+    `cpu_only`: leave out the runs made on a GPU (the cpu budget's measure). To price runs alone on this machine:
+    a grouped run's share times `speedup` (`alone`), and a CPU run made on another machine times `elsewhere`
+    (`speed_ratio`)."""
+    out, me = [], machine_key()
     for r in runs:
         try:
             m = json.loads((r / "metrics.json").read_text())
-            info = json.loads((r / "run_info.json").read_text()) if (r / "run_info.json").exists() else {}
         except (OSError, ValueError):
             continue
-        if m.get("status") not in FINISHED or (cpu_only and info.get("cuda_device")):
+        if (info := run_info(r)) is None or m.get("status") not in FINISHED or (cpu_only and info.get("cuda_device")):
             continue
         threads = info.get("threads") if isinstance(info.get("threads"), int) and info["threads"] > 0 else 1
-        alone = speedup if speedup and isinstance(info.get("group"), dict) and info["group"].get("size", 1) > 1 else 1
         if m.get("time/cpu_s") and not info.get("cuda_device"):
-            out.append(float(m["time/cpu_s"]) / threads * alone)
+            machine = elsewhere if machine_key(info) != me else 1.0
+            out.append(float(m["time/cpu_s"]) / threads * alone(info, speedup) * machine)
         elif m.get("time/wall_s"):
-            out.append(float(m["time/wall_s"]) * alone)
+            out.append(float(m["time/wall_s"]) * alone(info, speedup))
     return out
+
+
+def alone(info: dict, speedup: float | None) -> float:
+    """What a run's logged time is multiplied by to give its time alone: a run trained in a group of more than one
+    (run_info.json `group`) logged its share of the group's work, `speedup` (the grouped benchmark's ratio alone /
+    grouped for its model, `table.group_speedup`) times less than alone; 1 otherwise, or with no `speedup`. A run
+    resumed outside its group keeps the mark, and its time alone is overstated for the part it trained alone."""
+    group = info.get("group")
+    return speedup if speedup and isinstance(group, dict) and group.get("size", 1) > 1 else 1.0
 
 
 def on_cpu(cfg) -> bool:
@@ -54,11 +71,13 @@ def on_cpu(cfg) -> bool:
     return str(cfg.get("trainer", {}).get("device", "auto")) != "cuda"
 
 
-def estimate_s(cfg, kept: Path | None, speedup: float | None = None) -> tuple[float | None, str]:
+def estimate_s(cfg, kept: Path | None, speedup: float | None = None,
+               elsewhere: float = 1.0) -> tuple[float | None, str]:
     """Wall seconds one run of this table takes alone with its threads to itself: the mean of its kept runs
-    (`run_seconds`, those made on the device the runs go to, `on_cpu`; None: none apply, e.g. overrides change the
-    recipe), else the scale file's `est_step_s` (measured CPU-seconds per step) x max_steps."""
-    done = (run_seconds([p.parent for p in kept.glob("*/metrics.json")], on_cpu(cfg), speedup)
+    (`run_seconds` with `speedup` and `elsewhere`, those made on the device the runs go to, `on_cpu`; None: none
+    apply, e.g. overrides change the recipe), else the scale file's `est_step_s` (measured CPU-seconds per step) x
+    max_steps."""
+    done = (run_seconds([p.parent for p in kept.glob("*/metrics.json")], on_cpu(cfg), speedup, elsewhere)
             if kept is not None else [])
     if done:
         return sum(done) / len(done), f"mean of {len(done)} kept runs"
@@ -74,13 +93,14 @@ def grid_cell(name: str) -> str:
 
 
 def per_run_s(names: list[str], finished: list[Path], fallback: float | None, cpu_only: bool = False,
-              speedup: float | None = None) -> list[float | None]:
+              speedup: float | None = None, elsewhere: float = 1.0) -> list[float | None]:
     """Seconds for each of `names` on one thread: the mean of the finished runs (run folders; `cpu_only`: those made
-    on a CPU) of its cell, else `fallback`. Cells differ in cost (a depth-100 net against a depth-10 one, gated rows
-    against the baseline), so the runs kept first, often the cheap ones, do not price the rest."""
+    on a CPU; `run_seconds` with `speedup` and `elsewhere`) of its cell, else `fallback`. Cells differ in cost (a
+    depth-100 net against a depth-10 one, gated rows against the baseline), so the runs kept first, often the cheap
+    ones, do not price the rest."""
     by_cell: dict[str, list[float]] = {}
     for r in finished:
-        for sec in run_seconds([r], cpu_only, speedup):
+        for sec in run_seconds([r], cpu_only, speedup, elsewhere):
             by_cell.setdefault(grid_cell(r.name), []).append(sec)
     return [sum(v) / len(v) if (v := by_cell.get(grid_cell(n))) else fallback for n in names]
 
@@ -110,9 +130,10 @@ def machine_key(info: dict | None = None) -> str:
     return f"{model or 'unknown CPU'}, {cores} cores"
 
 
-def _step_cost(run: Path) -> float | None:
-    """Mean CPU-s per training step a run logged (perf/cpu_s_per_step: its training steps only), None if none."""
-    vals = []
+def _step_cost(run: Path, speedup: float | None = None) -> float | None:
+    """Mean CPU-s per training step a run logged (perf/cpu_s_per_step: its training steps only), alone (`alone`),
+    None if none."""
+    vals, info = [], run_info(run) or {}
     try:
         for line in (run / "metrics.jsonl").read_text().splitlines():
             v = json.loads(line).get("perf/cpu_s_per_step") if '"perf/cpu_s_per_step"' in line else None
@@ -120,7 +141,7 @@ def _step_cost(run: Path) -> float | None:
                 vals.append(float(v))
     except (OSError, ValueError):
         return None
-    return sum(vals) / len(vals) if vals else None
+    return sum(vals) / len(vals) * alone(info, speedup) if vals else None
 
 
 def probe(name: str, scale: str, workdir: Path) -> dict:
@@ -159,50 +180,61 @@ def calibrate(names: list[str], scale: str, workdir: Path, path: Path) -> dict:
     return mine
 
 
+def _cpu_runs(kept: Path | None, speedup: float | None) -> list[tuple[str, float, bool]]:
+    """(grid cell, seconds alone, made on this machine) of each finished kept CPU run."""
+    out, me = [], machine_key()
+    for f in kept.glob("*/metrics.json") if kept is not None else ():
+        here = machine_key(run_info(f.parent) or {}) == me
+        out += [(grid_cell(f.parent.name), sec, here) for sec in run_seconds([f.parent], True, speedup)]
+    return out
+
+
 def made_here(kept: Path | None, speedup: float | None = None) -> tuple[float, str] | None:
-    """How much longer the kept CPU runs made on this machine took than all kept CPU runs of their cells (any machine,
-    these included): the sum of their `run_seconds` over the sum of their cells' means; None when none was made here.
-    A probe of a few steps, often taken beside other work, overstates a machine (Transformer-XL 12 layers on a 2-core
-    AMD EPYC: x 1.85 probed against the kept runs' step costs, x 1.09 from the 8 runs made there)."""
-    secs, me = [], machine_key()  # (cell, seconds, made here)
-    for f in kept.glob("*/run_info.json") if kept is not None else ():
-        try:
-            info = json.loads(f.read_text())
-        except (OSError, ValueError):
-            continue
-        for sec in run_seconds([f.parent], True, speedup):
-            secs.append((grid_cell(f.parent.name), sec, machine_key(info) == me))
-    here = [(cell, sec) for cell, sec, mine in secs if mine]
+    """How much longer a run takes on this machine than on the machines that made the other kept CPU runs, measured
+    where both exist: over the grid cells with kept runs made here and elsewhere, the sum of the runs made here over
+    the sum of their cells' means elsewhere; None where no cell has both. A probe of a few steps, often taken beside
+    other work, overstates a machine (Transformer-XL 12 layers on a 2-core AMD EPYC: x 1.85 probed, x 1.18 from the
+    8 runs made there)."""
+    runs = _cpu_runs(kept, speedup)
+    other: dict[str, list[float]] = {}
+    for cell, sec, mine in runs:
+        if not mine:
+            other.setdefault(cell, []).append(sec)
+    here = [(cell, sec) for cell, sec, mine in runs if mine and cell in other]
     if not here:
         return None
-    mean = {c: sum(v) / len(v) for c in {c for c, _ in here} if (v := [sec for other, sec, _ in secs if other == c])}
-    ratio = sum(sec for _, sec in here) / sum(mean[c] for c, _ in here)
-    return ratio, f"x {ratio:.2f} for this machine ({len(here)} kept runs made here against their cells' means)"
+    ratio = sum(sec for _, sec in here) / sum(sum(other[c]) / len(other[c]) for c, _ in here)
+    return ratio, (f"x {ratio:.2f} for the runs made on other machines ({len(here)} kept runs made here against "
+                   "their cells' runs made elsewhere)")
 
 
 def speed_ratio(name: str, scale: str, cfg, kept: Path | None, path: Path,
                 speedup: float | None = None) -> tuple[float, str]:
-    """How much longer a step takes on this machine than where the estimate's numbers come from: the kept CPU runs
-    made on this machine, where the runs go to its CPU and there are some (`made_here`), else the probe of this
-    machine (`calibrate`) over the same cell's kept runs' logged CPU-s a step, else over the scale file's
-    `est_step_s`; a study without a probe of its own takes its experiment's table's; (1.0, "") when this machine has
-    no calibration or nothing to compare it with."""
-    if on_cpu(cfg) and (measured := made_here(kept, speedup)) is not None:  # a GPU run's wall time: no CPU's ratio
+    """How much longer a run takes on this machine than on the machines that made the kept CPU runs and the scale
+    file's `est_step_s`, for the runs that go to its CPU (`run_seconds`' `elsewhere`): measured by the kept runs made
+    here (`made_here`), else by the probe of this machine (`calibrate`) over the same cell's kept runs made elsewhere
+    (their logged CPU-s a step), else over `est_step_s`; a study without a probe of its own takes its experiment's
+    table's; (1.0, "") when the runs go to a GPU, or this machine has no calibration or nothing to compare it with."""
+    if not on_cpu(cfg):  # a GPU run's wall time: no CPU's ratio
+        return 1.0, ""
+    if (measured := made_here(kept, speedup)) is not None:
         return measured
     try:
         probes = json.loads((CALIBRATION or path).read_text())[machine_key()][scale]
         mine = probes[name] if name in probes else probes[TARGETS[name].experiment]
     except (OSError, ValueError, KeyError):
         return 1.0, ""
-    cell = grid_cell(mine["cell"])  # the probe's cell, any seed
+    cell, me = grid_cell(mine["cell"]), machine_key()  # the probe's cell, any seed
     costs = [c for f in (kept.glob("*/metrics.json") if kept is not None else ())
-             if grid_cell(f.parent.name) == cell and (c := _step_cost(f.parent))]
+             if grid_cell(f.parent.name) == cell and machine_key(run_info(f.parent) or {}) != me
+             and (c := _step_cost(f.parent, speedup))]
     ref, what = ((sum(costs) / len(costs), f"{len(costs)} kept runs' {sum(costs) / len(costs):.3f}") if costs else
                  (float(cfg.est_step_s), f"est_step_s {cfg.est_step_s}") if cfg.get("est_step_s") else (None, ""))
     if not ref:
         return 1.0, ""
     ratio = mine["cpu_s_per_step"] / ref
-    return ratio, f"x {ratio:.2f} for this machine (probe {mine['cpu_s_per_step']} CPU-s a step vs {what})"
+    return ratio, (f"x {ratio:.2f} for the runs made on other machines (probe {mine['cpu_s_per_step']} CPU-s a step "
+                   f"vs {what})")
 
 
 # ------------------------------------------------------------------ memory

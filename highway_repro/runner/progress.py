@@ -49,16 +49,17 @@ class Progress(threading.Thread):
     ETA is the work left (the runs not started, plus the unfinished part of the started ones, by their last logged
     step of `max_steps`), each run at the mean of the finished runs of its cell (`per_run_s`), else at the estimate
     for such a cell (`est`), else at the pace of the runs finished in this sweep, shared by `jobs`, each priced alone
-    (`speedup`: `estimate.run_seconds`); times `speed`, the estimate's factor for this machine and for grouped runs
+    on this machine (`speedup`, `elsewhere`: `estimate.run_seconds`); times `speed`, the factor of grouped runs
     (`table.plan_table`)."""
 
     def __init__(self, name: str, sweep_dir: Path, names: list[str], jobs: int, est: float | None, every: float = 60,
                  max_steps: int | None = None, on_tick=None, sweep: bool = True, speed: float = 1.0,
-                 speedup: float | None = None):
+                 speedup: float | None = None, elsewhere: float = 1.0):
         super().__init__(daemon=True)
         (self.name_, self.sweep_dir, self.names, self.jobs, self.est,
          self.every) = name, sweep_dir, names, jobs, est, every
-        self.max_steps, self.on_tick, self.sweep, self.speed, self.speedup = max_steps, on_tick, sweep, speed, speedup
+        self.max_steps, self.on_tick, self.sweep = max_steps, on_tick, sweep
+        self.speed, self.speedup, self.elsewhere = speed, speedup, elsewhere
         self.stop = threading.Event()
         self.start_done = {n for n in names if run_status(self._folder(n)) in FINISHED}
 
@@ -72,11 +73,12 @@ class Progress(threading.Thread):
         failed = [n for n in self.names if run_status(self._folder(n)) == "failed"]
         per = self.est  # a cell with no finished run
         if per is None:  # no estimate: the pace of the runs finished in this sweep
-            new = run_seconds([self._folder(n) for n in done if n not in self.start_done], speedup=self.speedup)
+            new = run_seconds([self._folder(n) for n in done if n not in self.start_done], False, self.speedup,
+                              self.elsewhere)
             per = sum(new) / len(new) if new else None
         todo = [n for n in self.names if n not in done and n not in failed]
-        secs = (per_run_s(todo, [self._folder(n) for n in done], per, speedup=self.speedup) if self.sweep
-                else [per] * len(todo))
+        secs = (per_run_s(todo, [self._folder(n) for n in done], per, False, self.speedup, self.elsewhere)
+                if self.sweep else [per] * len(todo))
         if self.max_steps:  # the unfinished part of started runs
             secs = [s and s * (1.0 - min(1.0, _last_step(self._folder(n)) / self.max_steps))
                     for n, s in zip(todo, secs)]

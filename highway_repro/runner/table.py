@@ -76,31 +76,32 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     if not fresh:
         refuse_other_recipe(name, scale, [n for n in done if n not in queued], sweep_dir, results)
     own_recipe = all(override_key(o) in REPEAT_KEYS for o in extra)  # else kept runs price nothing
-    speedup = group_speedup(cfg, results)  # a kept run trained in a group is priced alone (estimate.run_seconds)
-    per, how = estimate_s(cfg, kept if own_recipe else None, speedup)
+    # each run priced alone on this machine: a kept run trained in a group at its share times the grouped
+    # benchmark's speedup, one made on another machine (and the scale file's est_step_s) times this machine's ratio
+    speedup = group_speedup(cfg, results)
+    ratio, calibrated = speed_ratio(name, scale, cfg, kept if own_recipe else None, results / CALIBRATION_FILE,
+                                    speedup)
+    per, how = estimate_s(cfg, kept if own_recipe else None, speedup, ratio)
     peak, peak_how = peak_gb(cfg, kept if own_recipe else None)
     todo = [n for n in names if n not in done]
     threads = int(cfg.get("threads") or 1)
     # a cell with no kept run: the scale file's grid-wide pace where it has one (the runs kept first, e.g. of a
     # partial table, are often of the cheap cells: a depth-100 net is not priced at the depth-10 runs), else `per`
     unkept, unkept_how = estimate_s(cfg, None)
-    unkept = unkept or per
+    unkept = unkept * ratio if unkept else per
     if t.sweep and per:  # each run at the mean of the kept runs of its cell, where it has some
-        secs = per_run_s(todo, [p.parent for p in kept.glob("*/metrics.json")], unkept, on_cpu(cfg), speedup)
+        secs = per_run_s(todo, [p.parent for p in kept.glob("*/metrics.json")], unkept, on_cpu(cfg), speedup, ratio)
         if secs.count(unkept) < len(todo):
             how += "; each cell's own kept runs where it has some" + (
                 f", else {unkept_how}" if unkept != per and unkept in secs else "")
     else:
         secs = [per] * len(todo) if per else []
-    ratio, calibrated = speed_ratio(name, scale, cfg, kept if own_recipe else None, results / CALIBRATION_FILE,
-                                    speedup)
-    speed = ratio if calibrated else 1.0  # this machine's, and grouped runs', factor: for the progress lines too
-    if secs and calibrated:
-        secs, how = [s * ratio for s in secs], f"{how}; {calibrated}"
+    if calibrated:
+        how += f"; {calibrated}"
     size = group_of(cfg, group) if t.sweep else 1
+    speed = 1.0 / speedup if size > 1 and speedup else 1.0  # grouped runs' factor, for the progress lines too
     if size > 1:
         if secs and speedup:
-            speed /= speedup
             secs, how = [s / speedup for s in secs], (f"{how}; grouped (up to {size} runs), each run {speedup:.2f}x "
                                                       f"faster than alone ({BENCH_GROUPED})")
         else:
@@ -148,7 +149,7 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
                     jobs_by_name.setdefault(dirname(j, exclude), [f"sweep={f}"] + j)
             p.commands = [base + jobs_by_name[n] for n in todo]
     p.progress = Progress(name, sweep_dir, names, jobs, unkept, max_steps=int(cfg.trainer.max_steps),
-                          on_tick=lambda: tick(p), sweep=t.sweep, speed=speed, speedup=speedup)
+                          on_tick=lambda: tick(p), sweep=t.sweep, speed=speed, speedup=speedup, elsewhere=ratio)
     return p
 
 
@@ -157,11 +158,11 @@ BENCH_GROUPED = "results/bench_grouped.csv"  # the grouped benchmark (make bench
 
 def group_speedup(cfg, results: Path) -> float | None:
     """The mean CPU-time ratio alone / grouped per run of the table's model in the grouped benchmark
-    (`make bench-grouped`, Fig. 1's MLPs), None where it has no row of that model."""
+    (`make bench-grouped`, Fig. 1's MLPs, on a CPU), None where it has no row of that model or the runs go to a GPU."""
     import csv
 
     path = results / Path(BENCH_GROUPED).name
-    if str(cfg.model._target_).rsplit(".", 1)[-1] != "MLP" or not path.exists():
+    if str(cfg.model._target_).rsplit(".", 1)[-1] != "MLP" or not on_cpu(cfg) or not path.exists():
         return None
     with path.open() as f:
         ratios = [float(r["value"]) for r in csv.DictReader(f) if r["metric"] == "alone_over_grouped"]
