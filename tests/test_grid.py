@@ -230,11 +230,42 @@ def test_a_grouped_plan_prices_kept_grouped_runs_once(tmp_path, capsys):
     for trial in range(2):
         _fake_run(kept / f"model.depth=10,model.kind=plain,trial={trial}", wall=100.0, cpu=100.0,
                   info={"threads": 1, "group": {"size": 8}})
-    p = plan_table("hn_fig1", "cpu", 1, [], tmp_path / "runs", results, estimate_only=True, group="auto")
+    p = plan_table("hn_fig1", "cpu", 1, [], tmp_path / "runs", results, group="auto")
     cell = [s for n, s in zip(p.todo, p.secs) if n.startswith("model.depth=10,model.kind=plain,")]
     assert cell and set(cell) == {100.0}, cell
+    assert p.progress.state()[2] == pytest.approx(p.secs)  # the progress line prices them the same
     p = plan_table("hn_fig1", "cpu", 1, [], tmp_path / "runs", results, estimate_only=True, group="1")
     assert {s for n, s in zip(p.todo, p.secs) if n.startswith("model.depth=10,model.kind=plain,")} == {200.0}
+    from omegaconf import OmegaConf
+
+    from highway_repro.runner.table import group_speedup
+
+    mlp = OmegaConf.create({"model": {"_target_": "highway_repro.models.mlp.MLP"}, "trainer": {"device": "cpu"}})
+    assert group_speedup(mlp, results) == 2.0
+    assert group_speedup(OmegaConf.merge(mlp, {"trainer": {"device": "cuda"}}), results) is None  # a CPU benchmark
+
+
+def test_the_plan_and_its_progress_scale_what_was_not_made_here_by_the_machine_ratio(tmp_path):
+    """A calibration of this machine twice as slow as the scale file's est_step_s doubles the price of a run with no
+    kept run (a single-run table, a sweep's cells without kept runs) and of a kept run made elsewhere, in the plan
+    and in its progress line alike."""
+    from highway_repro.runner import estimate
+    from highway_repro.runner.table import plan_table
+
+    results = tmp_path / "results"
+    _fake_run(results / "highway_networks" / "runs" / "hn_table1-cpu" / "model.width=16,seed=0", wall=99.0,
+              cpu=30.0)  # no run_info.json: made elsewhere
+    plans = {}
+    for probe in (0.2, 0.4):  # hn_table1's est_step_s is 0.2: x 1, then x 2
+        estimate.CALIBRATION.write_text(json.dumps({estimate.machine_key(): {"cpu": {
+            "hn_table1": {"cell": "model.width=16,seed=0", "cpu_s_per_step": probe},
+            "hn_analysis": {"cell": "", "cpu_s_per_step": 0.03 * probe / 0.1}}}}))  # its est_step_s 0.06: x 1, x 2
+        plans[probe] = [plan_table(n, "cpu", 2, [], tmp_path / f"runs{probe}", results) for n in ("hn_table1",
+                                                                                                  "hn_analysis")]
+    for one, two in zip(*plans.values()):
+        assert two.secs == pytest.approx([2 * s for s in one.secs]) and two.secs
+        assert two.progress.state()[2] == pytest.approx(two.secs)
+    assert plans[0.2][0].secs == [2520.0] * 5 + [30.0] * 4  # width 32: est_step_s 0.2 x 12,600; width 16: 30 CPU-s
 
 
 def test_kept_runs_are_priced_by_their_cpu_time_per_thread(tmp_path):
@@ -800,6 +831,10 @@ def test_runs_made_on_this_machine_price_the_others_before_its_probe(tmp_path, m
     for name in ("seed=0,variant=baseline", "seed=1,variant=baseline"):  # the probe's cell made elsewhere only
         (kept / name / "run_info.json").write_text(json.dumps({"threads": 2, "cpu_model": "Other CPU"}))
     assert estimate.speed_ratio("t", "cpu", cfg, kept, cal)[0] == pytest.approx(2.0)  # 1.0 / the mean 0.5
+    for name in ("seed=0,variant=baseline", "seed=1,variant=baseline"):  # grouped: a share of 0.5, alone 1.0
+        (kept / name / "run_info.json").write_text(json.dumps({"threads": 2, "cpu_model": "Other CPU",
+                                                               "group": {"size": 8}}))
+    assert estimate.speed_ratio("t", "cpu", cfg, kept, cal, speedup=2.0)[0] == pytest.approx(1.0)
 
 
 def test_the_eta_prices_runs_made_here_as_they_took_and_grouped_ones_alone(tmp_path, monkeypatch):
@@ -816,6 +851,9 @@ def test_the_eta_prices_runs_made_here_as_they_took_and_grouped_ones_alone(tmp_p
     _fake_run(sweep / "seed=0", wall=100.0, cpu=100.0, info=here)
     eta = Progress("t", sweep, ["seed=0", "seed=1"], jobs=1, est=185.0, elsewhere=1.85).line()
     assert "ETA 1.7 min" in eta, eta  # 100 s
+    _fake_run(sweep / "seed=2", wall=100.0, cpu=100.0, info={**here, "cpu_model": "CPU Y"})  # kept, made elsewhere
+    eta = Progress("t", sweep, ["seed=0", "seed=1", "seed=2"], jobs=1, est=185.0, elsewhere=3.0).line()
+    assert "ETA 3.3 min" in eta, eta  # the cell's mean of 100 s and 300 s
     (sweep / "seed=0" / "run_info.json").write_text(json.dumps({**here, "group": {"size": 8}}))
     eta = Progress("t", sweep, ["seed=0", "seed=1"], jobs=1, est=185.0, speedup=2.5, speed=1 / 2.5).line()
     assert "ETA 1.7 min" in eta, eta  # 100 s x 2.5 / 2.5

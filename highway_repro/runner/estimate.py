@@ -15,7 +15,7 @@ from pathlib import Path
 
 from highway_repro.engine.loggers import write_json_atomic
 from highway_repro.errors import HighwayError
-from highway_repro.runner.keep import FINISHED
+from highway_repro.runner.keep import FINISHED, SINGLE_RUN
 from highway_repro.runner.plan import REPEAT_KEYS, dirname, jobs_of, override_key, plan
 from highway_repro.targets import ROOT, TARGETS
 
@@ -48,11 +48,11 @@ def run_seconds(runs: list[Path], cpu_only: bool = False, speedup: float | None 
         if (info := run_info(r)) is None or m.get("status") not in FINISHED or (cpu_only and info.get("cuda_device")):
             continue
         threads = info.get("threads") if isinstance(info.get("threads"), int) and info["threads"] > 0 else 1
+        factor = alone(info, speedup) * (elsewhere if not info.get("cuda_device") and machine_key(info) != me else 1.0)
         if m.get("time/cpu_s") and not info.get("cuda_device"):
-            machine = elsewhere if machine_key(info) != me else 1.0
-            out.append(float(m["time/cpu_s"]) / threads * alone(info, speedup) * machine)
+            out.append(float(m["time/cpu_s"]) / threads * factor)
         elif m.get("time/wall_s"):
-            out.append(float(m["time/wall_s"]) * alone(info, speedup))
+            out.append(float(m["time/wall_s"]) * factor)
     return out
 
 
@@ -75,15 +75,16 @@ def estimate_s(cfg, kept: Path | None, speedup: float | None = None,
                elsewhere: float = 1.0) -> tuple[float | None, str]:
     """Wall seconds one run of this table takes alone with its threads to itself: the mean of its kept runs
     (`run_seconds` with `speedup` and `elsewhere`, those made on the device the runs go to, `on_cpu`; None: none
-    apply, e.g. overrides change the recipe), else the scale file's `est_step_s` (measured CPU-seconds per step) x
-    max_steps."""
+    apply, e.g. overrides change the recipe), else the scale file's `est_step_s` (measured CPU-seconds per step,
+    elsewhere) x max_steps x `elsewhere`."""
     done = (run_seconds([p.parent for p in kept.glob("*/metrics.json")], on_cpu(cfg), speedup, elsewhere)
             if kept is not None else [])
     if done:
         return sum(done) / len(done), f"mean of {len(done)} kept runs"
     step_s = cfg.get("est_step_s")
     if step_s:
-        return float(step_s) * int(cfg.trainer.max_steps), f"est_step_s {step_s} x {cfg.trainer.max_steps} steps"
+        return (float(step_s) * int(cfg.trainer.max_steps) * elsewhere,
+                f"est_step_s {step_s} x {cfg.trainer.max_steps} steps")
     return None, "no estimate (no kept runs, no est_step_s in the scale file)"
 
 
@@ -193,7 +194,7 @@ def made_here(kept: Path | None, speedup: float | None = None) -> tuple[float, s
     """How much longer a run takes on this machine than on the machines that made the other kept CPU runs, measured
     where both exist: over the grid cells with kept runs made here and elsewhere, the sum of the runs made here over
     the sum of their cells' means elsewhere; None where no cell has both. A probe of a few steps, often taken beside
-    other work, overstates a machine (Transformer-XL 12 layers on a 2-core AMD EPYC: x 1.85 probed, x 1.18 from the
+    other work, overstates a machine (Transformer-XL 12 layers on a 2-core AMD EPYC: x 1.93 probed, x 1.18 from the
     8 runs made there)."""
     runs = _cpu_runs(kept, speedup)
     other: dict[str, list[float]] = {}
@@ -224,7 +225,7 @@ def speed_ratio(name: str, scale: str, cfg, kept: Path | None, path: Path,
         mine = probes[name] if name in probes else probes[TARGETS[name].experiment]
     except (OSError, ValueError, KeyError):
         return 1.0, ""
-    cell, me = grid_cell(mine["cell"]), machine_key()  # the probe's cell, any seed
+    cell, me = grid_cell(mine["cell"]) or SINGLE_RUN, machine_key()  # the probe's cell, any seed
     costs = [c for f in (kept.glob("*/metrics.json") if kept is not None else ())
              if grid_cell(f.parent.name) == cell and machine_key(run_info(f.parent) or {}) != me
              and (c := _step_cost(f.parent, speedup))]

@@ -18,6 +18,7 @@ from highway_repro.runner.plan import REPEAT_KEYS, compose_table, override_key
 from highway_repro.targets import KEPT_FILES, TARGETS, runs_folder
 
 FINISHED = ("done", "diverged")  # a diverged run is a result (a table cell), not a crash
+SINGLE_RUN = "run"  # the kept folder of a single-run table's run
 
 
 def run_status(run: Path) -> str | None:
@@ -50,7 +51,7 @@ def keep(sweep_dir: Path, kept: Path, single: bool = False, apart: Path | None =
     for run in _runs_in(sweep_dir, single):
         if run_status(run) not in FINISHED or run.name in reused:
             continue
-        dst = (apart if apart is not None and made_on_gpu(run) else kept) / ("run" if single else run.name)
+        dst = (apart if apart is not None and made_on_gpu(run) else kept) / (SINGLE_RUN if single else run.name)
         for f in KEPT_FILES:
             if (run / f).exists() and (not (dst / f).exists() or (dst / f).read_bytes() != (run / f).read_bytes()):
                 (dst / f).parent.mkdir(parents=True, exist_ok=True)
@@ -69,7 +70,7 @@ def restore(kept: Path, sweep_dir: Path, names: list[str] | None = None, dry: bo
     weights; `--fresh` trains and analyses it again).
     Returns the folder names restored ("run" for a single-run table)."""
     out = []
-    for run in [kept / "run"] if single else sorted(p.parent for p in kept.glob("*/metrics.json")):
+    for run in [kept / SINGLE_RUN] if single else sorted(p.parent for p in kept.glob("*/metrics.json")):
         dst = sweep_dir if single else sweep_dir / run.name
         if (names is not None and not single and run.name not in names) or run_status(run) not in FINISHED \
                 or run_status(dst) in FINISHED:
@@ -103,7 +104,7 @@ def table_runs(name: str, scale: str, runs_root: Path, results: Path) -> list:
     kept = {f.name: load_run(f) for f in folders if f.parent != apart}
     local = load_runs(sweep_dir) if sweep_dir.is_dir() else []
     single = not TARGETS[name].sweep  # its run is the sweep folder itself, kept as <kept>/run: the same job
-    runs = {**{"run" if single else r.path.name: r for r in local}, **kept}
+    runs = {**{SINGLE_RUN if single else r.path.name: r for r in local}, **kept}
     return sorted(runs.values(), key=lambda r: r.path.name) + [load_run(f) for f in folders if f.parent == apart]
 
 

@@ -87,8 +87,8 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     threads = int(cfg.get("threads") or 1)
     # a cell with no kept run: the scale file's grid-wide pace where it has one (the runs kept first, e.g. of a
     # partial table, are often of the cheap cells: a depth-100 net is not priced at the depth-10 runs), else `per`
-    unkept, unkept_how = estimate_s(cfg, None)
-    unkept = unkept * ratio if unkept else per
+    unkept, unkept_how = estimate_s(cfg, None, None, ratio)
+    unkept = unkept or per
     if t.sweep and per:  # each run at the mean of the kept runs of its cell, where it has some
         secs = per_run_s(todo, [p.parent for p in kept.glob("*/metrics.json")], unkept, on_cpu(cfg), speedup, ratio)
         if secs.count(unkept) < len(todo):
