@@ -854,6 +854,9 @@ def test_the_eta_prices_runs_made_here_as_they_took_and_grouped_ones_alone(tmp_p
     _fake_run(sweep / "seed=2", wall=100.0, cpu=100.0, info={**here, "cpu_model": "CPU Y"})  # kept, made elsewhere
     eta = Progress("t", sweep, ["seed=0", "seed=1", "seed=2"], jobs=1, est=185.0, elsewhere=3.0).line()
     assert "ETA 3.3 min" in eta, eta  # the cell's mean of 100 s and 300 s
+    _fake_run(sweep / "seed=3", wall=1.0, info={**here, "cuda_device": "NVIDIA H200"})  # runs to a CPU: no price
+    eta = Progress("t", sweep, [f"seed={i}" for i in range(4)], jobs=1, est=185.0, elsewhere=3.0, cpu_only=True)
+    assert "ETA 3.3 min" in eta.line(), eta.line()
     (sweep / "seed=0" / "run_info.json").write_text(json.dumps({**here, "group": {"size": 8}}))
     eta = Progress("t", sweep, ["seed=0", "seed=1"], jobs=1, est=185.0, speedup=2.5, speed=1 / 2.5).line()
     assert "ETA 1.7 min" in eta, eta  # 100 s x 2.5 / 2.5

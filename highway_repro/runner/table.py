@@ -149,7 +149,8 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
                     jobs_by_name.setdefault(dirname(j, exclude), [f"sweep={f}"] + j)
             p.commands = [base + jobs_by_name[n] for n in todo]
     p.progress = Progress(name, sweep_dir, names, jobs, unkept, max_steps=int(cfg.trainer.max_steps),
-                          on_tick=lambda: tick(p), sweep=t.sweep, speed=speed, speedup=speedup, elsewhere=ratio)
+                          on_tick=lambda: tick(p), sweep=t.sweep, speed=speed, speedup=speedup, elsewhere=ratio,
+                          cpu_only=on_cpu(cfg))
     return p
 
 
