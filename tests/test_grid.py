@@ -236,6 +236,10 @@ def test_a_grouped_plan_prices_kept_grouped_runs_once(tmp_path, capsys):
     assert p.progress.state()[2] == pytest.approx(p.secs)  # the progress line prices them the same
     p = plan_table("hn_fig1", "cpu", 1, [], tmp_path / "runs", results, estimate_only=True, group="1")
     assert {s for n, s in zip(p.todo, p.secs) if n.startswith("model.depth=10,model.kind=plain,")} == {200.0}
+    # seed and trial both given: no group can form (group_commands: []), so the runs train and are priced alone
+    p = plan_table("hn_fig1", "cpu", 1, ["seed=0"], tmp_path / "runs", results, group="auto")
+    assert {s for n, s in zip(p.todo, p.secs) if n.startswith("model.depth=10,model.kind=plain,")} == {200.0}
+    assert not any("hydra/launcher=grouped" in c for c in p.commands) and "not grouped" in capsys.readouterr().out
     from omegaconf import OmegaConf
 
     from highway_repro.runner.table import group_speedup

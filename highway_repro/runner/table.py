@@ -99,6 +99,8 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     if calibrated:
         how += f"; {calibrated}"
     size = group_of(cfg, group) if t.sweep else 1
+    if size > 1 and todo and not group_commands(cfg, [], files, gs, todo, size):
+        size, how = 1, how + "; not grouped (no cell has a single repeat key, e.g. seed and trial both given)"
     speed = 1.0 / speedup if size > 1 and speedup else 1.0  # grouped runs' factor, for the progress lines too
     if size > 1:
         if secs and speedup:
