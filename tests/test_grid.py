@@ -234,8 +234,9 @@ def test_a_grouped_plan_prices_kept_grouped_runs_once(tmp_path, capsys):
     cell = [s for n, s in zip(p.todo, p.secs) if n.startswith("model.depth=10,model.kind=plain,")]
     assert cell and set(cell) == {100.0}, cell
     assert p.progress.state()[2] == pytest.approx(p.secs)  # the progress line prices them the same
-    p = plan_table("hn_fig1", "cpu", 1, [], tmp_path / "runs", results, estimate_only=True, group="1")
+    p = plan_table("hn_fig1", "cpu", 1, [], tmp_path / "runs", results, group="1")
     assert {s for n, s in zip(p.todo, p.secs) if n.startswith("model.depth=10,model.kind=plain,")} == {200.0}
+    assert p.progress.state()[2] == pytest.approx(p.secs)  # alone: no grouped factor in the progress line either
     # seed and trial both given: no group can form (group_commands: []), so the runs train and are priced alone
     p = plan_table("hn_fig1", "cpu", 1, ["seed=0"], tmp_path / "runs", results, group="auto")
     assert {s for n, s in zip(p.todo, p.secs) if n.startswith("model.depth=10,model.kind=plain,")} == {200.0}
@@ -796,9 +797,9 @@ def test_the_estimate_follows_the_machine_through_its_calibration(tmp_path, monk
 
 def test_runs_made_on_this_machine_price_the_others_before_its_probe(tmp_path, monkeypatch):
     """Kept CPU runs made here (their run_info.json names this CPU and core count) and elsewhere in the same cells set
-    the ratio for the runs made elsewhere: the sum of those made here over their cells' means elsewhere, (600 + 1200)
-    / (400 + 800) = 1.5, not the probe's x 2 (nor any ratio when the runs go to a GPU); the estimate then prices each
-    kept run made elsewhere at 1.5x and each made here as it took; a GPU run made here sets nothing; with no cell
+    the ratio for the runs made elsewhere: the geometric mean of each cell's mean here over its mean elsewhere, 600 /
+    400 and 1200 / 800: 1.5, not the probe's x 2 (nor any ratio when the runs go to a GPU); the estimate then prices
+    each kept run made elsewhere at 1.5x and each made here as it took; a GPU run made here sets nothing; with no cell
     measured on both, the probe against the probe cell's runs made elsewhere."""
     from omegaconf import OmegaConf
 
@@ -818,7 +819,8 @@ def test_runs_made_on_this_machine_price_the_others_before_its_probe(tmp_path, m
                              ("seed=0,variant=sdu_tanh", 1.2, here), ("seed=1,variant=sdu_tanh", 0.8, {}),
                              ("seed=2,variant=sdu_tanh", 0.1, {**here, "cuda_device": "NVIDIA H200"})):
         (kept / name).mkdir(parents=True)
-        (kept / name / "metrics.json").write_text(json.dumps({"status": "done", "time/cpu_s": 2000 * cost}))
+        (kept / name / "metrics.json").write_text(json.dumps({"status": "done", "time/cpu_s": 2000 * cost,
+                                                               "time/wall_s": 2000 * cost}))
         (kept / name / "metrics.jsonl").write_text(json.dumps({"step": 50, "perf/cpu_s_per_step": cost}) + "\n")
         (kept / name / "run_info.json").write_text(json.dumps({"threads": 2, **info}))
     cfg = OmegaConf.create({"est_step_s": 0.5})
@@ -864,3 +866,86 @@ def test_the_eta_prices_runs_made_here_as_they_took_and_grouped_ones_alone(tmp_p
     (sweep / "seed=0" / "run_info.json").write_text(json.dumps({**here, "group": {"size": 8}}))
     eta = Progress("t", sweep, ["seed=0", "seed=1"], jobs=1, est=185.0, speedup=2.5, speed=1 / 2.5).line()
     assert "ETA 1.7 min" in eta, eta  # 100 s x 2.5 / 2.5
+
+
+def test_the_machine_ratio_leaves_out_diverged_runs_and_two_machines_get_reciprocal_ratios(tmp_path, monkeypatch):
+    """A diverged run's few seconds price its cell, not the machine: two machines as fast as each other give x 1.00
+    (x 1.96 with it). Over cells, the geometric mean of the cells' ratios: cell a 1.0, cell b 600 / 100 = 6, so
+    x sqrt(6) on one machine and 1 / sqrt(6) on the other."""
+    from highway_repro.runner import estimate
+
+    me = ["CPU X"]
+    key = estimate.machine_key
+    monkeypatch.setattr(estimate, "machine_key", lambda info=None: f"{me[0]}, 2 cores" if info is None else key(info))
+    kept = tmp_path / "kept"
+
+    def run(name, status, cpu, model):
+        (kept / name).mkdir(parents=True)
+        (kept / name / "metrics.json").write_text(json.dumps({"status": status, "time/cpu_s": cpu}))
+        (kept / name / "run_info.json").write_text(json.dumps({"threads": 1, "cpu_model": model, "cpu_count": 2}))
+
+    run("variant=a,seed=0", "done", 100.0, "CPU X")
+    run("variant=a,seed=1", "done", 100.0, "CPU Y")
+    run("variant=a,seed=2", "diverged", 2.0, "CPU Y")
+    assert estimate.made_here(kept)[0] == pytest.approx(1.0)
+    run("variant=b,seed=0", "done", 300.0, "CPU X")
+    run("variant=b,seed=1", "done", 900.0, "CPU X")
+    run("variant=b,seed=2", "done", 100.0, "CPU Y")
+    x, how = estimate.made_here(kept)
+    assert x == pytest.approx(6 ** 0.5) and "3 kept runs made here" in how and "2 cells" in how, how
+    me[0] = "CPU Y"
+    assert estimate.made_here(kept)[0] == pytest.approx(1 / x)
+
+
+def test_the_plan_and_its_progress_line_price_a_run_alike_when_the_kept_runs_are_not_restored(tmp_path):
+    """`seed=0` plans only seed 0, whose cells' other seeds stay kept and are not restored into the sweep folder, and
+    --fresh restores nothing: the progress line prices each run with the same kept runs as the plan (width 16 at
+    its kept runs' 30 s, width 32 at est_step_s x max_steps, 2,520 s)."""
+    from highway_repro.runner.table import plan_table
+
+    results = tmp_path / "results"
+    for seed in (1, 2, 3):
+        _fake_run(results / "highway_networks" / "runs" / "hn_table1-cpu" / f"model.width=16,seed={seed}", wall=30.0)
+    for extra, fresh in ((["seed=0"], False), ([], True)):
+        p = plan_table("hn_table1", "cpu", 1, extra, tmp_path / "runs", results, fresh=fresh)
+        assert sorted(set(p.secs)) == [30.0, 2520.0] and p.progress.state()[2] == pytest.approx(p.secs), p.secs
+    # an override the run folder's name leaves out but that changes the cost: no kept run prices it
+    p = plan_table("hn_table1", "cpu", 1, ["seed=0", "trainer.compile=default"], tmp_path / "runs", results)
+    assert p.secs == [2520.0, 2520.0] and p.progress.state()[2] == pytest.approx(p.secs), p.secs
+
+
+def test_a_single_run_tables_probe_compares_with_its_kept_run(tmp_path, monkeypatch):
+    """hn_analysis keeps its one run as `run`: this machine's probe (1.0 CPU-s a step) against that run's logged 0.5,
+    made elsewhere: x 2 (not the scale file's est_step_s, 0.06); the same for a table whose grid varies the seed
+    only."""
+    from omegaconf import OmegaConf
+
+    from highway_repro.runner import estimate
+
+    monkeypatch.setattr(estimate, "probe", lambda name, scale, workdir: {"cell": "", "cpu_s_per_step": 1.0})
+    cal = tmp_path / "calibration.json"
+    estimate.calibrate(["hn_analysis"], "cpu", tmp_path, cal)
+    monkeypatch.setattr(estimate, "CALIBRATION", cal)
+    kept = tmp_path / "kept"
+    _fake_run(kept / "run", cpu=100.0, info={"threads": 1, "cpu_model": "Other CPU", "cpu_count": 64})
+    (kept / "run" / "metrics.jsonl").write_text(json.dumps({"step": 50, "perf/cpu_s_per_step": 0.5}) + "\n")
+    ratio, how = estimate.speed_ratio("hn_analysis", "cpu", OmegaConf.create({"est_step_s": 0.06}), kept, cal)
+    assert ratio == pytest.approx(2.0) and "1 kept runs' 0.500" in how, how
+    # a grid of seeds only: its cell is "" on both sides (the probe's seed=0, the kept seed=1)
+    monkeypatch.setattr(estimate, "probe", lambda name, scale, workdir: {"cell": "seed=0", "cpu_s_per_step": 1.0})
+    estimate.calibrate(["t"], "cpu", tmp_path, cal)
+    (kept / "run").rename(kept / "seed=1")
+    assert estimate.speed_ratio("t", "cpu", OmegaConf.create({"est_step_s": 0.06}), kept, cal)[0] == pytest.approx(2.0)
+
+
+def test_runs_go_to_a_cpu_unless_a_gpu_is_asked_for_or_auto_finds_one(monkeypatch):
+    from omegaconf import OmegaConf
+
+    from highway_repro.runner import estimate
+
+    def on(device):
+        return estimate.on_cpu(OmegaConf.create({"trainer": {"device": device}}))
+
+    assert on("auto") and on("cpu") and not on("cuda") and not on("cuda:1")
+    monkeypatch.setattr(estimate, "gpu_ids", lambda: ["0"])  # the trainer sends auto to the GPU
+    assert not on("auto") and on("cpu") and not estimate.on_cpu(OmegaConf.create({}))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -66,9 +67,24 @@ def alone(info: dict, speedup: float | None) -> float:
 
 
 def on_cpu(cfg) -> bool:
-    """Whether the runs go to a CPU (trainer.device other than cuda): then the kept runs made on a GPU price
-    nothing (a cpu-scale run takes ~2 min on an H200 and ~20 on 1 CPU thread)."""
-    return str(cfg.get("trainer", {}).get("device", "auto")) != "cuda"
+    """Whether the runs go to a CPU: trainer.device cpu, or auto on a machine without a CUDA GPU (`gpu_ids`; the
+    trainer sends auto to a GPU where there is one). Then the kept runs made on a GPU price nothing (a cpu-scale
+    run takes ~2 min on an H200 and ~20 on 1 CPU thread)."""
+    device = str(cfg.get("trainer", {}).get("device", "auto"))
+    return not device.startswith("cuda") and (device != "auto" or not gpu_ids())
+
+
+def gpu_ids() -> list[str]:
+    """The CUDA GPUs the queue may hand out: those of CUDA_VISIBLE_DEVICES where it is set, else each GPU that
+    `nvidia-smi -L` lists; [] on a machine without one."""
+    given = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if given is not None:
+        return [d.strip() for d in given.split(",") if d.strip() and d.strip() != "-1"]
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i in range(sum(line.startswith("GPU ") for line in out.splitlines()))]
 
 
 def estimate_s(cfg, kept: Path | None, speedup: float | None = None,
@@ -182,9 +198,15 @@ def calibrate(names: list[str], scale: str, workdir: Path, path: Path) -> dict:
 
 
 def _cpu_runs(kept: Path | None, speedup: float | None) -> list[tuple[str, float, bool]]:
-    """(grid cell, seconds alone, made on this machine) of each finished kept CPU run."""
+    """(grid cell, seconds alone, made on this machine) of each kept CPU run that trained to its end (status done:
+    a diverged run's few seconds price its cell, not the machine)."""
     out, me = [], machine_key()
     for f in kept.glob("*/metrics.json") if kept is not None else ():
+        try:
+            if json.loads(f.read_text()).get("status") != "done":
+                continue
+        except (OSError, ValueError):
+            continue
         here = machine_key(run_info(f.parent) or {}) == me
         out += [(grid_cell(f.parent.name), sec, here) for sec in run_seconds([f.parent], True, speedup)]
     return out
@@ -192,21 +214,20 @@ def _cpu_runs(kept: Path | None, speedup: float | None) -> list[tuple[str, float
 
 def made_here(kept: Path | None, speedup: float | None = None) -> tuple[float, str] | None:
     """How much longer a run takes on this machine than on the machines that made the other kept CPU runs, measured
-    where both exist: over the grid cells with kept runs made here and elsewhere, the sum of the runs made here over
-    the sum of their cells' means elsewhere; None where no cell has both. A probe of a few steps, often taken beside
-    other work, overstates a machine (Transformer-XL 12 layers on a 2-core AMD EPYC: x 1.93 probed, x 1.18 from the
-    8 runs made there)."""
-    runs = _cpu_runs(kept, speedup)
-    other: dict[str, list[float]] = {}
-    for cell, sec, mine in runs:
-        if not mine:
-            other.setdefault(cell, []).append(sec)
-    here = [(cell, sec) for cell, sec, mine in runs if mine and cell in other]
-    if not here:
+    where both exist: the geometric mean, over the grid cells with runs made here and elsewhere, of the cell's mean
+    here over its mean elsewhere (two machines measured against each other give reciprocal ratios); None where no
+    cell has both. A probe of a few steps, often taken beside other work, overstates a machine (Transformer-XL 12
+    layers on a 2-core AMD EPYC: x 1.93 probed, x 1.18 from the 8 runs made there)."""
+    cells: dict[str, tuple[list[float], list[float]]] = {}
+    for cell, sec, mine in _cpu_runs(kept, speedup):
+        cells.setdefault(cell, ([], []))[0 if mine else 1].append(sec)
+    both = [(sum(h) / len(h), sum(o) / len(o)) for h, o in cells.values() if h and o]
+    if not both:
         return None
-    ratio = sum(sec for _, sec in here) / sum(sum(other[c]) / len(other[c]) for c, _ in here)
-    return ratio, (f"x {ratio:.2f} for the runs made on other machines ({len(here)} kept runs made here against "
-                   "their cells' runs made elsewhere)")
+    ratio = math.exp(sum(math.log(h / o) for h, o in both) / len(both))
+    n = sum(len(h) for h, o in cells.values() if h and o)
+    return ratio, (f"x {ratio:.2f} for the runs made on other machines ({n} kept runs made here against their "
+                   f"cells' runs made elsewhere, {len(both)} cell{'s' if len(both) > 1 else ''})")
 
 
 def speed_ratio(name: str, scale: str, cfg, kept: Path | None, path: Path,
@@ -225,9 +246,10 @@ def speed_ratio(name: str, scale: str, cfg, kept: Path | None, path: Path,
         mine = probes[name] if name in probes else probes[TARGETS[name].experiment]
     except (OSError, ValueError, KeyError):
         return 1.0, ""
-    cell, me = grid_cell(mine["cell"]) or SINGLE_RUN, machine_key()  # the probe's cell, any seed
+    # the probe's cell, any seed; "" (a grid of seeds only) and a single-run table's SINGLE_RUN are one cell
+    cell, me = grid_cell(mine["cell"]) or SINGLE_RUN, machine_key()
     costs = [c for f in (kept.glob("*/metrics.json") if kept is not None else ())
-             if grid_cell(f.parent.name) == cell and machine_key(run_info(f.parent) or {}) != me
+             if (grid_cell(f.parent.name) or SINGLE_RUN) == cell and machine_key(run_info(f.parent) or {}) != me
              and (c := _step_cost(f.parent, speedup))]
     ref, what = ((sum(costs) / len(costs), f"{len(costs)} kept runs' {sum(costs) / len(costs):.3f}") if costs else
                  (float(cfg.est_step_s), f"est_step_s {cfg.est_step_s}") if cfg.get("est_step_s") else (None, ""))

@@ -44,22 +44,25 @@ def queue_line(plans: list, jobs: int) -> str:
 
 
 class Progress(threading.Thread):
-    """One line a minute: runs done / total and an ETA; each tick also calls `on_tick` (`table.tick`: keep
-    the runs finished so far and record the time), so a sweep killed mid-way loses only its unfinished runs. The
-    ETA is the work left (the runs not started, plus the unfinished part of the started ones, by their last logged
-    step of `max_steps`), each run at the mean of the finished runs of its cell (`per_run_s`), else at the estimate
-    for such a cell (`est`), else at the pace of the runs finished in this sweep, shared by `jobs`, each priced alone
-    on this machine (`speedup`, `elsewhere`, `cpu_only`: `estimate.run_seconds`, as the plan prices them); times
-    `speed`, the factor of grouped runs (`table.plan_table`)."""
+    """One line a minute: runs done / total and an ETA; each tick also calls `on_tick` (`table.tick`: keep the runs
+    finished so far and record the time), so a sweep killed mid-way loses only its unfinished runs. The ETA is the
+    work left (the runs not started, plus the unfinished part of the started ones, by their last logged step of
+    `max_steps`), each run at the mean of the finished runs of its cell (`per_run_s`: those of this sweep and the
+    kept runs the plan priced it with, `priced`), else at the estimate for such a cell (`est`), else at the pace of
+    the runs finished in this sweep, shared by `jobs`, each priced alone on this machine (`speedup`, `elsewhere`,
+    `cpu_only`: `estimate.run_seconds`, as the plan prices them); times `speed`, the factor of grouped runs
+    (`table.plan_table`)."""
 
     def __init__(self, name: str, sweep_dir: Path, names: list[str], jobs: int, est: float | None, every: float = 60,
                  max_steps: int | None = None, on_tick=None, sweep: bool = True, speed: float = 1.0,
-                 speedup: float | None = None, elsewhere: float = 1.0, cpu_only: bool = False):
+                 speedup: float | None = None, elsewhere: float = 1.0, cpu_only: bool = False,
+                 priced: list[Path] = ()):
         super().__init__(daemon=True)
         (self.name_, self.sweep_dir, self.names, self.jobs, self.est,
          self.every) = name, sweep_dir, names, jobs, est, every
         self.max_steps, self.on_tick, self.sweep = max_steps, on_tick, sweep
         self.speed, self.speedup, self.elsewhere, self.cpu_only = speed, speedup, elsewhere, cpu_only
+        self.priced = list(priced)
         self.stop = threading.Event()
         self.start_done = {n for n in names if run_status(self._folder(n)) in FINISHED}
 
@@ -77,7 +80,8 @@ class Progress(threading.Thread):
                               self.speedup, self.elsewhere)
             per = sum(new) / len(new) if new else None
         todo = [n for n in self.names if n not in done and n not in failed]
-        secs = (per_run_s(todo, [self._folder(n) for n in done], per, self.cpu_only, self.speedup, self.elsewhere)
+        runs = {r.name: r for r in self.priced} | {n: self._folder(n) for n in done}  # a run of this sweep wins
+        secs = (per_run_s(todo, list(runs.values()), per, self.cpu_only, self.speedup, self.elsewhere)
                 if self.sweep else [per] * len(todo))
         if self.max_steps:  # the unfinished part of started runs
             secs = [s and s * (1.0 - min(1.0, _last_step(self._folder(n)) / self.max_steps))

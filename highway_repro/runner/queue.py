@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from highway_repro.engine.loggers import write_json_atomic
+from highway_repro.runner.estimate import gpu_ids
 from highway_repro.runner.keep import FINISHED, read_record, run_status
 from highway_repro.runner.progress import queue_line
 from highway_repro.runner.table import TablePlan, finish_table
@@ -68,19 +69,6 @@ def _mark_killed(p: "TablePlan", why: str) -> Path | None:
         info = {}
     write_json_atomic(info_path, {**info, "killed": why})
     return run
-
-
-def gpu_ids() -> list[str]:
-    """The CUDA GPUs the queue may hand out: those of CUDA_VISIBLE_DEVICES where it is set, else each GPU that
-    `nvidia-smi -L` lists; [] on a machine without one."""
-    given = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if given is not None:
-        return [d.strip() for d in given.split(",") if d.strip() and d.strip() != "-1"]
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [str(i) for i in range(sum(line.startswith("GPU ") for line in out.splitlines()))]
 
 
 def pick_gpu(gpus: list[str], held: list[str]) -> str | None:

@@ -89,8 +89,9 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     # partial table, are often of the cheap cells: a depth-100 net is not priced at the depth-10 runs), else `per`
     unkept, unkept_how = estimate_s(cfg, None, None, ratio)
     unkept = unkept or per
+    priced = [p.parent for p in kept.glob("*/metrics.json")] if own_recipe else []  # the runs that price cells
     if t.sweep and per:  # each run at the mean of the kept runs of its cell, where it has some
-        secs = per_run_s(todo, [p.parent for p in kept.glob("*/metrics.json")], unkept, on_cpu(cfg), speedup, ratio)
+        secs = per_run_s(todo, priced, unkept, on_cpu(cfg), speedup, ratio)
         if secs.count(unkept) < len(todo):
             how += "; each cell's own kept runs where it has some" + (
                 f", else {unkept_how}" if unkept != per and unkept in secs else "")
@@ -100,14 +101,14 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
         how += f"; {calibrated}"
     size = group_of(cfg, group) if t.sweep else 1
     if size > 1 and todo and not group_commands(cfg, [], files, gs, todo, size):
-        size, how = 1, how + "; not grouped (no cell has a single repeat key, e.g. seed and trial both given)"
+        size, how = 1, how + "; not grouped (a cell has no single repeat key, e.g. seed and trial both given)"
     speed = 1.0 / speedup if size > 1 and speedup else 1.0  # grouped runs' factor, for the progress lines too
     if size > 1:
         if secs and speedup:
             secs, how = [s / speedup for s in secs], (f"{how}; grouped (up to {size} runs), each run {speedup:.2f}x "
                                                       f"faster than alone ({BENCH_GROUPED})")
         else:
-            how += f"; grouped (up to {size} runs), priced as alone (no grouped benchmark of this model)"
+            how += f"; grouped (up to {size} runs), priced as alone (no grouped benchmark of this model on this device)"
     total, wall = (sum(secs), wall_s(secs, jobs)) if secs else (None, None)
     cost = (f"estimated {len(todo)} x {duration(total / len(todo))} = {total * threads / 3600:.1f} CPU-hours, "
             f"{duration(wall)} wall with {jobs} job(s) ({how})" if total and todo
@@ -152,7 +153,7 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
             p.commands = [base + jobs_by_name[n] for n in todo]
     p.progress = Progress(name, sweep_dir, names, jobs, unkept, max_steps=int(cfg.trainer.max_steps),
                           on_tick=lambda: tick(p), sweep=t.sweep, speed=speed, speedup=speedup, elsewhere=ratio,
-                          cpu_only=on_cpu(cfg))
+                          cpu_only=on_cpu(cfg), priced=priced)
     return p
 
 
