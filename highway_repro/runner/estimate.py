@@ -217,7 +217,7 @@ def made_here(kept: Path | None, speedup: float | None = None) -> tuple[float, s
     where both exist: the geometric mean, over the grid cells with runs made here and elsewhere, of the cell's mean
     here over its mean elsewhere (two machines measured against each other give reciprocal ratios); None where no
     cell has both. A probe of a few steps, often taken beside other work, overstates a machine (Transformer-XL 12
-    layers on a 2-core AMD EPYC: x 1.93 probed, x 1.18 from the 8 runs made there)."""
+    layers on a 2-core AMD EPYC: x 1.93 probed, x 1.17 from the 12 runs made there)."""
     cells: dict[str, tuple[list[float], list[float]]] = {}
     for cell, sec, mine in _cpu_runs(kept, speedup):
         cells.setdefault(cell, ([], []))[0 if mine else 1].append(sec)
