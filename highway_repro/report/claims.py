@@ -324,7 +324,8 @@ def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> Claim
             line += f"; {res.detail}"
     elif c.pick == "best":
         v, thr = res.mean, float(c.against)  # a single value: HELD or DID NOT HOLD
-        res.verdict = stats.verdict((v, v), c.side, thr) if v != thr else stats.NOT_HELD
+        res.verdict = (stats.NOT_RESOLVED if not math.isfinite(v) else stats.NOT_HELD if v == thr
+                       else stats.verdict((v, v), c.side, thr))
         value = num(res.mean, d, sci=abs(res.mean) < 1e-2)
         line = f"{label} {c.text}: best of {res.n} runs {value} (a single value, no interval)"
     else:

@@ -100,7 +100,8 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     if calibrated:
         how += f"; {calibrated}"
     size = group_of(cfg, group) if t.sweep else 1
-    if size > 1 and todo and not group_commands(cfg, [], files, gs, todo, size):
+    grouped = group_commands(cfg, files, gs, todo, size) if size > 1 and todo else []  # each without the command
+    if size > 1 and todo and not grouped:
         size, how = 1, how + "; not grouped (a cell has no single repeat key, e.g. seed and trial both given)"
     speed = 1.0 / speedup if size > 1 and speedup else 1.0  # grouped runs' factor, for the progress lines too
     if size > 1:
@@ -137,9 +138,8 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     else:
         base[3:3] = ["-m"]
         base += [f"hydra.sweep.dir={sweep_dir}"]
-        grouped = group_commands(cfg, base, files, gs, todo, size) if size > 1 else []
         if grouped:  # a multirun of the grouped launcher per cell (up to `size` runs of it)
-            p.commands, p.peak_gb = grouped, p.peak_gb * GROUP_PEAK
+            p.commands, p.peak_gb = [base + g for g in grouped], p.peak_gb * GROUP_PEAK
             print(f"[{name}] {len(todo)} runs in {len(grouped)} grouped command(s) (hydra/launcher=grouped, up to "
                   f"{size} runs each)", flush=True)
         elif jobs == 1:  # a whole sweep file's grid in one multirun
@@ -184,10 +184,9 @@ def group_of(cfg, group: str) -> int:
     return size if str(cfg.model._target_).rsplit(".", 1)[-1] in GROUPABLE else 1
 
 
-def group_commands(cfg, base: list[str], files: list[str], gs: list[list[str]], todo: list[str],
-                   size: int) -> list[list[str]]:
-    """One grouped multirun per cell (a row's runs, which differ in their seed or trial only), at most `size` runs
-    each; [] where a run's cell has no single repeat key."""
+def group_commands(cfg, files: list[str], gs: list[list[str]], todo: list[str], size: int) -> list[list[str]]:
+    """The overrides of one grouped multirun per cell (a row's runs, which differ in their seed or trial only), at
+    most `size` runs each, to follow the train command; [] where a run's cell has no single repeat key."""
     exclude = list(cfg.hydra.job.config.override_dirname.exclude_keys)
     cells, left = {}, set(todo)
     for f, g in zip(files, gs):
@@ -202,8 +201,8 @@ def group_commands(cfg, base: list[str], files: list[str], gs: list[list[str]], 
     out = []
     for (f, cell, key), values in cells.items():
         for i in range(0, len(values), size):
-            out.append(base + [f"sweep={f}", "hydra/launcher=grouped", f"hydra.launcher.size={size}", *cell,
-                               f"{key}={','.join(values[i:i + size])}"])
+            out.append([f"sweep={f}", "hydra/launcher=grouped", f"hydra.launcher.size={size}", *cell,
+                        f"{key}={','.join(values[i:i + size])}"])
     return out if not left else []
 
 
