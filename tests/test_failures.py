@@ -180,6 +180,7 @@ def test_sighup_during_training_saves_and_writes_metrics(tmp_path):
 
 
 @pytest.mark.slow
+@needs_mirror  # without the data, a fast start-up can end on the data error before the signal comes
 def test_sigint_during_start_up_is_one_line(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "highway_repro.train", *SMOKE, f"hydra.run.dir={tmp_path}"],
                             cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
