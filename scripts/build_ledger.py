@@ -32,6 +32,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from highway_repro import files  # noqa: E402
 from highway_repro.report import ledger, papers  # noqa: E402
 from highway_repro.report.grids import params_of  # noqa: E402
 from highway_repro.targets import TARGETS  # noqa: E402
@@ -322,7 +323,7 @@ def main(argv=None) -> int:
     if args.append or args.write:
         if args.write and path.exists():
             raise SystemExit(f"{path} exists: the ledger is built once; later changes are appended (--append)")
-        path.write_text(text)
+        files.write_atomic(path, text, RESULTS)
         ledger.write_ledger(RESULTS)
         print(f"wrote {path.relative_to(ROOT)} ({len(entries)} entries) and its page", file=sys.stderr)
     else:

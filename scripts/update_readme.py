@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -103,6 +104,10 @@ def glance(rows: list[dict], results: Path) -> str:
 
 def main(root: Path = ROOT) -> int:
     readme, summary = root / "README.md", root / "results" / "summary.csv"
+    for path in (readme, summary):
+        if path.is_symlink():  # never read or written through a link: a committed file is a plain file
+            print(f"error: {path} is a symbolic link (valid: a plain file; remove the link)", file=sys.stderr)
+            return 2
     rows = []
     if summary.exists():
         with open(summary, newline="") as fh:
@@ -115,7 +120,9 @@ def main(root: Path = ROOT) -> int:
         return 1
     head, _, rest = text.partition(BEGIN)
     _, _, tail = rest.partition(END)
-    readme.write_text(head + BEGIN + "\n" + body + "\n" + END + tail)
+    tmp = readme.with_name(f".{readme.name}.{os.getpid()}.tmp")  # whole or not at all: write, then rename
+    tmp.write_text(head + BEGIN + "\n" + body + "\n" + END + tail)
+    os.replace(tmp, readme)
     print(f"README.md: {counts([r for r in rows if r['kind'] == 'claim'])}")
     return 0
 

@@ -141,7 +141,8 @@ def test_a_killed_cache_writer_leaves_no_temp_file_after_the_next_build(offline_
     (folder,) = list((cache / "prepared").glob("ptb_word-*"))
     assert [p.name for p in folder.glob("*.tmp")], "the killed writer left no temp file"
     d = data.build("ptb_word", cache_dir=cache, batch_size=2, seq_len=8)
-    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "test.npy", "train.npy", "val.npy"]
+    assert sorted(p.name for p in folder.iterdir()) == ["info.json", "manifest.json", "test.npy", "train.npy",
+                                                        "val.npy"]
     assert d.num_tokens("val") == 30 * 9
 
 
@@ -190,5 +191,6 @@ def test_interrupted_cache_write_leaves_no_partial_file(offline_mirror, monkeypa
     names = sorted(p.name for p in folder.iterdir())
     assert names == ["train.npy"], names  # the one complete array; no partial val.npy, no temp file, no manifest
     d = data.build("ptb_word", cache_dir=cache, batch_size=2, seq_len=8)
-    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "test.npy", "train.npy", "val.npy"]
+    assert sorted(p.name for p in folder.iterdir()) == ["info.json", "manifest.json", "test.npy", "train.npy",
+                                                        "val.npy"]
     assert d.num_tokens("val") == 30 * 9

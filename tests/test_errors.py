@@ -398,7 +398,7 @@ def test_make_tables_names_a_damaged_kept_run_and_fails(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"error: {damaged} cannot be parsed (JSONDecodeError: " in err and "counted as damaged" in err
     md = (tmp_path / "results" / "highway_transformer" / "enwik8_l6.md").read_text()
-    assert "runs: 1 done, 0 failed, 0 missing, **1 damaged (metrics.json cannot be parsed)**" in md
+    assert "runs: 1 done, 0 failed, 0 missing, **1 damaged (a kept file cannot be read as plain data)**" in md
     rows = [line for line in md.splitlines() if line.startswith("| ") and "(1 damaged)" in line]
     assert len(rows) == 1 and "| 1 (1 damaged) |" in rows[0] and "9.0" not in md, md
     assert reproduce(args + ["--allow-damaged"]) == 0

@@ -133,7 +133,7 @@ def test_a_report_over_damaged_metrics_names_the_file(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main([str(tmp_path), "--metrics", "val/loss"])
     lines = capsys.readouterr().err.splitlines()
-    assert refused(e.value.code, lines, "damaged metrics.json", str(tmp_path / "seed=0" / "metrics.json")), lines
+    assert refused(e.value.code, lines, "damaged file", str(tmp_path / "seed=0" / "metrics.json")), lines
 
 
 # ----------------------------------------------------------------------------- real processes

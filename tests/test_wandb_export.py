@@ -230,7 +230,7 @@ def test_a_sweep_job_lands_in_the_group_and_columns_the_export_gives(tmp_path, m
 
     from highway_repro.dashboards.export import excluded_keys, run_item
     from highway_repro.engine.loggers import WandbLogger
-    from highway_repro.report.runs import read_yaml
+    from highway_repro.report.runs import load_run, read_yaml
 
     offline(monkeypatch, tmp_path)
     folder = RUNS / "ht_char_ptb-cpu" / "seed=1,variant=sdu_tanh"
@@ -247,7 +247,7 @@ def test_a_sweep_job_lands_in_the_group_and_columns_the_export_gives(tmp_path, m
     logger = WandbLogger(tmp_path, config=resolved, **kwargs)
     try:
         run, config = logger.run, dict(logger.run.config)
-        item = run_item(folder, excluded_keys())
+        item = run_item(load_run(folder), excluded_keys())
         assert (run.id, run.group, run.name) == (item.id, item.group, item.name)
         assert item.name == "seed=1,variant=sdu_tanh" and item.group == "ht_char_ptb"
         for key in ("row", "seed", "variant", "name", "scale_name"):

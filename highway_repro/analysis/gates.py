@@ -17,6 +17,7 @@ training mode and lesion switches afterwards.
 
 from __future__ import annotations
 
+import io
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from torch import nn
 
+from highway_repro import files
 from highway_repro.models.highway import highway_layers
 from highway_repro.models.probe import GateRecorder
 
@@ -174,11 +176,10 @@ def summarize(heatmaps: dict[str, np.ndarray], lesion: dict, tol: float = 0.1,
 
 
 def _save(fig: Figure, path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    return path
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
+    return files.write_atomic(Path(path), buf.getvalue())
 
 
 def _heat(fig: Figure, ax, a: np.ndarray, title: str, cmap: str = "viridis", **kw) -> None:

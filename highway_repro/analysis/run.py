@@ -17,31 +17,54 @@ from pathlib import Path
 
 import torch
 
+from highway_repro import files
 from highway_repro.analysis import gates as ga
 from highway_repro.train.job import build
 from highway_repro.train.config import check_targets
 from highway_repro.engine import checkpoint as ckpt_lib
 from highway_repro.errors import ArgumentParser, HighwayError
 from highway_repro.report import build_table, findings_path, load_runs
-from highway_repro.report.runs import RunFolderError, read_yaml
-from highway_repro.targets import scale_files
+from highway_repro.report.runs import RunFolderError, read_config, read_overrides
+from highway_repro.targets import CONFIG_DIR, scale_files
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
 
 
 def load_trained(run_dir: Path):
-    """(resolved config, data, model with the weights of ckpt/last.pt) of a run folder. The folder's config is read
-    as plain data (`read_yaml`) and builds only what `config.TARGETS` allows (`cli.build`): a file never chooses
-    the code that runs."""
+    """(config, data, model with the weights of ckpt/last.pt) of a run folder. Nothing of the folder is built from:
+    its overrides (`.hydra/overrides.yaml`, plain key=value lines) are composed with the project's own config files,
+    the folder's config_resolved.yaml must hold that same recipe (`train.recipe.recipe_diff`), and the composed
+    config, resolved, builds only what `config.TARGETS` allows (`job.build`)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from highway_repro.resolvers import register
+    from highway_repro.train.recipe import recipe_diff
+
     path = run_dir / "config_resolved.yaml"
-    cfg = read_yaml(path)
-    if not isinstance(cfg, dict) or not isinstance(cfg.get("data"), dict) or not isinstance(cfg.get("model"), dict):
-        raise RunFolderError(f"{path} holds no run's config (valid: the config_resolved.yaml of a finished run, "
-                             "with its data and model)")
-    check_targets(cfg, where=str(path))
-    data = build(cfg["data"], "data")
-    model = build(cfg["model"], "model", **data.meta)
+    saved, overrides = read_config(path), read_overrides(run_dir / ".hydra" / "overrides.yaml")
+    if not isinstance(saved, dict) or overrides is None:
+        raise RunFolderError(f"{path} holds no run's config (valid: the folder of a finished run, with its "
+                             "config_resolved.yaml and .hydra/overrides.yaml)")
+    register()
+    job = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose("train", overrides=job)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise RunFolderError(f"{run_dir / '.hydra' / 'overrides.yaml'} does not compose with the project's configs "
+                             f"({type(e).__name__}: {' '.join(str(e).split())[:160]})") from None
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    diff = recipe_diff(saved, resolved)
+    if diff:
+        raise RunFolderError(f"{path} holds another recipe than its overrides give ({'; '.join(diff[:3])}) (valid: "
+                             "the config the run's overrides compose; train the run again)")
+    check_targets(resolved, where=f"the config composed for {run_dir}")
+    data = build(resolved["data"], "data")
+    model = build(resolved["model"], "model", **data.meta)
     ckpt = ckpt_lib.load(run_dir / "ckpt" / "last.pt")
     ckpt_lib.load_model_state(model, ckpt["model"], str(run_dir / "ckpt" / "last.pt"))
-    return cfg, data, model
+    return resolved, data, model
 
 
 def main(argv=None) -> int:
@@ -82,7 +105,7 @@ def main(argv=None) -> int:
         "happens in the first ~15 layers; lesioning layers 15-45 barely changes training performance.", "",
     ]
     lines += [f"![{k}]({p.name})" for k, p in figs.items()]
-    findings_path(out).write_text("\n".join(lines) + "\n")  # kept: `make tables` rebuilds the report from it
+    files.write_atomic(findings_path(out), "\n".join(lines) + "\n")  # kept: `make tables` rebuilds the report from it
     scale = args.scale or cfg.get("scale_name")
     meta = {"commands": args.command or [f"python -m highway_repro.analysis.run {run_dir}"], "scale": scale,
             "wall_s": args.wall_s, "findings": "\n".join(lines), "scale_files": scale_files("hn_analysis", scale)}

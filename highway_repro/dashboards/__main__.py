@@ -12,17 +12,25 @@ import os
 import sys
 from pathlib import Path
 
+from highway_repro import files
 from highway_repro.dashboards.export import EXPORT_DIR, PROJECT, export, shown
 from highway_repro.dashboards.spec import build_specs
+from highway_repro.errors import HighwayError
 from highway_repro.targets import ROOT
 
 
 def run_export(args) -> int:
-    r = export(args.results, args.out, jobs=args.jobs)
+    try:
+        r = export(args.results, args.out, jobs=args.jobs)
+    except HighwayError as e:  # a damaged export record: one line, nothing removed
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     where = shown(args.out / "wandb")
     print(f"{r['runs']} W&B runs in {where}: {r['written']} written, {r['skipped']} unchanged, {r['removed']} removed, "
           f"in {r['seconds']:.0f} s; upload: wandb sync {where}/offline-run-*")
-    return 0
+    for folder, why in r["damaged"].items():
+        print(f"error: {why}: the kept run {folder} is left out of the export", file=sys.stderr)
+    return 1 if r["damaged"] else 0
 
 
 def run_dashboards(args) -> int:
@@ -32,7 +40,7 @@ def run_dashboards(args) -> int:
     folder = args.out / "dashboards"
     folder.mkdir(parents=True, exist_ok=True)
     for spec in specs:
-        (folder / f"{spec['table']}-{spec['scale']}.json").write_text(json.dumps(spec, indent=1) + "\n")
+        files.write_atomic(folder / f"{spec['table']}-{spec['scale']}.json", json.dumps(spec, indent=1) + "\n", folder)
     why = offline_reason()
     if why:
         print(f"W&B offline ({why}): wrote {len(specs)} dashboard specs to {shown(folder)}/ (nothing published)")

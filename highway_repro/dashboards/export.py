@@ -25,10 +25,12 @@ from dataclasses import asdict, dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
 
+from highway_repro import files
 from highway_repro.engine.identity import identity, job_name, run_id
-from highway_repro.dashboards.spec import build_specs
+from highway_repro.dashboards.spec import DAMAGED, build_specs, sound_runs
+from highway_repro.files import KeptFileError
 from highway_repro.report.grids import kept_folders
-from highway_repro.report.runs import read_yaml
+from highway_repro.report.runs import Run, load_run, read_overrides, read_yaml
 from highway_repro.targets import CONFIG_DIR, KEPT_FILES, REPORTS, ROOT, SCALES
 
 EXPORT_DIR = ROOT / "runs" / "wandb_export"
@@ -53,8 +55,8 @@ class Item:
         """What the run is made of: its fields and the bytes of its kept files."""
         h = hashlib.sha256(json.dumps([FORMAT, asdict(self)], sort_keys=True, default=str).encode())
         for f in KEPT_FILES if self.folder else ():
-            path = Path(self.folder) / f
-            h.update(f.encode() + (path.read_bytes() if path.exists() else b"-"))
+            blob = files.read_bytes(Path(self.folder) / f, Path(self.folder).parent)
+            h.update(f.encode() + (b"-" if blob is None else blob))
         return h.hexdigest()
 
 
@@ -68,11 +70,10 @@ def excluded_keys() -> list[str]:
     return list(read_yaml(CONFIG_DIR / "train.yaml")["hydra"]["job"]["config"]["override_dirname"]["exclude_keys"])
 
 
-def run_item(folder: Path, exclude: list[str]) -> Item:
-    """The W&B run of one kept run folder (no table tags yet)."""
-    config = read_yaml(folder / "config_resolved.yaml") or {}
-    overrides = read_yaml(folder / ".hydra" / "overrides.yaml")
-    info = json.loads((folder / "run_info.json").read_text()) if (folder / "run_info.json").exists() else {}
+def run_item(run: Run, exclude: list[str]) -> Item:
+    """The W&B run of one sound kept run (`spec.sound_runs`; no table tags yet)."""
+    folder, config, info = run.path, run.config, run.run_info
+    overrides = read_overrides(folder / ".hydra" / "overrides.yaml")
     who = identity(config, job_name(overrides, exclude) if overrides is not None else folder.name,
                    on_gpu=bool(info.get("cuda_device")))
     device = info.get("cuda_device") or "cpu"
@@ -85,18 +86,18 @@ def run_item(folder: Path, exclude: list[str]) -> Item:
 def kept_items(results: Path, folders: list[Path] | None = None) -> list[Item]:
     """One item per distinct kept run, tagged with every table that reads it (`folders`: only the runs of these)."""
     exclude, items, seen = excluded_keys(), {}, {}
-    wanted = None if folders is None else {run_item(Path(f), exclude).id for f in folders}
+    wanted = None if folders is None else {run_item(r, exclude).id for r in sound_runs(list(map(Path, folders)))}
     names = None if folders is None else {Path(f).name for f in folders}  # another job name is another run
     for name in REPORTS:
         for scale in SCALES:
-            for folder in kept_folders(name, scale, results):
+            for run in sound_runs(kept_folders(name, scale, results)):
+                folder = run.path
                 if names is not None and folder.name not in names:
                     continue
                 if folder not in seen:
-                    item = run_item(folder, exclude)
+                    item = run_item(run, exclude)
                     first = items.setdefault(item.id, item)
-                    if first is not item and (Path(first.folder) / "metrics.json").read_bytes() != \
-                            (folder / "metrics.json").read_bytes():
+                    if first is not item and load_run(Path(first.folder)).final != run.final:
                         print(f"warning: {folder} and {first.folder} are one W&B run ({item.id}) but differ; "
                               f"exported: {first.folder}")
                     seen[folder] = item.id
@@ -118,14 +119,10 @@ def _number(v):
     return float(v) if v in ("nan", "inf", "-inf") else v
 
 
-def history(folder: Path) -> dict[int, dict]:
+def history(run: Run) -> dict[int, dict]:
     """metrics.jsonl as W&B logs it: {step: its numbers}, the lines of one step (training, evaluation) merged."""
     rows: dict[int, dict] = {}
-    for line in (folder / "metrics.jsonl").read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:  # a line cut by a kill
-            continue
+    for record in run.history:  # (lines cut by a kill, or not a record with a whole step, left out)
         values = {k: _number(v) for k, v in record.items() if k != "step"}
         rows.setdefault(int(record.get("step", 0)), {}).update(
             {k: v for k, v in values.items() if isinstance(v, (int, float))})
@@ -142,10 +139,10 @@ def write_run(wandb, item: Item, out: Path, project: str) -> str:
                      notes=item.notes, config=item.config, job_type="report" if item.report else "train",
                      dir=str(out), mode="offline", settings=settings, reinit="finish_previous")
     if item.folder:
-        folder = Path(item.folder)
-        for step, values in history(folder).items():  # each step committed, so the summary below is the last word
+        kept = load_run(Path(item.folder))
+        for step, values in history(kept).items():  # each step committed, so the summary below is the last word
             run.log(values, step=step, commit=True)
-        final = json.loads((folder / "metrics.json").read_text())
+        final = kept.final
         run.summary.update({k: _number(v) for k, v in final.items() if isinstance(v, (int, float, str))})
     else:
         refs, claims = item.report["references"], item.report["claims"]
@@ -169,15 +166,28 @@ def write_chunk(items: list[Item], out: Path, project: str) -> dict[str, dict]:
 
 
 def _save(index_path: Path, index: dict) -> None:
-    tmp = index_path.with_name(index_path.name + ".tmp")
-    tmp.write_text(json.dumps(index, indent=1, sort_keys=True))
-    os.replace(tmp, index_path)
+    files.write_atomic(index_path, json.dumps(index, indent=1, sort_keys=True), index_path.parent)
+
+
+def read_index(out: Path) -> dict:
+    """`<out>/exported.json` ({} when absent): each entry's `run` must be `wandb/<a plain folder name>` and its
+    `digest` a string, else KeptFileError (nothing is removed by a record's say-so)."""
+    index = files.read_json(out / "exported.json", out, kind=dict) or {}
+    for run, entry in index.items():
+        where = entry.get("run") if isinstance(entry, dict) else None
+        parts = where.split("/") if isinstance(where, str) else []
+        if len(parts) != 2 or parts[0] != "wandb" or not isinstance(entry.get("digest"), str):
+            raise KeptFileError(f"{out / 'exported.json'}: {run}={entry!r} is not allowed (valid: run, "
+                                "wandb/<folder name>; digest, a string); delete the file to export every run anew")
+        files.plain_name(parts[1], f"{out / 'exported.json'}: {run}.run")
+    return index
 
 
 def export(results: Path, out: Path, jobs: int = 2, project: str | None = None,
            folders: list[Path] | None = None) -> dict:
     """Export the kept runs under `results` (or only `folders`, then without report runs) into `out`.
-    Returns {"runs", "written", "skipped", "removed", "seconds"}."""
+    A damaged kept run is left out and named (`spec.sound_runs`). Returns {"runs", "written", "skipped", "removed",
+    "seconds", "damaged": {folder: why}}."""
     start = time.perf_counter()
     project = project or os.environ.get("WANDB_PROJECT") or PROJECT
     items = kept_items(results, folders)
@@ -185,12 +195,13 @@ def export(results: Path, out: Path, jobs: int = 2, project: str | None = None,
         items += report_items(build_specs(results))
     out.mkdir(parents=True, exist_ok=True)
     index_path = out / "exported.json"
-    index = json.loads(index_path.read_text()) if index_path.exists() else {}
+    index = read_index(out)
     todo = [i for i in items if index.get(i.id, {}).get("digest") != i.digest()
             or not (out / index[i.id]["run"]).is_dir()]
     gone = set(index) - {i.id for i in items} if folders is None else set()
     for run in gone:
-        shutil.rmtree(out / index.pop(run)["run"], ignore_errors=True)
+        old = files.below(out / index.pop(run)["run"], out)  # never through a link
+        shutil.rmtree(old, ignore_errors=True)
     chunks = [todo[k:k + CHUNK] for k in range(0, len(todo), CHUNK)]
     done = []
 
@@ -210,4 +221,4 @@ def export(results: Path, out: Path, jobs: int = 2, project: str | None = None,
                 record(f.result())
     _save(index_path, index)
     return {"runs": len(items), "written": len(todo), "skipped": len(items) - len(todo), "removed": len(gone),
-            "seconds": time.perf_counter() - start}
+            "seconds": time.perf_counter() - start, "damaged": dict(DAMAGED)}

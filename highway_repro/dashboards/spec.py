@@ -18,11 +18,11 @@ No wandb import here: `publish.py` turns a spec into W&B objects, and only when 
 from __future__ import annotations
 
 import csv
-import json
 import re
 from pathlib import Path
 
 from highway_repro.report.grids import kept_folders
+from highway_repro.report.runs import Run, load_run
 from highway_repro.targets import REPORTS, SCALES, TARGETS
 
 METRICS = ("acc", "bpc", "ppl", "loss")  # a summary.csv metric names one of these (`mean bpc over evaluations`)
@@ -32,21 +32,29 @@ NUMERIC = {"n_seeds", "mean", "std", "ci_low", "ci_high", "ci_unpaired_low", "ci
            "floor", "delta", "family_size", "compared_mean", "diff", "paper_effect", "runs", "runs_planned"}
 
 
-def logged_keys(folders: list[Path]) -> tuple[dict[str, int], set[str]]:
+DAMAGED: dict[str, str] = {}  # the kept run folders left out of every dashboard and export: {folder: why}
+
+
+def sound_runs(folders: list[Path]) -> list[Run]:
+    """The runs of kept run folders, less the damaged ones (`report.runs.load_run`), which are noted in `DAMAGED`
+    (the export names them and exits 1)."""
+    runs = [load_run(f) for f in folders]
+    DAMAGED.update({str(r.path): r.error for r in runs if r.status == "damaged"})
+    return [r for r in runs if r.status != "damaged"]
+
+
+def logged_keys(runs: list[Run]) -> tuple[dict[str, int], set[str]]:
     """What the runs log: {history key: most points one run has of it} (metrics.jsonl) and the metrics.json keys."""
     history: dict[str, int] = {}
     final: set[str] = set()
-    for folder in folders:
+    for run in runs:
         counts: dict[str, int] = {}
-        for line in (folder / "metrics.jsonl").read_text().splitlines():
-            try:
-                for k in json.loads(line):
-                    counts[k] = counts.get(k, 0) + 1
-            except json.JSONDecodeError:  # a line cut by a kill
-                continue
+        for record in run.history:
+            for k in record:
+                counts[k] = counts.get(k, 0) + 1
         for k, n in counts.items():
             history[k] = max(history.get(k, 0), n)
-        final |= set(json.loads((folder / "metrics.json").read_text()))
+        final |= set(run.final)
     history.pop("step", None)
     return history, final
 
@@ -81,13 +89,13 @@ def _slug(row: str) -> str:
     return named.group(1) if named else re.sub(r"[^\w.-]+", "_", row).strip("_")
 
 
-def table_spec(name: str, scale: str, folders: list[Path], lines: list[dict]) -> dict:
-    """The dashboard of table `name` at `scale` from its kept run folders and its lines of summary.csv."""
-    history, final = logged_keys(folders)
+def table_spec(name: str, scale: str, runs: list[Run], lines: list[dict]) -> dict:
+    """The dashboard of table `name` at `scale` from its kept runs and its lines of summary.csv."""
+    history, final = logged_keys(runs)
     main = next(line for line in lines if line["kind"] == "row")
     metric = next((m for m in METRICS if re.search(rf"\b{m}\b", main["metric"])), main["metric"])
     split = main["split"]
-    last = max(int(json.loads((f / "metrics.json").read_text()).get("step") or 0) for f in folders)
+    last = max(int(r.final.get("step") or 0) for r in runs)
     references = [{"row": line["row"], "key": f"paper/{split}_{metric}/{_slug(line['row'])}",
                    "value": float(line["paper"]), "steps": [0, last]}
                   for line in lines if line["kind"] == "row" and line["paper"]]
@@ -111,7 +119,7 @@ def table_spec(name: str, scale: str, folders: list[Path], lines: list[dict]) ->
     return {"table": name, "scale": scale, "name": f"{name} ({scale})", "description": TARGETS[name].help,
             "filter": {"tags": [f"table:{name}"]},
             "group_by": ["name", "row"] if len(experiments) > 1 else ["row"],
-            "columns": ["config:row", f"summary:{end}", "summary:status"], "runs": len(folders),
+            "columns": ["config:row", f"summary:{end}", "summary:status"], "runs": len(runs),
             "panels": panels, "references": references, "claims": claims_table(lines)}
 
 
@@ -122,7 +130,7 @@ def build_specs(results: Path) -> list[dict]:
     for name in REPORTS:
         for scale in SCALES:
             mine = [line for line in lines if line["table"] == name and line["scale"] == scale]
-            folders = kept_folders(name, scale, results)
-            if folders and any(line["kind"] == "row" for line in mine):
-                specs.append(table_spec(name, scale, folders, mine))
+            runs = sound_runs(kept_folders(name, scale, results))
+            if runs and any(line["kind"] == "row" for line in mine):
+                specs.append(table_spec(name, scale, runs, mine))
     return specs

@@ -1,9 +1,14 @@
 """The prepared-array cache: arrays built once from verified raw files, kept as ``.npy`` files in
-``<cache dir>/prepared/<name>-<hash>/`` with a ``manifest.json`` that records their sha256s.
+``<cache dir>/prepared/<name>-<hash>/`` beside ``info.json`` (the canonical JSON of the build's info: the
+vocabulary) and a ``manifest.json`` that records the sha256s of the folder's files.
 
-Every use verifies the raw files (the checks of :mod:`highway_repro.data.sources`) and, on a hit, every file of
-the folder against its manifest; a mismatch is a one-line :class:`~highway_repro.data.sources.ChecksumError` naming
-the folder to delete, never a silent rebuild. Files are written atomically, the manifest last.
+A folder named in ``PREPARED_SHA256SUMS`` beside this module (the folders the offline mirror's files give, written
+by ``python -m highway_repro.data``) must hold the committed sha256s, right after its build and on every use; any
+other folder (options nobody committed, raw files only a download brings) is trusted on first use: its manifest,
+written by its build, is what later uses check. Every use also verifies the raw files (the checks of
+:mod:`highway_repro.data.sources`). A mismatch is a one-line :class:`~highway_repro.data.sources.ChecksumError`
+naming the file, both sums and the folder to delete, never a silent rebuild. Files are written atomically, the
+manifest last.
 """
 
 from __future__ import annotations
@@ -20,9 +25,24 @@ import numpy as np
 from highway_repro.errors import storage_error, unwritable
 from highway_repro.lock import pid_alive
 
-from .sources import ChecksumError, _digest, _get, cache_dir
+from .sources import ChecksumError, _digest, _get, _read_sums, cache_dir
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
+INFO = "info.json"
+SUMS_FILE = Path(__file__).with_name("PREPARED_SHA256SUMS")
+SUMS_NAME = "highway_repro/data/PREPARED_SHA256SUMS"  # how messages name it
+
+
+def _read_committed(text: str) -> dict[str, dict[str, str]]:
+    """``{folder name: {file: sha256}}`` of lines ``<sha256>  <folder name>/<file>`` (sha256sum format)."""
+    out: dict[str, dict[str, str]] = {}
+    for rel, sha in _read_sums(text).items():
+        folder, _, file = rel.partition("/")
+        out.setdefault(folder, {})[file] = sha
+    return out
+
+
+COMMITTED: dict[str, dict[str, str]] = _read_committed(SUMS_FILE.read_text())
 
 
 def _save_atomic(path: Path, write) -> None:
@@ -58,12 +78,13 @@ def load_or_build(name: str, key: dict, files, build, cache: str | os.PathLike |
     ``.npy`` under ``<cache>/prepared/<name>-<hash>/``; the hash is that of ``key`` and of the raw files' sha256s.
 
     ``build(paths, folder)`` gets ``{relpath: verified path}`` and the folder (for files of its own, e.g. a
-    tokenizer model) and returns ``(arrays: dict[str, np.ndarray], info: dict)`` (info JSON-able).
-    Every call verifies the raw files (:func:`sources.fetch`'s checks), and a cache hit every file of the folder
-    against the sha256s of its manifest: a mismatch, or a manifest that cannot be read, raises
-    :class:`ChecksumError`; the folder is never rebuilt in its place. Every file is written atomically (temp file +
-    os.replace), the manifest last, so a folder without one (its writer was killed) is built again; the temp files
-    of a killed writer are removed then.
+    tokenizer model) and returns ``(arrays: dict[str, np.ndarray], info: dict)`` (info JSON-able, kept as
+    ``info.json``). Every call verifies the raw files (:func:`sources.fetch`'s checks); a folder in
+    :data:`COMMITTED` must hold its committed sha256s right after its build and on every hit; a hit of any other
+    folder checks its files against the sha256s of its manifest. A mismatch, or a manifest that cannot be read,
+    raises :class:`ChecksumError`; the folder is never rebuilt in its place. Every file is written atomically (temp
+    file + os.replace), the manifest last, so a folder without one (its writer was killed, or its build did not give
+    the committed files) is built again; the temp files of a killed writer are removed then.
     """
     raw = {rel: _get(rel, cache_dir(cache)) for rel in files}
     blob = json.dumps({"v": CACHE_VERSION, "name": name, **key, "files": {r: s for r, (_, s) in raw.items()}},
@@ -76,34 +97,50 @@ def load_or_build(name: str, key: dict, files, build, cache: str | os.PathLike |
     arrays, info = build({r: p for r, (p, _) in raw.items()}, folder)
     for k, arr in arrays.items():
         _save_atomic(folder / f"{k}.npy", lambda f, a=arr: np.save(f, a, allow_pickle=False))
+    _save_atomic(folder / INFO, lambda f: f.write(json.dumps(info, sort_keys=True, separators=(",", ":")).encode()))
     sums = {p.name: _digest(p, "sha256") for p in sorted(folder.iterdir())
             if p.is_file() and p.name != "manifest.json" and p.suffix != ".tmp"}
-    man = {"key": json.loads(blob), "info": info, "sha256": sums,
+    if (anchor := COMMITTED.get(folder.name)) is not None:
+        for file in sorted(set(anchor) | set(sums)):
+            if (expected := anchor.get(file, "no such file")) != (actual := sums.get(file, "no such file")):
+                raise ChecksumError(
+                    f"checksum mismatch for prepared {file} at {folder / file}: sha256 expected {expected} (committed "
+                    f"in {SUMS_NAME}), got {actual}; its build from the verified raw files gave other bytes (another "
+                    f"version of numpy or of the code that prepares it): delete the folder {folder}, and regenerate "
+                    f"{SUMS_NAME} with `python -m highway_repro.data` if that code changed")
+    man = {"key": json.loads(blob), "sha256": sums,
            "arrays": {k: [list(a.shape), str(a.dtype)] for k, a in arrays.items()}}
     _save_atomic(folder / "manifest.json", lambda f: f.write(json.dumps(man, indent=1).encode()))
     return arrays, info
 
 
 def _load_prepared(folder: Path, key: dict):
-    """(arrays, info) of a prepared folder whose files all match the sha256s of its manifest."""
+    """(arrays, info) of a prepared folder whose files all match their committed sha256s (a folder in
+    :data:`COMMITTED`), else the sha256s of its manifest."""
     manifest, fix = folder / "manifest.json", f"delete the folder {folder} to rebuild it from the raw files"
     try:
         man = json.loads(manifest.read_text())
-        sums, names, info = dict(man["sha256"]), list(man["arrays"]), man["info"]
+        sums, names = dict(man["sha256"]), list(man["arrays"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ChecksumError(f"prepared data {manifest} is unreadable ({type(e).__name__}: {e}); {fix}") from None
-    if man.get("key") != key or not {f"{k}.npy" for k in names} <= set(sums):
+    anchor = COMMITTED.get(folder.name)
+    if (man.get("key") != key or not {f"{k}.npy" for k in names} | {INFO} <= set(sums)
+            or anchor is not None and set(anchor) != set(sums)):
         raise ChecksumError(f"prepared data {manifest} does not describe its folder (other key or files); {fix}")
-    arrays = {}
-    for file, expected in sums.items():
+    expected, at, why = (anchor, f"committed in {SUMS_NAME}", "it is not what the raw files give") if anchor else (
+        sums, "its manifest", "it changed after it was written")
+    blobs = {}
+    for file in sums:
         try:
-            blob = (folder / file).read_bytes()
-            actual = hashlib.sha256(blob).hexdigest()
+            blobs[file] = (folder / file).read_bytes()
+            actual = hashlib.sha256(blobs[file]).hexdigest()
         except OSError as e:
-            blob, actual = b"", f"unreadable ({type(e).__name__}: {e.strerror})"
-        if actual != expected:
-            raise ChecksumError(f"checksum mismatch for prepared {file} at {folder / file}: sha256 expected {expected} "
-                                f"(its manifest), got {actual}; it changed after it was written: {fix}")
-        if file.endswith(".npy") and file[:-4] in names:
-            arrays[file[:-4]] = np.load(io.BytesIO(blob), allow_pickle=False)
-    return arrays, info
+            actual = f"unreadable ({type(e).__name__}: {e.strerror})"
+        if actual != expected[file]:
+            raise ChecksumError(f"checksum mismatch for prepared {file} at {folder / file}: sha256 expected "
+                                f"{expected[file]} ({at}), got {actual}; {why}: {fix}")
+    try:
+        return ({k: np.load(io.BytesIO(blobs[f"{k}.npy"]), allow_pickle=False) for k in names},
+                json.loads(blobs[INFO]))
+    except ValueError as e:
+        raise ChecksumError(f"prepared data in {folder} is unreadable ({type(e).__name__}: {e}); {fix}") from None

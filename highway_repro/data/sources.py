@@ -20,7 +20,9 @@ decompressed idx files, CIFAR archive md5s); else the sha256 recorded beside a c
 ``simple-examples.tgz``). A file with no checksum is refused; a mismatch is a one-line :class:`ChecksumError` (file,
 expected, found, what to do), and nothing is fetched again in its place. A mirror's own ``SHA256SUMS`` is not read.
 
-Not covered: a canonical CIFAR batch is as good as its archive's md5; ``enwik8.zip`` has no published checksum, so a
+Not covered: a canonical CIFAR batch is as good as its archive's md5, checked when the batch is extracted; a
+``<file>.sha256`` record is trusted on first use (whoever can write the cache can change a file and its record
+together; docs/guide.md, Data, says how to vouch for or clear one); ``enwik8.zip`` has no published checksum, so a
 download is trusted once (the reader checks that it unzips to 100,000,000 bytes), a copy in a mirror is refused, and
 one put in the cache by hand is used once someone vouches for it (``sha256sum enwik8.zip > enwik8.zip.sha256``).
 

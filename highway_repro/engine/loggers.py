@@ -16,7 +16,8 @@ import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
-from highway_repro.errors import HighwayError, storage_error, unwritable
+from highway_repro import files
+from highway_repro.errors import HighwayError
 
 
 def _clean(v):
@@ -39,20 +40,10 @@ def write_json_atomic(path: Path, obj) -> None:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write `path` through a temp file and a rename, so a reader sees the old file or the whole new one; a write
-    that fails (a full disk, a read-only folder: `StorageError` naming `path`) or is cut by a signal leaves no temp
-    file."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except BaseException as e:
-        discard(tmp)
-        cause = unwritable(e)
-        if cause is not None:
-            raise storage_error(cause, path) from None
-        raise
+    """Write `path` through a temp file, fsync and a rename (`files.write_atomic`), so a reader sees the old file or
+    the whole new one, and a link at `path` is replaced, never written through; a write that fails (a full disk, a
+    read-only folder: `StorageError` naming `path`) or is cut by a signal leaves no temp file."""
+    files.write_atomic(Path(path), text)
 
 
 def cpu_model() -> str | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from highway_repro import files
 from highway_repro.errors import ArgumentParser, HighwayError
 
 from highway_repro.report.header import header
@@ -79,7 +80,7 @@ def _main(argv=None) -> int:
         metrics = args.metrics.split(",")
         damaged = [r for r in runs if r.status == "damaged"]
         if damaged and all(r.status in ("damaged", "missing") for r in runs):  # nothing to report: say which file
-            ap.error(f"{len(damaged)} run folder(s) hold a damaged metrics.json, no run a readable one: "
+            ap.error(f"{len(damaged)} run folder(s) hold a damaged file, no run a readable one: "
                      f"{damaged[0].error}")
         for key in [k for k in group_by if all(r.get(k) is None for r in runs)]:  # a typo would pool every run
             ap.error(f"--group-by {key}: no run has this config key (e.g. model.kind, model.depth, variant)")
@@ -93,8 +94,8 @@ def _main(argv=None) -> int:
         if args.out:
             out = Path(args.out)
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.with_name(out.name + ".md").write_text(header("Report", runs, meta) + md)
-            out.with_name(out.name + ".csv").write_text(csv_text)
+            files.write_atomic(out.with_name(out.name + ".md"), header("Report", runs, meta) + md)
+            files.write_atomic(out.with_name(out.name + ".csv"), csv_text)
             if args.curve:
                 plot(out.with_name(out.name + ".png"), [curve_panel(t.rows, args.curve, "", args.curve)])
     if args.summary:

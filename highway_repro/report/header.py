@@ -78,7 +78,7 @@ def header(title: str, runs: list[Run], meta: dict | None = None) -> str:
     todo = planned - len(runs) if planned and planned > len(runs) else 0
     lines.append(f"- scale: {meta.get('scale') or 'unknown'}; seeds: {', '.join(s) or 'unknown'}; runs: {n_done} done, "
                  f"{len(runs) - n_done - n_missing - n_damaged} failed, {n_missing} missing"
-                 + (f", **{n_damaged} damaged (metrics.json cannot be parsed)**" if n_damaged else "")
+                 + (f", **{n_damaged} damaged (a kept file cannot be read as plain data)**" if n_damaged else "")
                  + (f"; **{todo} of the grid's {planned} runs not trained yet: a partial table**" if todo else ""))
     other = meta.get("other_recipe") or {}  # kept runs of an older recipe, left out of the table (the runner)
     if other:

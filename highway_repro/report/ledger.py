@@ -23,11 +23,11 @@ compared with the code.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import re
 from pathlib import Path
 
+from highway_repro import files
 from highway_repro.report import papers, stats
 from highway_repro.report.grids import SWEEP_DIR, kept_folders, params_of, swept, sweep_files
 from highway_repro.targets import TARGETS
@@ -138,7 +138,7 @@ def look_entry(table: str, param_sets, level: float | None, second_look_claims) 
 def table_metrics(table: str, results: Path) -> list[str]:
     """The metrics of the table's comparisons with a margin, from its claims file (none before it is made)."""
     path = results / f"{TARGETS[table].results}.claims.json"
-    rows = json.loads(path.read_text())["rows"] if path.exists() else []
+    rows = (files.read_json(path, results, kind=dict) or {}).get("rows") or []
     return sorted({r["metric"] for r in rows if r.get("kind") == "claim" and r.get("delta") is not None})
 
 
@@ -208,7 +208,10 @@ def compared(entry: dict, results: Path, previous: dict | None = None) -> list[s
 def load(results: Path) -> list[dict]:
     """The ledger's entries, in the order they were made ([] where there is none)."""
     path = Path(results) / LEDGER
-    return json.loads(path.read_text())["entries"] if path.exists() else []
+    entries = (files.read_json(path, results, kind=dict) or {}).get("entries", [])
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise files.KeptFileError(f"{path}: entries is not a list of objects (valid: the ledger's entries)")
+    return entries
 
 
 def latest(entries: list[dict]) -> dict[str, dict]:
@@ -285,6 +288,4 @@ def write_ledger(results: Path) -> Path | None:
     entries = load(results)
     if not entries:
         return None
-    path = Path(results) / "preregistration.md"
-    path.write_text(render(entries))
-    return path
+    return files.write_atomic(Path(results) / "preregistration.md", render(entries))

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from highway_repro import files
 from highway_repro.report.spec import mean_curve
 
 
@@ -35,11 +37,10 @@ def pyplot():
 
 def save(fig, path) -> Path:
     """Save `fig` to `path` (its folder made) at the figures' 110 dpi and close it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
     pyplot().close(fig)
-    return path
+    return files.write_atomic(Path(path), buf.getvalue())
 
 
 def plot(path, panels: list[Panel], ncols: int | None = None, panel_size=(7.0, 4.5)) -> Path:

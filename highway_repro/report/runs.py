@@ -11,36 +11,51 @@
 
 from __future__ import annotations
 
-import json
 import math
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-from highway_repro.errors import HighwayError
-
-
-YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where PyYAML has it: ~10x faster
+from highway_repro import files
+from highway_repro.files import KeptFileError
 
 
-class RunFolderError(HighwayError):
-    """A run folder's YAML file that is not plain data (a `!!python/...` tag, say) or not YAML at all."""
+# An override a kept run's .hydra/overrides.yaml may hold: a key, then a plain value (a name, a number, a sweep file
+# name): nothing Hydra's grammar would evaluate (a list, a function, a quoted string, an interpolation), and no
+# path out of the config folders (`..`, a leading `/`: a config group choice is a file name).
+PLAIN_OVERRIDE = re.compile(r"[+~]?[A-Za-z_][A-Za-z0-9_./]*=(?!/)[A-Za-z0-9_.,:/+-]*")
+
+RunFolderError = KeptFileError  # a run folder's file that is not plain data, a link, or too large
 
 
-def read_yaml(path: Path):
-    """A run folder's YAML file as plain data (None when absent), read with the safe loader: a tag that would build
-    an object (`!!python/object/apply:os.system`) is refused as RunFolderError, one line naming the file. Every
-    reader of run folders goes through here: the report, the recipe guard, the runner and the gate analyses."""
-    if not path.exists():
+def read_yaml(path: Path, inert: bool = True):
+    """A run folder's YAML file as plain data (None when absent): `files.read_yaml` below the run folder (no
+    link, no alias, no tag that would build an object, a bounded size; `inert=False`: no `${` either)."""
+    return files.read_yaml(path, root=path.parent.parent if path.parent.name == ".hydra" else path.parent,
+                           inert=inert)
+
+
+def read_overrides(path: Path) -> list[str] | None:
+    """A run folder's `.hydra/overrides.yaml` (None when absent), each line a `PLAIN_OVERRIDE`, else
+    KeptFileError naming the file and the line."""
+    lines = read_yaml(path, inert=False)
+    if lines is None:
         return None
-    try:
-        return yaml.load(path.read_text(), Loader=YAML_LOADER)
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        why = " ".join(str(e).split())
-        raise RunFolderError(f"{path} is not a plain YAML file ({type(e).__name__}: {why[:160]}) (valid: the "
-                             "config a run wrote, plain values only; move the folder away)") from None
+    if not isinstance(lines, list):
+        raise KeptFileError(f"{path} holds a {type(lines).__name__} (valid: a list of key=value overrides)")
+    for line in lines:
+        if not isinstance(line, str) or ".." in line or not PLAIN_OVERRIDE.fullmatch(line):
+            raise KeptFileError(f"{path} holds the override {line!r} (valid: key=value, a plain name or number)")
+    return lines
+
+
+def read_config(path: Path) -> dict | None:
+    """A run's `config_resolved.yaml` (None when absent): a mapping of plain values, no `${`."""
+    cfg = read_yaml(path, inert=False)
+    if cfg is not None and not isinstance(cfg, dict):
+        raise KeptFileError(f"{path} holds a {type(cfg).__name__} (valid: the mapping of a run's config)")
+    return cfg
 
 
 def parse_overrides(lines) -> dict[str, str]:
@@ -76,12 +91,18 @@ class Run:
         """metrics.jsonl, one dict per line (lines cut by a kill are skipped)."""
         if self._history is None:
             self._history = []
-            p = self.path / "metrics.jsonl"
-            for line in (p.read_text().splitlines() if p.exists() else []):
+            try:
+                blob = files.read_bytes(self.path / "metrics.jsonl", self.path.parent) or b""
+            except KeptFileError:
+                blob = b""  # the run is marked damaged by load_run's read of it
+            for line in blob.splitlines():
                 try:
-                    self._history.append(json.loads(line))
-                except json.JSONDecodeError:
+                    rec = files.parse_json(line, self.path / "metrics.jsonl")
+                except KeptFileError:
                     continue
+                if isinstance(rec, dict) and isinstance(rec.get("step", 0), int) and not isinstance(
+                        rec.get("step", 0), bool):
+                    self._history.append(rec)
         return self._history
 
     @property
@@ -138,26 +159,46 @@ class Run:
         return statistics.fmean(vals) if vals else math.nan
 
 
-def _read_object(path: Path) -> tuple[dict, str | None]:
-    """A run's JSON file (metrics.json, run_info.json) as a dict, and None ({} when absent); or {} and why it cannot
-    be parsed (the files are written atomically, so such a file was damaged after the run wrote it)."""
-    if not path.exists():
-        return {}, None
-    try:
-        final = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        return {}, f"{type(e).__name__}: {e}"
-    return (final, None) if isinstance(final, dict) else ({}, f"a JSON {type(final).__name__}, not an object")
+def _read_object(path: Path) -> dict:
+    """A run's JSON file (metrics.json, run_info.json) as a dict ({} when absent); KeptFileError when it is not a
+    JSON object of plain values (the files are written atomically, so such a file was damaged after the run wrote
+    it), or when its `status`, `step` or `error` has the wrong type."""
+    value = files.read_json(path, path.parent.parent, kind=dict) or {}
+    for key, kind in (("status", str), ("step", int), ("error", str)):
+        if value.get(key) is not None and (not isinstance(value[key], kind) or isinstance(value[key], bool)):
+            raise KeptFileError(f"{path}: {key}={value[key]!r} is not allowed (valid: a JSON {kind.__name__})")
+    return value
 
 
 def load_run(path: Path) -> Run:
-    path = Path(path)
-    overrides = parse_overrides(read_yaml(path / ".hydra" / "overrides.yaml"))
-    config = read_yaml(path / "config_resolved.yaml") or read_yaml(path / ".hydra" / "config.yaml") or {}
-    final, damage = _read_object(path / "metrics.json")
+    """The run of a run folder. A damaged file (`files`' rules: a link, not plain data, too large, a wrong type)
+    makes the run's status `damaged`, its error the line that says why: the reports leave it out of their
+    statistics and name it; the files that could be read still place it in its row."""
+    path, damage = Path(path), []
+
+    def read(fn, default):
+        try:
+            return fn()
+        except KeptFileError as e:
+            damage.append(str(e))
+            return default
+
+    def history():
+        f = files.below(path / "metrics.jsonl", path.parent)
+        if f.exists() and f.stat().st_size > files.MAX_BYTES:
+            raise KeptFileError(f"{f} holds {f.stat().st_size:,} bytes (valid: at most {files.MAX_BYTES:,})")
+
+    if read(lambda: files.below(path), None) is None:  # the run folder is a link: nothing of it is read
+        return Run(path, {}, {}, {}, "damaged", damage[0], {})
+    overrides = read(lambda: parse_overrides(read_overrides(path / ".hydra" / "overrides.yaml")), {})
+    config = read(lambda: read_config(path / "config_resolved.yaml") or read_yaml(path / ".hydra" / "config.yaml")
+                  or {}, {})
+    config = config if isinstance(config, dict) else {}
+    final = read(lambda: _read_object(path / "metrics.json"), {})
+    info = read(lambda: _read_object(path / "run_info.json"), {})
+    read(history, None)
     status = "damaged" if damage else str(final.get("status", "unknown")) if final else "missing"
-    error = f"{path / 'metrics.json'} cannot be parsed ({damage})" if damage else final.get("error")
-    info = _read_object(path / "run_info.json")[0]  # a damaged one reads as absent
+    error = damage[0] if damage else final.get("error")
     if error is None and status == "missing":
         error = (f"killed by the {info['killed']}" if info.get("killed")
                  else "no metrics.json (job died or still running)")

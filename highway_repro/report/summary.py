@@ -8,12 +8,15 @@ the index `results/README.md`, ending with the full claims list (`claims_list.py
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import sys
 from collections import Counter
 from pathlib import Path
 
+from highway_repro import files
+from highway_repro.files import KeptFileError
 from highway_repro.report import papers, stats
 from highway_repro.report.claims_list import PAPER_SCALE_ONLY, claims_list, counted
 from highway_repro.report.forest import forest
@@ -94,6 +97,17 @@ def home_rank(table: str, part_of: str | None, experiment: str) -> int:
     return 0 if table == experiment else 1 if not part_of else 2
 
 
+def read_claims(path: Path, root: Path) -> dict:
+    """A table's `<out>.claims.json` (`files.read_json` below `root`): an object whose `rows` are objects and whose
+    `table` and `file` are names; else KeptFileError naming it."""
+    d = files.read_json(path, root, kind=dict)
+    if not (isinstance(d.get("rows"), list) and all(isinstance(r, dict) for r in d["rows"])
+            and isinstance(d.get("table"), str)):
+        raise KeptFileError(f"{path} is not a table's claims file (valid: table, a name; rows, a list of objects)")
+    files.plain_name(d.get("file"), f"{path}: file")
+    return d
+
+
 def comparisons_elsewhere(out: Path, table: str, part_of: str | None):
     """`home(key, experiment)` for a table about to be written to `out`: the line of another table's claims file
     beside it that holds the same comparison and is its home (`home_rank`), as {"table", "file", "row", "claim"};
@@ -103,7 +117,10 @@ def comparisons_elsewhere(out: Path, table: str, part_of: str | None):
     for f in sorted(out.parent.glob("*.claims.json")):
         if f.name == out.name + ".claims.json":
             continue
-        d = json.loads(f.read_text())
+        try:
+            d = read_claims(f, out.parent)
+        except KeptFileError:  # named by the summary, which leaves it out too
+            continue
         for r in d["rows"]:
             if r["kind"] == "claim" and r.get("comparison") and not r.get("same_as"):
                 rank = home_rank(d["table"], d.get("part_of"), r.get("experiment", ""))
@@ -122,12 +139,10 @@ def write_claims(name: str, t: Rendered, out: Path, meta: dict, runs: int | None
     runs_planned (the runner's plan; None: unknown), part_of (the study whose combined table reads them), rows}."""
     out = Path(out)
     path = out.with_name(out.name + ".claims.json")
-    path.write_text(json.dumps({"table": name, "title": t.spec.title, "scale": meta.get("scale"),
-                                "file": out.name + ".md", "runs": runs,
-                                "runs_planned": meta.get("planned"), "part_of": meta.get("part_of"),
-                                "rows": claim_rows(name, t, meta.get("scale"))},
-                               indent=1) + "\n")
-    return path
+    return files.write_atomic(path, json.dumps({"table": name, "title": t.spec.title, "scale": meta.get("scale"),
+                                                "file": out.name + ".md", "runs": runs,
+                                                "runs_planned": meta.get("planned"), "part_of": meta.get("part_of"),
+                                                "rows": claim_rows(name, t, meta.get("scale"))}, indent=1) + "\n")
 
 
 def _cell(v) -> str:
@@ -179,10 +194,14 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
     not summarised), and the index `README.md`, which names each table of `expected` (name -> how to make it) not
     made yet."""
     root = Path(results_root)
-    files = sorted(f for f in root.rglob("*.claims.json") if f.relative_to(root).parts[0] != ARCHIVE)
-    tables, rows = [], []
-    for f in files:
-        d = json.loads(f.read_text())
+    tables, rows, damaged = [], [], []
+    for f in sorted(f for f in root.rglob("*.claims.json") if f.relative_to(root).parts[0] != ARCHIVE):
+        try:
+            d = read_claims(f, root)
+        except KeptFileError as e:
+            print(f"error: {e}", file=sys.stderr)
+            damaged.append(str(e))
+            continue
         rel = (f.parent / d["file"]).relative_to(root).as_posix()
         tables.append((d, rel))
         rows += [{**r, "file": rel, "runs": d.get("runs"), "runs_planned": d.get("runs_planned"),
@@ -192,10 +211,11 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
     forest(rows, root / "claims.png")
     path = root / "summary.csv"
     flat = [{k: _cell(r.get(k)) for k in COLUMNS} for r in rows]  # summary.csv's rows, as the claims list reads them
-    with open(path, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(flat)
+    fh = io.StringIO(newline="")
+    w = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
+    w.writeheader()
+    w.writerows(flat)
+    files.write_atomic(path, fh.getvalue())
     lines = ["# Results", "",
              "Every table of the two papers as reproduced here; each file names the command that made it, the scale, "
              "seeds, wall time, CPU-hours and machine. `summary.csv` has one line per table row, distinct comparison "
@@ -254,5 +274,8 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
               + (": " + ", ".join(f"[{o}]({o})" for o in archived) if archived else "") + "."]
     lines += ["", "## Every comparison", "", "![every distinct comparison: difference, 95 % interval (99 % at a "
               "second look), +-delta, the paper's effect](claims.png)", "", claims_list(flat)]
-    (root / "README.md").write_text("\n".join(lines) + "\n")
+    files.write_atomic(root / "README.md", "\n".join(lines) + "\n")
+    if damaged:
+        raise KeptFileError(f"{len(damaged)} claims file(s) left out of {path} (make tables rebuilds them): "
+                            f"{damaged[0]}")
     return path

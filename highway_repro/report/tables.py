@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from highway_repro import files
 from highway_repro.report.header import header
 from highway_repro.report.hn_tables import DEMO, HN_ANALYSIS, HN_CIFAR, HN_FIG1, HN_TABLE1
 from highway_repro.report.ht_tables import gate_zoo_table, ht_table, paper_anchor_table, placement_panels
@@ -90,7 +91,7 @@ def build_table(name: str, runs: list[Run], out: Path, meta: dict) -> str:
     if meta.get("findings"):
         text += "\n" + meta["findings"].rstrip() + "\n"
     text += scale_section(meta.get("scale_files") or [])
-    out.with_name(out.name + ".md").write_text(text)
-    out.with_name(out.name + ".csv").write_text(csv_text)
+    files.write_atomic(out.with_name(out.name + ".md"), text)
+    files.write_atomic(out.with_name(out.name + ".csv"), csv_text)
     write_claims(name, t, out, meta, runs=len(runs))
     return text

@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
+from highway_repro import files
 from highway_repro.train.config import check_group_choices
 from highway_repro.errors import ArgumentParser, BusyError, ConfigError, HighwayError
 from highway_repro.lock import take
@@ -69,7 +70,7 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path, echo: bo
             print(f"[{name}] no run folder with a checkpoint at {sweep_dir} and no kept findings ({found}): "
                   "no report", file=sys.stderr)
             return 0
-        meta["findings"] = found.read_text()  # what it found when it ran: the report is rebuilt from files
+        meta["findings"] = files.read_bytes(found, results).decode(errors="replace")  # rebuilt from files
     elif t.after:
         commands = meta["commands"] or [f"make {make_target(name)} SCALE={scale}"]
         cmd = [sys.executable, "-m", t.after, str(sweep_dir), "--out", str(results / t.results), "--scale", scale]
@@ -106,8 +107,8 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path, echo: bo
 
 
 def _damaged(results: Path, scale: str, allowed: bool) -> int:
-    """Name each kept run of `scale` whose metrics.json cannot be parsed (the reports count it as damaged and leave
-    it out of their statistics); 1 when there is one, unless `allowed`."""
+    """Name each kept run of `scale` with a damaged file (`report.runs.load_run`: the reports count it as damaged and
+    leave it out of their statistics); 1 when there is one, unless `allowed`."""
     from highway_repro.report.runs import load_run
 
     runs = [load_run(p.parent) for kept in (f"*-{scale}", f"*-{scale}-gpu")
@@ -119,10 +120,14 @@ def _damaged(results: Path, scale: str, allowed: bool) -> int:
     return int(bool(damaged) and not allowed)
 
 
-def _report(name: str, scale: str, runs_root: Path, results: Path) -> int:
-    """report_table for the report thread: an error is printed and counted, and the other reports go on."""
+def _report(name: str, scale: str, runs_root: Path, results: Path, echo: bool = True) -> int:
+    """report_table, one table's failure its own: a damaged kept file (a record, say) or another user error is one
+    line naming the table, a bug its traceback, and the other reports go on; 1 when it failed."""
     try:
-        return report_table(name, scale, runs_root, results)
+        return report_table(name, scale, runs_root, results, echo)
+    except HighwayError as e:
+        print(f"error: [{name}] not reported: {e}", file=sys.stderr)
+        return 1
     except Exception:
         import traceback
 
@@ -275,8 +280,8 @@ def _run(names: list[str], args, results: Path, runs_root: Path) -> int:
                 continue
             with held:
                 for part in parts if not args.all else ():  # (--all reports the parts under their own names)
-                    status = report_table(part, args.scale, runs_root, results) or status
-                status = report_table(name, args.scale, runs_root, results, echo=not args.all) or status
+                    status = _report(part, args.scale, runs_root, results) or status
+                status = _report(name, args.scale, runs_root, results, echo=not args.all) or status
         status = _damaged(results, args.scale, args.allow_damaged) or status
     else:
         if args.calibrate:
@@ -287,12 +292,20 @@ def _run(names: list[str], args, results: Path, runs_root: Path) -> int:
     if not args.estimate:
         from highway_repro.report import write_summary
 
-        expected = {n: f"{TARGETS[n].help} (`make {make_target(n)}`)" for n in REPORTS}
-        print(f"wrote {write_summary(results, expected)}", file=sys.stderr)
         from highway_repro.report.ledger import write_ledger
 
-        if (ledger := write_ledger(results)) is not None:  # results/preregistration.md, when a ledger is kept
-            print(f"wrote {ledger}", file=sys.stderr)
+        expected = {n: f"{TARGETS[n].help} (`make {make_target(n)}`)" for n in REPORTS}
+        try:
+            print(f"wrote {write_summary(results, expected)}", file=sys.stderr)
+        except HighwayError as e:  # a damaged claims file: left out of the summary, which is written
+            print(f"error: {e}", file=sys.stderr)
+            status = status or 1
+        try:
+            if (ledger := write_ledger(results)) is not None:  # results/preregistration.md, when a ledger is kept
+                print(f"wrote {ledger}", file=sys.stderr)
+        except HighwayError as e:  # a damaged ledger: named, the reports stand
+            print(f"error: {e}", file=sys.stderr)
+            status = status or 1
     return status
 
 

@@ -14,19 +14,26 @@ import sys
 import time
 from pathlib import Path
 
+from highway_repro import files
 from highway_repro.engine.loggers import write_json_atomic
 from highway_repro.errors import HighwayError
+from highway_repro.files import KeptFileError
 from highway_repro.runner.keep import FINISHED, SINGLE_RUN
 from highway_repro.runner.plan import REPEAT_KEYS, dirname, jobs_of, override_key, plan
 from highway_repro.targets import ROOT, TARGETS
 
 
+def _object(path: Path) -> dict | None:
+    """A run folder's JSON file as a dict ({} when absent; None when damaged: `files.read_json`)."""
+    try:
+        return files.read_json(path, path.parent.parent, kind=dict) or {}
+    except KeptFileError:
+        return None
+
+
 def run_info(run: Path) -> dict | None:
     """A run folder's run_info.json ({} when it has none; None when it cannot be read)."""
-    try:
-        return json.loads((run / "run_info.json").read_text()) if (run / "run_info.json").exists() else {}
-    except (OSError, ValueError):
-        return None
+    return _object(run / "run_info.json")
 
 
 def run_seconds(runs: list[Path], cpu_only: bool = False, speedup: float | None = None,
@@ -42,19 +49,22 @@ def run_seconds(runs: list[Path], cpu_only: bool = False, speedup: float | None 
     (`speed_ratio`)."""
     out, me = [], machine_key()
     for r in runs:
-        try:
-            m = json.loads((r / "metrics.json").read_text())
-        except (OSError, ValueError):
+        if (m := _object(r / "metrics.json")) is None:
             continue
         if (info := run_info(r)) is None or m.get("status") not in FINISHED or (cpu_only and info.get("cuda_device")):
             continue
         threads = info.get("threads") if isinstance(info.get("threads"), int) and info["threads"] > 0 else 1
         factor = alone(info, speedup) * (elsewhere if not info.get("cuda_device") and machine_key(info) != me else 1.0)
-        if m.get("time/cpu_s") and not info.get("cuda_device"):
+        if _positive(m.get("time/cpu_s")) and not info.get("cuda_device"):
             out.append(float(m["time/cpu_s"]) / threads * factor)
-        elif m.get("time/wall_s"):
+        elif _positive(m.get("time/wall_s")):
             out.append(float(m["time/wall_s"]) * factor)
     return out
+
+
+def _positive(v) -> bool:
+    """Whether a logged value is a positive finite number (a kept file may hold anything)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf")
 
 
 def alone(info: dict, speedup: float | None) -> float:
@@ -63,7 +73,8 @@ def alone(info: dict, speedup: float | None) -> float:
     grouped for its model, `table.group_speedup`) times less than alone; 1 otherwise, or with no `speedup`. A run
     resumed outside its group keeps the mark, and its time alone is overstated for the part it trained alone."""
     group = info.get("group")
-    return speedup if speedup and isinstance(group, dict) and group.get("size", 1) > 1 else 1.0
+    return speedup if speedup and isinstance(group, dict) and _positive(group.get("size")) and group["size"] > 1 \
+        else 1.0
 
 
 def on_cpu(cfg) -> bool:
@@ -152,11 +163,12 @@ def _step_cost(run: Path, speedup: float | None = None) -> float | None:
     None if none."""
     vals, info = [], run_info(run) or {}
     try:
-        for line in (run / "metrics.jsonl").read_text().splitlines():
-            v = json.loads(line).get("perf/cpu_s_per_step") if '"perf/cpu_s_per_step"' in line else None
+        for line in (files.read_bytes(run / "metrics.jsonl", run.parent) or b"").splitlines():
+            rec = files.parse_json(line, run / "metrics.jsonl") if b'"perf/cpu_s_per_step"' in line else None
+            v = rec.get("perf/cpu_s_per_step") if isinstance(rec, dict) else None
             if isinstance(v, (int, float)) and v > 0:
                 vals.append(float(v))
-    except (OSError, ValueError):
+    except KeptFileError:
         return None
     return sum(vals) / len(vals) * alone(info, speedup) if vals else None
 
@@ -187,7 +199,7 @@ def probe(name: str, scale: str, workdir: Path) -> dict:
 
 def calibrate(names: list[str], scale: str, workdir: Path, path: Path) -> dict:
     """Probe each table on this machine and record the results under `machine_key()` in `path`."""
-    data = json.loads(path.read_text()) if path.exists() else {}
+    data = files.read_json(path, path.parent, kind=dict) or {}
     mine = data.setdefault(machine_key(), {}).setdefault(scale, {})
     for name in names:
         mine[name] = probe(name, scale, workdir)
@@ -202,10 +214,7 @@ def _cpu_runs(kept: Path | None, speedup: float | None) -> list[tuple[str, float
     a diverged run's few seconds price its cell, not the machine)."""
     out, me = [], machine_key()
     for f in kept.glob("*/metrics.json") if kept is not None else ():
-        try:
-            if json.loads(f.read_text()).get("status") != "done":
-                continue
-        except (OSError, ValueError):
+        if (_object(f) or {}).get("status") != "done":
             continue
         here = machine_key(run_info(f.parent) or {}) == me
         out += [(grid_cell(f.parent.name), sec, here) for sec in run_seconds([f.parent], True, speedup)]
@@ -242,12 +251,15 @@ def speed_ratio(name: str, scale: str, cfg, kept: Path | None, path: Path,
     if (measured := made_here(kept, speedup)) is not None:
         return measured
     try:
-        probes = json.loads((CALIBRATION or path).read_text())[machine_key()][scale]
+        probes = files.read_json(CALIBRATION or path, (CALIBRATION or path).parent, kind=dict)[machine_key()][scale]
         mine = probes[name] if name in probes else probes[TARGETS[name].experiment]
-    except (OSError, ValueError, KeyError):
+        cell = grid_cell(mine["cell"]) or SINGLE_RUN
+    except (KeptFileError, KeyError, TypeError, AttributeError):  # none for this machine, or a damaged file
+        return 1.0, ""
+    if not _positive(mine.get("cpu_s_per_step")):
         return 1.0, ""
     # the probe's cell, any seed; "" (a grid of seeds only) and a single-run table's SINGLE_RUN are one cell
-    cell, me = grid_cell(mine["cell"]) or SINGLE_RUN, machine_key()
+    me = machine_key()
     costs = [c for f in (kept.glob("*/metrics.json") if kept is not None else ())
              if (grid_cell(f.parent.name) or SINGLE_RUN) == cell and machine_key(run_info(f.parent) or {}) != me
              and (c := _step_cost(f.parent, speedup))]
@@ -270,10 +282,7 @@ def peak_gb(cfg, kept: Path | None) -> tuple[float, str]:
     a CPU run's), else the scale file's `est_peak_gb`, else DEFAULT_PEAK_GB."""
     seen = []
     for f in kept.glob("*/run_info.json") if kept is not None else ():
-        try:
-            info = json.loads(f.read_text())
-        except (OSError, ValueError):
-            continue
+        info = _object(f) or {}
         v = info.get("peak_rss_gb")
         if isinstance(v, (int, float)) and v > 0 and not info.get("cuda_device"):
             seen.append(float(v))

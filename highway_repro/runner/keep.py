@@ -8,11 +8,12 @@ the config files now give its job is never counted as done (`refuse_other_recipe
 
 from __future__ import annotations
 
-import json
-import shutil
+import sys
 from pathlib import Path
 
+from highway_repro import files
 from highway_repro.errors import ConfigError
+from highway_repro.files import KeptFileError
 from highway_repro.report.grids import kept_folders
 from highway_repro.runner.plan import REPEAT_KEYS, compose_table, override_key
 from highway_repro.targets import KEPT_FILES, TARGETS, runs_folder
@@ -21,11 +22,23 @@ FINISHED = ("done", "diverged")  # a diverged run is a result (a table cell), no
 SINGLE_RUN = "run"  # the kept folder of a single-run table's run
 
 
-def run_status(run: Path) -> str | None:
+def _final(run: Path) -> dict:
+    """A run folder's metrics.json as a dict ({} when absent or damaged: `files.read_json`, no link below the
+    folder that holds the run folder)."""
     try:
-        return json.loads((run / "metrics.json").read_text()).get("status")
-    except (OSError, ValueError):
-        return None
+        return files.read_json(run / "metrics.json", run.parent, kind=dict) or {}
+    except KeptFileError:
+        return {}
+
+
+def results_root(kept: Path) -> Path:
+    """The results root of a kept-runs folder (`<results>/<paper>/runs/<table>-<scale>`, `targets.runs_folder`): no
+    link below it is followed on the way to a kept file."""
+    return Path(kept).parents[2]
+
+
+def run_status(run: Path) -> str | None:
+    return _final(run).get("status")
 
 
 def _runs_in(sweep_dir: Path, single: bool) -> list[Path]:
@@ -36,8 +49,8 @@ def _runs_in(sweep_dir: Path, single: bool) -> list[Path]:
 def made_on_gpu(run: Path) -> bool:
     """Whether the run folder's run was made on a GPU (its run_info.json names a CUDA device)."""
     try:
-        return bool(json.loads((run / "run_info.json").read_text()).get("cuda_device"))
-    except (OSError, ValueError, AttributeError):
+        return bool((files.read_json(run / "run_info.json", run.parent, kind=dict) or {}).get("cuda_device"))
+    except KeptFileError:
         return False
 
 
@@ -47,15 +60,14 @@ def keep(sweep_dir: Path, kept: Path, single: bool = False, apart: Path | None =
     (a single-run table keeps its run as <kept>/run); a run made on a GPU into `apart` instead, where given (the
     table's <name>-<scale>-gpu: `targets.runs_folder`). `reused`: folder names of runs restored from the tables a
     study reuses, kept there, not copied. Returns the number of files written."""
-    n = 0
+    n, root = 0, results_root(kept)
     for run in _runs_in(sweep_dir, single):
         if run_status(run) not in FINISHED or run.name in reused:
             continue
         dst = (apart if apart is not None and made_on_gpu(run) else kept) / (SINGLE_RUN if single else run.name)
         for f in KEPT_FILES:
-            if (run / f).exists() and (not (dst / f).exists() or (dst / f).read_bytes() != (run / f).read_bytes()):
-                (dst / f).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(run / f, dst / f)
+            if (run / f).exists() and files.read_bytes(dst / f, root) != files.read_bytes(run / f, sweep_dir.parent):
+                files.copy_file(run / f, dst / f, sweep_dir.parent, root)
                 n += 1
     return n
 
@@ -69,16 +81,20 @@ def restore(kept: Path, sweep_dir: Path, names: list[str] | None = None, dry: bo
     itself (its follow-up step, the gate analyses, kept its findings, so the report is rebuilt without the
     weights; `--fresh` trains and analyses it again).
     Returns the folder names restored ("run" for a single-run table)."""
-    out = []
+    out, root = [], results_root(kept)
     for run in [kept / SINGLE_RUN] if single else sorted(p.parent for p in kept.glob("*/metrics.json")):
         dst = sweep_dir if single else sweep_dir / run.name
         if (names is not None and not single and run.name not in names) or run_status(run) not in FINISHED \
                 or run_status(dst) in FINISHED:
             continue
-        for f in () if dry else KEPT_FILES:
-            if (run / f).exists():
-                (dst / f).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(run / f, dst / f)
+        try:
+            blobs = {f: files.read_bytes(run / f, root) for f in KEPT_FILES}
+        except KeptFileError as e:  # not restored: trained again, and kept over it when it ends
+            print(f"warning: the kept run {run} is damaged and is trained again: {e}", file=sys.stderr)
+            continue
+        for f, blob in () if dry else blobs.items():
+            if blob is not None:
+                files.copy_file(run / f, dst / f, root, sweep_dir.parent)
         out.append(run.name)
     return out
 
@@ -86,8 +102,17 @@ def restore(kept: Path, sweep_dir: Path, names: list[str] | None = None, dry: bo
 def read_record(kept: Path, fresh: bool) -> dict:
     """A table's record, `reproduce.json` in its kept folder (the commands that trained it and their wall time);
     an empty one for a fresh start."""
-    f = kept / "reproduce.json"
-    return json.loads(f.read_text()) if f.exists() and not fresh else {"commands": [], "wall_s": 0.0}
+    record = None if fresh else files.read_json(kept / "reproduce.json", results_root(kept), kind=dict)
+    if record is None:
+        return {"commands": [], "wall_s": 0.0}
+    commands, wall, spans = record.get("commands"), record.get("wall_s"), record.get("intervals", [])
+    if not (isinstance(commands, list) and all(isinstance(c, str) for c in commands)
+            and isinstance(wall, (int, float)) and not isinstance(wall, bool) and isinstance(spans, list)
+            and all(isinstance(i, list) and len(i) == 2 and all(isinstance(t, (int, float)) for t in i)
+                    for i in spans)):
+        raise KeptFileError(f"{kept / 'reproduce.json'} is not a table's record (valid: commands, a list of "
+                            "strings; wall_s, a number; intervals, [start, end] pairs of numbers)")
+    return record
 
 
 def table_runs(name: str, scale: str, runs_root: Path, results: Path) -> list:
@@ -118,30 +143,45 @@ def reused_names(name: str, scale: str, results: Path) -> frozenset:
 
 def other_recipe(part: str, scale: str, folders: list[Path]) -> dict[str, str]:
     """The run folders of table `part` that were made with another recipe than the config files now give their job
-    (a scale file changed after they ran): {folder name: the differing keys}. A run without its saved config or
-    overrides is taken as it is."""
+    (a scale file changed after they ran): {folder name: the differing keys}; a run whose saved config or overrides
+    are damaged (`report.runs.read_config`, `read_overrides`) or do not compose: {folder name: why}. A run without
+    its saved config or overrides is taken as it is."""
     import yaml
+    from hydra.errors import HydraException
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
     from highway_repro.train.recipe import recipe_diff
-    from highway_repro.report.runs import read_yaml
+    from highway_repro.report.runs import read_config, read_overrides
     out, cells = {}, {}  # one composition per grid cell; a run's seed / trial is set on a copy of it
     for folder in folders:
         saved, ov = folder / "config_resolved.yaml", folder / ".hydra" / "overrides.yaml"
         if not (saved.exists() and ov.exists()):
             continue
-        job = [o for o in read_yaml(ov) or []
-               if override_key(o) not in ("experiment", "scale", "sweep") and not o.startswith("hydra")]
+        try:
+            lines, there = read_overrides(ov), read_config(saved)
+        except KeptFileError as e:  # a damaged run is no recipe's: never counted as done
+            out[folder.name] = str(e)
+            continue
+        job = [o for o in lines or []
+               if override_key(o) not in ("experiment", "scale", "sweep") and not override_key(o).startswith("hydra")]
         repeat = [o for o in job if override_key(o) in REPEAT_KEYS]
         cell = tuple(o for o in job if o not in repeat)
         if cell not in cells:
-            cfg = compose_table(TARGETS[part], scale, list(cell))
-            cells[cell] = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+            try:
+                cfg = compose_table(TARGETS[part], scale, list(cell))
+            except (HydraException, OmegaConfBaseException) as e:  # a group choice or key the configs do not have
+                cells[cell] = f"its overrides do not compose ({type(e).__name__}: {' '.join(str(e).split())[:120]})"
+            else:
+                cells[cell] = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+        if isinstance(cells[cell], str):
+            out[folder.name] = cells[cell]
+            continue
         cfg = cells[cell].copy()
         for o in repeat:
             key, value = o.split("=", 1)
             OmegaConf.update(cfg, key, yaml.safe_load(value))
-        diff = recipe_diff(read_yaml(saved), OmegaConf.to_container(cfg, resolve=True))
+        diff = recipe_diff(there, OmegaConf.to_container(cfg, resolve=True))
         if diff:
             out[folder.name] = "; ".join(diff)
     return out

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from highway_repro.errors import ConfigError
 from highway_repro.options import RENAMED
-from highway_repro.report.runs import read_yaml
+from highway_repro.report.runs import read_config
 
 # Keys that do not change what a run computes (speed, logging, bookkeeping): a run folder written with other values
 # of these is the same run. The run-folder name's exclude_keys (configs/train.yaml), plus the device, the scale
@@ -68,7 +68,7 @@ def check_same_recipe(cfg: DictConfig, out_dir: Path) -> None:
     saved = out_dir / "config_resolved.yaml"
     if cfg.get("resume") != "auto" or not saved.exists():
         return
-    diff = recipe_diff(read_yaml(saved), OmegaConf.to_container(cfg, resolve=True))
+    diff = recipe_diff(read_config(saved), OmegaConf.to_container(cfg, resolve=True))
     if diff:
         more = f"; and {len(diff) - 3} more" if len(diff) > 3 else ""
         raise ConfigError(f"resume=auto: the run folder {out_dir} holds a run of another recipe ({'; '.join(diff[:3])}"
