@@ -396,3 +396,33 @@ def test_make_tables_over_damaged_kept_runs_rebuilds_every_other_table_byte_iden
     others = [c for c in changed if Path(c).name.split(".")[0] not in mine
               and c not in ("summary.csv", "README.md", "claims.png", "preregistration.md")]
     assert not others, (others, sorted(hit))
+
+
+def test_a_prepared_manifest_naming_a_path_is_refused(tmp_path):
+    """A manifest's files are names in its folder: one naming `../x` is not read (not even hashed)."""
+    from highway_repro.data.prepared import _load_prepared
+    from highway_repro.data.sources import ChecksumError
+
+    folder = tmp_path / "prepared" / "x-0"
+    folder.mkdir(parents=True)
+    (tmp_path / "secret").write_text(SECRET)
+    (folder / "manifest.json").write_text(json.dumps({"key": {}, "arrays": {}, "sha256": {
+        "info.json": "0", "../../secret": "0"}}))
+    with pytest.raises(ChecksumError, match="does not describe its folder"):
+        _load_prepared(folder, {})
+
+
+def test_the_analyses_take_no_data_cache_from_a_received_config(world, capsys):
+    """`data.cache_dir` in a received config would point the analysis at a cache of the sender's choosing: a key the
+    project's configs do not give is another recipe, refused before any data is read."""
+    import yaml
+
+    from highway_repro.analysis.run import main as analyse
+
+    run, _, _ = world
+    cfg = yaml.safe_load((run / "config_resolved.yaml").read_text())
+    cfg["data"]["cache_dir"] = str(run.parent / "evil_cache")
+    (run / "config_resolved.yaml").write_text(yaml.safe_dump(cfg))
+    assert analyse([str(run), "--out", str(run.parent / "analysis")]) == 2
+    err = capsys.readouterr().err
+    assert one_line(err) and "another recipe" in err and "data.cache_dir" in err, err

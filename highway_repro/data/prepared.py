@@ -125,7 +125,8 @@ def _load_prepared(folder: Path, key: dict):
         raise ChecksumError(f"prepared data {manifest} is unreadable ({type(e).__name__}: {e}); {fix}") from None
     anchor = COMMITTED.get(folder.name)
     if (man.get("key") != key or not {f"{k}.npy" for k in names} | {INFO} <= set(sums)
-            or anchor is not None and set(anchor) != set(sums)):
+            or anchor is not None and set(anchor) != set(sums)
+            or any(not isinstance(f, str) or "/" in f or f in ("", ".", "..") for f in sums)):  # names, not paths
         raise ChecksumError(f"prepared data {manifest} does not describe its folder (other key or files); {fix}")
     expected, at, why = (anchor, f"committed in {SUMS_NAME}", "it is not what the raw files give") if anchor else (
         sums, "its manifest", "it changed after it was written")
