@@ -10,12 +10,14 @@
   is free, and the next writer takes it over. There is nothing to clean up and no staleness to guess.
 - Once taken, the file holds the holder's pid, host and start time (what a refused writer reads); released, it
   is removed (a writer that opened it just before it was removed sees that and takes the new file).
-- The trainer's lock is `<run folder>/.writer.lock` (`train.job.held`; rank 0 under DDP), taken before the run
-  folder is read or written and held until the job ends. Before it, Hydra has already written the folder's
-  `.hydra/` files (config.yaml, hydra.yaml, overrides.yaml: the same content for the same command; a
-  different command aimed at a busy folder rewrites them with its own before it is refused) and opened
-  `train.log` for appending. The kept runs copy only `targets.KEPT_FILES` and the reports find runs by
+- The trainer's lock is `<run folder>/.writer.lock` (rank 0 under DDP), taken as the job starts, before the run
+  folder's `.hydra/` files (config.yaml, hydra.yaml, overrides.yaml) are written, and held until the job ends
+  (`train.job.RunFolder`, a Hydra callback, hands it to `train.job.held`): a command refused on a busy folder
+  leaves them, config_resolved.yaml and metrics.json as they were. Before it, Hydra has created the folder and
+  opened `train.log` for appending. The kept runs copy only `targets.KEPT_FILES` and the reports find runs by
   their metrics.json or .hydra/, so neither sees the lock file.
+- A lock file is never written through a link: a symbolic link at its path (or a file with other hard links) is
+  refused in one line (`StorageError`), and `release` removes the path only while it is still the holder's file.
 - The runner's lock of a table is `<runs root>/.locks/<table>-<scale>.lock` (`runner.cli.hold_tables`): outside
   the sweep folder, which `--fresh` deletes while the lock is held, and outside results/, which is committed.
 
@@ -31,10 +33,11 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 
-from highway_repro.errors import BusyError, storage_error, unwritable
+from highway_repro.errors import BusyError, StorageError, storage_error, unwritable
 
 RUN_LOCK = ".writer.lock"  # in a run folder: the trainer's
 
@@ -72,7 +75,11 @@ class Lock:
     def release(self) -> None:
         if self.fd is None:
             return
-        self.path.unlink(missing_ok=True)  # while still held: no one can take the file about to go
+        try:  # while still held: no one can take the file about to go; a path that is no longer its file stays
+            if os.path.samestat(os.fstat(self.fd), os.lstat(self.path)):
+                self.path.unlink()
+        except FileNotFoundError:
+            pass
         os.close(self.fd)
         self.fd = None
 
@@ -85,13 +92,24 @@ class Lock:
 
 def take(path: Path, what: str, allowed: str) -> Lock:
     """The lock `path`, without waiting; BusyError when another process (or another `take` in this one) holds it:
-    `<what> is in use by pid ... (valid: <allowed>; wait for it or stop it)`. A folder that cannot be written is a
-    StorageError."""
+    `<what> is in use by pid ... (valid: <allowed>; wait for it or stop it)`. A folder that cannot be written, or a
+    path that is a symbolic link (never followed) or a file with other links, is a StorageError."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            except OSError:
+                if path.is_symlink():
+                    raise StorageError(f"cannot write {path}: it is a symbolic link (valid: a regular file; remove "
+                                       "the link)") from None
+                raise
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+                os.close(fd)
+                raise StorageError(f"cannot write {path}: it is not a regular file of its own (valid: a regular file "
+                                   "with no other hard links; remove it)")
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -99,7 +117,7 @@ def take(path: Path, what: str, allowed: str) -> Lock:
                 raise BusyError(f"{what} is in use by {holder(path)} (valid: {allowed}; wait for it or stop it)") \
                     from None
             try:
-                if os.path.samestat(os.fstat(fd), os.stat(path)):
+                if os.path.samestat(os.fstat(fd), os.lstat(path)):
                     break
             except FileNotFoundError:
                 pass

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,6 +47,20 @@ def load_script(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def run_cli(monkeypatch, capsys, args: list[str]) -> tuple[int, list[str]]:
+    """`python -m highway_repro.train <args>` in this process: (exit code, the lines on stderr)."""
+    from highway_repro.train import cli
+
+    monkeypatch.setattr(sys, "argv", ["highway-train", *args])
+    handlers, level = logging.root.handlers[:], logging.root.level
+    try:
+        with pytest.raises(SystemExit) as e:
+            cli()
+    finally:  # Hydra's job logging writes to this test's captured stderr: later tests must not log into it
+        logging.root.handlers[:], logging.root.level = handlers, level
+    return e.value.code, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
 
 
 def mirror() -> Path | None:

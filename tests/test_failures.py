@@ -17,23 +17,9 @@ import time
 
 import pytest
 import yaml
-from conftest import REPO, compose, needs_mirror
+from conftest import REPO, compose, needs_mirror, run_cli
 
 SMOKE = ["experiment=demo", "scale=smoke", "model.depth=3", "trainer.max_steps=4", "threads=1", "logger=jsonl"]
-
-
-def run_cli(monkeypatch, capsys, args: list[str]) -> tuple[int, list[str]]:
-    """`python -m highway_repro.train <args>` in this process: (exit code, the lines on stderr)."""
-    from highway_repro.train import cli
-
-    monkeypatch.setattr(sys, "argv", ["highway-train", *args])
-    handlers, level = logging.root.handlers[:], logging.root.level
-    try:
-        with pytest.raises(SystemExit) as e:
-            cli()
-    finally:  # Hydra's job logging writes to this test's captured stderr: later tests must not log into it
-        logging.root.handlers[:], logging.root.level = handlers, level
-    return e.value.code, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
 
 
 def refused(code: int, lines: list[str], *parts: str) -> bool:

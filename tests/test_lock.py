@@ -25,7 +25,7 @@ from conftest import REPO, needs_mirror
 from highway_repro.train import run_job
 from highway_repro.train.job import folder_lock
 from highway_repro.engine import checkpoint as ck
-from highway_repro.errors import BusyError
+from highway_repro.errors import BusyError, StorageError
 from highway_repro.lock import RUN_LOCK, take
 from highway_repro.runner.cli import hold_tables, main as reproduce
 
@@ -70,6 +70,46 @@ def test_a_lock_whose_holder_was_killed_is_taken_over(tmp_path):
     assert json.loads(path.read_text())["pid"] == p.pid  # what the dead holder left
     with take(path, "x", "y"):
         assert json.loads(path.read_text())["pid"] == os.getpid()
+
+
+@pytest.mark.parametrize("kind", ["symbolic link", "dangling symbolic link", "hard link"])
+def test_a_link_at_the_lock_path_is_one_line_and_never_written_through(tmp_path, capsys, kind):
+    """A link at `<run folder>/.writer.lock` to a file outside the folder: the trainer refuses it in one line naming
+    the path, and the file it points at stays as it was (a dangling link's target is not created)."""
+    def train(cfg, out_dir, dist=None):
+        raise AssertionError("a refused job must not train")
+
+    run, outside = tmp_path / "run", tmp_path / "outside.txt"
+    run.mkdir()
+    if kind != "dangling symbolic link":
+        outside.write_text("not a lock\n")
+    if "symbolic" in kind:
+        (run / RUN_LOCK).symlink_to(outside)
+    else:
+        os.link(outside, run / RUN_LOCK)
+    with pytest.raises(SystemExit) as e:
+        run_job(OmegaConf.create({"resume": "auto"}), run, False, train)
+    assert e.value.code == 2
+    err, path = capsys.readouterr().err, re.escape(str(run / RUN_LOCK))
+    valid = (r"it is a symbolic link \(valid: a regular file; remove the link\)" if "symbolic" in kind else
+             r"it is not a regular file of its own \(valid: a regular file with no other hard links; remove it\)")
+    assert re.fullmatch(f"error: cannot write {path}: {valid}\n", err), err
+    if kind == "dangling symbolic link":
+        assert not outside.exists()
+    else:
+        assert outside.read_text() == "not a lock\n"
+    assert os.path.lexists(run / RUN_LOCK)  # left for the user to remove
+    with pytest.raises(StorageError, match=f"^cannot write {path}: it is "):
+        take(run / RUN_LOCK, "x", "y")
+
+
+def test_a_released_lock_removes_only_its_own_file(tmp_path):
+    path, other = tmp_path / RUN_LOCK, tmp_path / "other"
+    lock = take(path, "x", "y")
+    other.write_text("another writer's lock")
+    os.replace(other, path)  # the path is no longer the holder's file (removed and taken anew)
+    lock.release()
+    assert path.read_text() == "another writer's lock"
 
 
 def test_checkpoint_save_removes_only_dead_writers_temp_files(tmp_path):

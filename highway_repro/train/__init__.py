@@ -10,7 +10,6 @@ user errors one line, `grouped.py` trains a multirun's jobs in groups."""
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -25,7 +24,8 @@ from highway_repro.resolvers import register
 from highway_repro.runtime import configure
 from highway_repro.train import grouped
 from highway_repro.train.config import ConfigError, check_command, validate_against_data
-from highway_repro.train.job import build, held, one_line_errors, prepare, ranks, stopped, user_failure, with_config
+from highway_repro.train.job import (build, first_rank, held, keep_for_group, one_line_errors, own_metrics, prepare,
+                                     ranks, stopped, user_failure, with_config)
 
 log = logging.getLogger("highway_repro")
 CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
@@ -135,9 +135,9 @@ def main(cfg: DictConfig):
     try:  # first of all, before torch is imported: a bad config fails in about a second
         check_command(cfg, CONFIG_DIR, hc.runtime.choices, list(hc.overrides.task))
     except ConfigError as e:  # (before torch and the process group: under torchrun, rank 0 records it)
-        rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))
-        return user_failure(e, out_dir / "metrics.json", multirun, is_main=rank == "0")
+        return user_failure(e, own_metrics(out_dir), multirun, is_main=first_rank())
     if grouped.collecting_jobs():  # hydra/launcher=grouped: trained with its group once all jobs are set up
+        keep_for_group(out_dir)
         return grouped.collect(cfg, out_dir, multirun, build_run)
     return run_job(cfg, out_dir, multirun)
 

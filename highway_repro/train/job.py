@@ -2,7 +2,8 @@
 wrong.
 
 - `ranks` gives a job its process group under torchrun (rank 0's run folder for all); `held` holds its run folder
-  (one writer per run folder, the recipe guard, a finished run left as it is) while the caller trains in it.
+  (one writer, whose lock `RunFolder` takes before `.hydra/` is written: a refused job changes no file there; the
+  recipe guard; a finished run left as it is) while the caller trains in it.
 - A mistake of the user's (`USER_ERRORS`: a config value, a data file, a checkpoint) is one line on stderr and exit
   code 2, no traceback (`user_failure`); HYDRA_FULL_ERROR=1 adds the traceback. Anything else is a bug and keeps
   its traceback. `build` and `with_config` let such errors out of a constructor as they were raised, and make what
@@ -12,12 +13,14 @@ wrong.
 - Hydra's own multi-line errors on the command line (a misspelt group choice, a key not in the config, an override
   it cannot parse, an option's old name) and a run folder it cannot write are one line and exit 2 as well
   (`prepare`; `one_line_errors`, through Hydra's documented HYDRA_FULL_ERROR switch, no patch of its internals);
-  so is a stop signal outside training (`stopped`), and `--experimental-rerun` (it unpickles a file) is refused.
+  so is a stop signal outside training (`stopped`), and `--experimental-rerun` (it unpickles a file) is refused
+  in every spelling Hydra's parser takes for it (`--exp=x`, `--e x`: argparse takes any unambiguous prefix).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import logging
 import os
@@ -34,12 +37,12 @@ from hydra.errors import (ConfigCompositionException, InstantiationException, Mi
                           OverrideParseException)
 from hydra.experimental.callback import Callback
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 from highway_repro import options
 from highway_repro.train.config import check_group_choices, check_targets
-from highway_repro.engine.loggers import write_json_atomic
+from highway_repro.engine.loggers import write_json_atomic, write_text_atomic
 from highway_repro.errors import ConfigError, HighwayError, StorageError, storage_error, unwritable
 from highway_repro.lock import RUN_LOCK, Lock, take
 from highway_repro.train.recipe import check_same_recipe
@@ -53,6 +56,12 @@ USER_ERRORS = (ConfigError, HighwayError)
 MULTIRUN_ENV = "HIGHWAY_MULTIRUN_ERRORS"
 
 log = logging.getLogger("highway_repro")
+
+# The run folders whose lock `RunFolder.on_job_start` took in this process (the Lock) or could not take (why not),
+# until the job's `folder_lock` takes it over; those of `keep_for_group` stay past their job's end.
+ADMITTED: dict[str, Lock | Exception] = {}
+GROUPED: set[str] = set()
+NO_SUBDIR = "hydra.output_subdir=null"  # the hydra override that keeps Hydra from writing a job's .hydra/
 
 
 def user_failure(e: Exception, done: Path | None, multirun: bool, is_main: bool = True):
@@ -169,10 +178,10 @@ class Job:
 @contextlib.contextmanager
 def held(cfg: DictConfig, out_dir: Path, multirun: bool, dist=None):
     """The job in `out_dir`, the run folder's lock held throughout (`folder_lock`: a second writer is one line and
-    exit code 2, and touches nothing of the folder), then the recipe guard and a finished run kept as it is
-    (`nothing_to_do`). Yields a `Job`; the caller trains where `job.train` and sets `job.final`. A user error in
-    the block is one line (`user_failure`); a bug keeps its traceback and marks metrics.json failed. An interrupted
-    run stops the whole sweep too (exit 128 + signal; resume=auto continues it)."""
+    exit code 2, and has touched nothing of the folder, `.hydra/` included), then the recipe guard and a finished
+    run kept as it is (`nothing_to_do`). Yields a `Job`; the caller trains where `job.train` and sets `job.final`.
+    A user error in the block is one line (`user_failure`); a bug keeps its traceback and marks metrics.json
+    failed. An interrupted run stops the whole sweep too (exit 128 + signal; resume=auto continues it)."""
     is_main, done, job = dist is None or dist.rank == 0, out_dir / "metrics.json", Job()
     try:
         lock = folder_lock(out_dir, dist)
@@ -208,12 +217,17 @@ def held(cfg: DictConfig, out_dir: Path, multirun: bool, dist=None):
 
 
 def folder_lock(out_dir: Path, dist=None) -> Lock | None:
-    """Rank 0's lock of the run folder (`<out_dir>/.writer.lock`, `highway_repro.lock`), None on the other ranks;
-    under DDP every rank learns whether rank 0 was refused, so that all of them stop."""
+    """Rank 0's lock of the run folder (`<out_dir>/.writer.lock`, `highway_repro.lock`), None on the other ranks:
+    the one `RunFolder` took as the job started (or why it could not), else taken now; under DDP every rank learns
+    whether rank 0 was refused, so that all of them stop."""
     held, refused = None, None
     if dist is None or dist.rank == 0:
+        taken = ADMITTED.pop(str(out_dir), None)  # by `RunFolder` as the job started: a second flock would refuse
+        GROUPED.discard(str(out_dir))
         try:
-            held = take(out_dir / RUN_LOCK, f"run folder {out_dir}", "one writer per run folder")
+            if isinstance(taken, Exception):
+                raise taken
+            held = taken or take(out_dir / RUN_LOCK, f"run folder {out_dir}", "one writer per run folder")
         except HighwayError as e:
             refused = e
     if dist is not None:
@@ -283,18 +297,90 @@ def hydra_line(e: Exception) -> str:
     return " ".join(lines)
 
 
+def first_rank() -> bool:
+    """Whether this process is rank 0 (or alone), as torchrun or SLURM number it before the process group starts."""
+    return os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) == "0"
+
+
 class RunFolder(Callback):
-    """Hydra callback (configs/train.yaml, hydra.callbacks): notes the folder a run or multirun writes into before
-    Hydra creates it, so that a write Hydra's own files fail on (`.hydra/` on a full disk, past a file-size limit)
-    is named in the one-line error (`one_line_errors`; the OSError of such a write names no file)."""
+    """Hydra callback (configs/train.yaml, hydra.callbacks): a job's `.hydra/` files (config.yaml, hydra.yaml,
+    overrides.yaml, by which the report files a run) are written by its run folder's writer only. Hydra writes them
+    before any callback hears of the job (`hydra.core.utils.run_job`), so `on_run_start` sets `hydra.output_subdir`
+    to null, `on_multirun_start` adds `hydra.output_subdir=null` to the hydra overrides every job is composed with
+    (multirun.yaml lists it), and `on_job_start` takes the folder's lock (rank 0 alone under torchrun), then writes
+    Hydra's three files byte for byte. `folder_lock` hands the job that lock or why it was refused (one line, as
+    ever); a lock the job did not take over is released at its end. It also notes the folder a command writes
+    into, for the one-line error of a write that fails there (`one_line_errors`)."""
 
     folder: str | None = None
 
+    def __init__(self) -> None:
+        self.subdir, self.added = None, False  # the folder of `.hydra/` in the run folder; NO_SUBDIR added by us
+
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
-        RunFolder.folder = str(config.hydra.run.dir)
+        RunFolder.folder, self.subdir = str(config.hydra.run.dir), config.hydra.output_subdir
+        with read_write(config.hydra):
+            config.hydra.output_subdir = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        RunFolder.folder = str(config.hydra.sweep.dir)
+        RunFolder.folder, self.subdir = str(config.hydra.sweep.dir), config.hydra.output_subdir
+        if self.subdir is not None:
+            with read_write(config.hydra.overrides):
+                config.hydra.overrides.hydra.append(NO_SUBDIR)
+            self.added = True
+
+    def on_job_start(self, config: DictConfig, **kwargs) -> None:
+        if not first_rank():
+            return
+        out_dir = Path(config.hydra.runtime.output_dir)
+        try:  # Hydra makes an error raised here a warning and goes on: the job hears it from `folder_lock`
+            lock = take(out_dir / RUN_LOCK, f"run folder {out_dir}", "one writer per run folder")
+        except Exception as e:
+            ADMITTED[str(out_dir)] = e
+            return
+        try:
+            if self.subdir is not None:
+                self.save_hydra_files(config, out_dir / self.subdir)
+        except Exception as e:
+            lock.release()
+            cause = None if isinstance(e, HighwayError) else unwritable(e)  # (a StorageError names its file)
+            ADMITTED[str(out_dir)] = e if cause is None else storage_error(cause)
+            return
+        ADMITTED[str(out_dir)] = lock
+
+    def save_hydra_files(self, config: DictConfig, folder: Path) -> None:
+        """What Hydra's `run_job` writes into `.hydra/`, `hydra.output_subdir` and the hydra overrides as they
+        were before this callback set them."""
+        task, hydra_cfg = copy.deepcopy(config), copy.deepcopy(OmegaConf.masked_copy(config, "hydra"))
+        with read_write(task), open_dict(task):
+            del task["hydra"]
+        with read_write(hydra_cfg.hydra):
+            hydra_cfg.hydra.output_subdir = self.subdir
+            ours = [i for i, o in enumerate(hydra_cfg.hydra.overrides.hydra) if o == NO_SUBDIR]
+            if self.added and ours:
+                del hydra_cfg.hydra.overrides.hydra[ours[-1]]
+        folder.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(folder / "config.yaml", OmegaConf.to_yaml(task))
+        write_text_atomic(folder / "hydra.yaml", OmegaConf.to_yaml(hydra_cfg))
+        write_text_atomic(folder / "overrides.yaml", OmegaConf.to_yaml(config.hydra.overrides.task))
+
+    def on_job_end(self, config: DictConfig, **kwargs) -> None:
+        out_dir = str(config.hydra.runtime.output_dir)
+        left = None if out_dir in GROUPED else ADMITTED.pop(out_dir, None)
+        if isinstance(left, Lock):  # a job that ended before `held` (a config error)
+            left.release()
+
+
+def own_metrics(out_dir: Path) -> Path | None:
+    """The metrics.json of the job in `out_dir` for a user error before `held`; None where `RunFolder` could not
+    take the folder (another writer's: its metrics.json is left as it is)."""
+    return None if isinstance(ADMITTED.get(str(out_dir)), Exception) else out_dir / "metrics.json"
+
+
+def keep_for_group(out_dir: Path) -> None:
+    """The job in `out_dir` trains later with its group (`hydra/launcher=grouped`): the lock `RunFolder` took for it
+    stays held past the job's end, for `grouped.train_group` to take over through `folder_lock`."""
+    GROUPED.add(str(out_dir))
 
 
 def _run_dir() -> str | None:
@@ -320,7 +406,8 @@ def one_line_errors():
     config it cannot find) and a run folder it cannot write (a path under a file, a full disk while it writes
     `.hydra/`) as one line and exit code 2, like the project's errors. Hydra's documented switch HYDRA_FULL_ERROR=1
     makes `hydra.main` raise them instead of printing its report; they are caught here. A bug keeps its traceback;
-    the user's own HYDRA_FULL_ERROR=1 keeps every traceback."""
+    the user's own HYDRA_FULL_ERROR=1 keeps every traceback. At the command's end, the lock of a run folder whose
+    job ended before `held` (exit 2 on a config error) is released."""
     before = {k: os.environ.get(k) for k in (USER_FULL_ERROR, "HYDRA_FULL_ERROR")}
     os.environ.setdefault(USER_FULL_ERROR, os.environ.get("HYDRA_FULL_ERROR", "0"))
     os.environ["HYDRA_FULL_ERROR"] = "1"
@@ -346,6 +433,8 @@ def one_line_errors():
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        for out_dir in [k for k, v in ADMITTED.items() if isinstance(v, Lock)]:
+            ADMITTED.pop(out_dir).release()
 
 
 class Stopped(BaseException):
@@ -383,18 +472,26 @@ def stopped():
             signal.signal(s, h)
 
 
+def hydra_flag(arg: str, flag: str, unique: str) -> bool:
+    """Whether Hydra's parser takes `arg` for its long option `flag`, its value after `=` or as the next argument:
+    argparse takes any prefix of a long option that no other option shares, here those from `unique` on."""
+    key = arg.split("=", 1)[0]
+    return key.startswith(unique) and flag.startswith(key)
+
+
 def prepare(args: list[str], config_dir) -> None:
-    """Before Hydra's `main` runs: `--experimental-rerun` (it unpickles a file) is refused, and a misspelt
-    config-group choice on the command line is one line and exit 2 before Hydra composes (unless the command adds
-    config folders: Hydra checks those)."""
-    rerun = next((a for a in args if a.split("=", 1)[0] == "--experimental-rerun"), None)
+    """Before Hydra's `main` runs: `--experimental-rerun` (it unpickles a file) is refused in each spelling Hydra's
+    parser takes (`--e` to `--experimental-rerun`, `=` or a separate value), and a misspelt config-group choice on
+    the command line is one line and exit 2 before Hydra composes (unless the command adds config folders)."""
+    rerun = next((a for a in args if hydra_flag(a, "--experimental-rerun", "--e")), None)
     if rerun is not None:  # Hydra's flag unpickles the file it is given: a file never runs code here
-        print(f"error: {rerun} is not allowed: it unpickles a file (valid: rerun a job from its run folder's "
-              ".hydra/overrides.yaml, e.g. python -m highway_repro.train <those overrides> hydra.run.dir=<folder> "
-              "resume=auto)", file=sys.stderr)
+        print(f"error: {rerun} is not allowed: Hydra's --experimental-rerun unpickles a file (valid: rerun a job "
+              "from its run folder's .hydra/overrides.yaml, e.g. python -m highway_repro.train <those overrides> "
+              "hydra.run.dir=<folder> resume=auto)", file=sys.stderr)
         sys.exit(2)
-    more_configs = any(a.split("=", 1)[0] in ("--config-dir", "-cd", "--config-path", "-cp")
-                       or a.lstrip("+").startswith("hydra.searchpath") for a in args)  # other folders: Hydra checks
+    more_configs = any(hydra_flag(a, "--config-dir", "--config-d") or hydra_flag(a, "--config-path", "--config-p")
+                       or a.split("=", 1)[0] in ("-cd", "-cp") or a.lstrip("+").startswith("hydra.searchpath")
+                       for a in args)  # other folders: Hydra checks
     try:
         if not more_configs:
             check_group_choices([a for a in args if not a.startswith("-")], config_dir)
