@@ -426,3 +426,17 @@ def test_the_analyses_take_no_data_cache_from_a_received_config(world, capsys):
     assert analyse([str(run), "--out", str(run.parent / "analysis")]) == 2
     err = capsys.readouterr().err
     assert one_line(err) and "another recipe" in err and "data.cache_dir" in err, err
+
+
+def test_resume_refuses_a_damaged_metrics_file_in_one_line(world, capsys):
+    """resume=auto reads the folder's metrics.json to see whether the run finished: JSON nested 100,000 deep there is
+    one line and exit code 2, nothing trained."""
+    from highway_repro.train import run_job
+
+    run, _, _ = world
+    (run / "metrics.json").write_text("[" * 100_000)
+    with pytest.raises(SystemExit) as e:
+        run_job(compose(["experiment=hn_analysis", "scale=cpu", "resume=auto"]), run, False,
+                lambda *a, **k: pytest.fail("trained over a damaged metrics.json"))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and one_line(err) and "nested too deeply" in err, err

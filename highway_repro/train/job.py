@@ -40,7 +40,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
-from highway_repro import options
+from highway_repro import files, options
 from highway_repro.train.config import check_group_choices, check_targets
 from highway_repro.engine.loggers import write_json_atomic, write_text_atomic
 from highway_repro.errors import ConfigError, HighwayError, StorageError, storage_error, unwritable
@@ -240,12 +240,12 @@ def folder_lock(out_dir: Path, dist=None) -> Lock | None:
 def nothing_to_do(cfg: DictConfig, out_dir: Path, multirun: bool, is_main: bool = True) -> tuple[bool, object]:
     """(True, the job's return value) where the job in `out_dir` is not to train: another recipe's folder or a saved
     config that is not plain data (its line), a finished or diverged run (resume=auto: kept as it is)."""
-    done = out_dir / "metrics.json"
-    try:
+    try:  # another recipe, or a saved config or metrics.json that is not plain data
         check_same_recipe(cfg, out_dir)
-    except USER_ERRORS as e:  # another recipe, or a saved config that is not plain data
+        prev = (files.read_json(out_dir / "metrics.json", out_dir.parent, kind=dict) or {}) if cfg.resume == "auto" \
+            else {}
+    except USER_ERRORS as e:
         return True, user_failure(e, None, multirun, is_main)
-    prev = json.loads(done.read_text()) if cfg.resume == "auto" and done.exists() else {}
     if prev.get("status") == "done":
         log.info("run in %s already finished (resume=auto): nothing to do", out_dir)
         return True, prev.get("val/loss")
