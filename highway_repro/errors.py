@@ -57,12 +57,31 @@ def unwritable(e: BaseException) -> OSError | None:
     return None
 
 
+def unmade(e: BaseException, folder) -> OSError | None:
+    """`e` where it is the FileNotFoundError of making `folder` or one of its parents (a folder under /proc, say,
+    which takes no new ones), else None."""
+    if isinstance(e, FileNotFoundError) and e.filename is not None and folder is not None:
+        return e if str(folder).startswith(str(e.filename)) else None
+    return None
+
+
 def storage_error(e: OSError, path=None) -> StorageError:
     """The one line for an OSError of `UNWRITABLE`: the path (`path`, else the error's own), what the system said
     and what to do."""
     where = path if path is not None else e.filename if e.filename is not None else "the run folder"
     return StorageError(f"cannot write {where}: {e.strerror or e} (valid: a writable folder with free space; free "
                         "some space, fix the permissions or choose another hydra.run.dir)")
+
+
+def make_folder(path) -> None:
+    """`path` and its parents made where missing; a folder that cannot be made (a full disk, no permission, under a
+    file, under a folder that takes no new ones, such as /proc) is a StorageError naming it."""
+    from pathlib import Path
+
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise storage_error(e, path) from None
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -26,7 +26,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from highway_repro.errors import HighwayError, storage_error, unwritable
+from highway_repro.errors import HighwayError, make_folder, storage_error, unwritable
 
 MAX_BYTES = 64 * 2**20  # a kept YAML or JSON file larger than this is refused unread (the largest kept one: ~0.1 MB)
 MAX_DIGITS = 30  # an integer in a kept JSON file with more digits is refused (a step or a count has at most 12)
@@ -176,7 +176,7 @@ def write_atomic(path: Path, data: str | bytes, root: Path | None = None) -> Pat
     blob = data.encode() if isinstance(data, str) else data
     tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(path.parent)
         below(path, root)  # the folders just made, too
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         os.fchmod(fd, 0o644)

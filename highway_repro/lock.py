@@ -37,7 +37,7 @@ import stat
 import time
 from pathlib import Path
 
-from highway_repro.errors import BusyError, StorageError, storage_error, unwritable
+from highway_repro.errors import BusyError, StorageError, make_folder, storage_error, unwritable
 
 RUN_LOCK = ".writer.lock"  # in a run folder: the trainer's
 
@@ -95,8 +95,8 @@ def take(path: Path, what: str, allowed: str) -> Lock:
     `<what> is in use by pid ... (valid: <allowed>; wait for it or stop it)`. A folder that cannot be written, or a
     path that is a symbolic link (never followed) or a file with other links, is a StorageError."""
     path = Path(path)
+    make_folder(path.parent)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         while True:
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)

@@ -440,3 +440,43 @@ def test_resume_refuses_a_damaged_metrics_file_in_one_line(world, capsys):
                 lambda *a, **k: pytest.fail("trained over a damaged metrics.json"))
     err = capsys.readouterr().err
     assert e.value.code == 2 and one_line(err) and "nested too deeply" in err, err
+
+
+# ------------------------------------------------------------------ odd paths: one line, never a traceback
+def test_a_prepared_array_on_a_full_disk_is_one_line(tmp_path):
+    """numpy reports a short write without an errno ('N requested and M written'): a full disk all the same."""
+    from highway_repro.data.prepared import _save_atomic
+    from highway_repro.errors import StorageError
+
+    def short(f):
+        raise OSError("5101618 requested and 2097024 written")
+
+    with pytest.raises(StorageError, match=r"cannot write .*train\.npy: .*short write: the disk is full"):
+        _save_atomic(tmp_path / "train.npy", short)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--all", "--report-only", "--results", "/etc/passwd/r"], "--results=/etc/passwd/r is not a folder"),
+    (["demo", "--scale", "smoke", "--runs", "/proc/highway_x"], "cannot write /proc/highway_x"),
+])
+def test_the_runner_names_a_folder_it_cannot_use_in_one_line(tmp_path, capsys, args, says):
+    from highway_repro.runner.cli import main as reproduce
+
+    try:
+        code = reproduce(args + ([] if "--results" in args else ["--results", str(tmp_path / "r")]))
+    except SystemExit as e:
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2 and says in err and "Traceback" not in err, err
+
+
+def test_a_run_folder_or_data_cache_that_cannot_be_made_is_one_line(tmp_path, monkeypatch, capsys):
+    from conftest import run_cli
+
+    code, lines = run_cli(monkeypatch, capsys, ["experiment=demo", "scale=smoke", "hydra.run.dir=/proc/highway_x"])
+    assert code == 2 and len(lines) == 1 and "cannot write /proc/highway_x" in lines[0], lines
+    from highway_repro.errors import StorageError, make_folder
+
+    with pytest.raises(StorageError, match="cannot write /proc/highway_y/prepared"):
+        make_folder("/proc/highway_y/prepared")

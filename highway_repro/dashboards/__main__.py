@@ -15,7 +15,7 @@ from pathlib import Path
 from highway_repro import files
 from highway_repro.dashboards.export import EXPORT_DIR, PROJECT, export, shown
 from highway_repro.dashboards.spec import build_specs
-from highway_repro.errors import HighwayError
+from highway_repro.errors import HighwayError, make_folder
 from highway_repro.targets import ROOT
 
 
@@ -38,7 +38,7 @@ def run_dashboards(args) -> int:
 
     specs = build_specs(args.results)
     folder = args.out / "dashboards"
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folder(folder)
     for spec in specs:
         files.write_atomic(folder / f"{spec['table']}-{spec['scale']}.json", json.dumps(spec, indent=1) + "\n", folder)
     why = offline_reason()

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
 
+from highway_repro.errors import make_folder
 from highway_repro import files
 from highway_repro.engine.identity import identity, job_name, run_id
 from highway_repro.dashboards.spec import DAMAGED, build_specs, sound_runs
@@ -193,7 +194,7 @@ def export(results: Path, out: Path, jobs: int = 2, project: str | None = None,
     items = kept_items(results, folders)
     if folders is None:
         items += report_items(build_specs(results))
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     index_path = out / "exported.json"
     index = read_index(out)
     todo = [i for i in items if index.get(i.id, {}).get("digest") != i.digest()

@@ -13,6 +13,7 @@ manifest last.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from highway_repro.errors import storage_error, unwritable
+from highway_repro.errors import make_folder, storage_error, unwritable
 from highway_repro.lock import pid_alive
 
 from .sources import ChecksumError, _digest, _get, _read_sums, cache_dir
@@ -55,6 +56,8 @@ def _save_atomic(path: Path, write) -> None:
         os.replace(tmp, path)
     except BaseException as e:
         cause = unwritable(e)
+        if cause is None and isinstance(e, OSError) and e.errno is None:  # numpy's short write: the disk is full
+            cause = OSError(errno.ENOSPC, f"{e} (a short write: the disk is full)")
         if cause is not None:
             raise storage_error(cause, path) from None
         raise
@@ -92,7 +95,7 @@ def load_or_build(name: str, key: dict, files, build, cache: str | os.PathLike |
     folder = cache_dir(cache) / "prepared" / f"{name}-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
     if (folder / "manifest.json").is_file():
         return _load_prepared(folder, json.loads(blob))
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folder(folder)
     _sweep_temp_files(folder)
     arrays, info = build({r: p for r, (p, _) in raw.items()}, folder)
     for k, arr in arrays.items():

@@ -43,7 +43,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from highway_repro.errors import HighwayError
+from highway_repro.errors import HighwayError, make_folder
 
 DOWNLOAD_TIMEOUT_S = 15  # per socket operation; fails fast when offline
 
@@ -276,7 +276,7 @@ def _install(new: Path, dest: Path, src: Source, fix: str) -> tuple[Path, str]:
 
 def _beside(dest: Path) -> Path:
     """A fresh name beside ``dest`` (its folder made) for a file that becomes ``dest`` once verified."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(dest.parent)
     return dest.with_name(f"{dest.name}.{os.getpid()}.{secrets.token_hex(4)}.part")
 
 

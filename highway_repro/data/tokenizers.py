@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from highway_repro.errors import make_folder
+
 from .sources import DataError
 
 log = logging.getLogger(__name__)
@@ -217,7 +219,7 @@ class SentencePieceTokenizer:
         import sentencepiece as spm
 
         model_file = Path(model_file)
-        model_file.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(model_file.parent)
         with tempfile.TemporaryDirectory(dir=model_file.parent) as tmp:
             prefix = os.path.join(tmp, "sp")
             try:

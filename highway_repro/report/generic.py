@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from highway_repro import files
-from highway_repro.errors import ArgumentParser, HighwayError
+from highway_repro.errors import ArgumentParser, HighwayError, make_folder
 
 from highway_repro.report.header import header
 from highway_repro.report.plots import curve_panel, plot
@@ -93,7 +93,7 @@ def _main(argv=None) -> int:
         print(md)
         if args.out:
             out = Path(args.out)
-            out.parent.mkdir(parents=True, exist_ok=True)
+            make_folder(out.parent)
             files.write_atomic(out.with_name(out.name + ".md"), header("Report", runs, meta) + md)
             files.write_atomic(out.with_name(out.name + ".csv"), csv_text)
             if args.curve:

@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 from highway_repro import files
+from highway_repro.errors import make_folder
 from highway_repro.files import KeptFileError
 from highway_repro.report import papers, stats
 from highway_repro.report.claims_list import PAPER_SCALE_ONLY, claims_list, counted
@@ -207,7 +208,7 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
         rows += [{**r, "file": rel, "runs": d.get("runs"), "runs_planned": d.get("runs_planned"),
                   "part_of": d.get("part_of")} for r in d["rows"]]
     problems = distinct(rows)
-    root.mkdir(parents=True, exist_ok=True)
+    make_folder(root)
     forest(rows, root / "claims.png")
     path = root / "summary.csv"
     flat = [{k: _cell(r.get(k)) for k in COLUMNS} for r in rows]  # summary.csv's rows, as the claims list reads them

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from highway_repro.errors import make_folder
 from highway_repro import files
 from highway_repro.report.header import header
 from highway_repro.report.hn_tables import DEMO, HN_ANALYSIS, HN_CIFAR, HN_FIG1, HN_TABLE1
@@ -83,7 +84,7 @@ def build_table(name: str, runs: list[Run], out: Path, meta: dict) -> str:
         meta = {**meta, "other_device": left_out}
     t, body, csv_text = render(spec, runs, name, comparisons_elsewhere(out, name, meta.get("part_of")))
     text = header(spec.title, runs, meta) + body
-    out.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(out.parent)
     if spec.figure is not None and t.rows:
         fig = out.with_name(out.name + ".png")
         spec.figure(t, fig)

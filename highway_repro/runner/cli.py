@@ -32,7 +32,7 @@ from pathlib import Path
 
 from highway_repro import files
 from highway_repro.train.config import check_group_choices
-from highway_repro.errors import ArgumentParser, BusyError, ConfigError, HighwayError
+from highway_repro.errors import ArgumentParser, BusyError, ConfigError, HighwayError, make_folder
 from highway_repro.lock import take
 from highway_repro.report.header import duration
 from highway_repro.report.grids import kept_folders
@@ -98,7 +98,7 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path, echo: bo
         print(f"[{name}] no runs under {kept} or {sweep_dir}", file=sys.stderr)
         return 1
     out = results / t.results
-    out.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(out.parent)
     text = build_table(name, runs, out=out, meta=meta)
     if echo:
         print(text)
@@ -258,6 +258,8 @@ def main(argv=None) -> int:
     names = (REPORTS if args.report_only else PAPER_TABLES) if args.all else tables
     results = Path(args.results or ("runs/smoke_results" if args.scale == "smoke" else "results"))
     runs_root = Path(args.runs)
+    if args.report_only and not results.is_dir():
+        ap.error(f"--results={results} is not a folder (valid: the results folder that holds the kept runs)")
     try:
         return _run(names, args, results, runs_root)
     except HighwayError as e:  # a user mistake (a run folder's file, a config, a data file): one line, no traceback

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from highway_repro import files
 from highway_repro.engine.loggers import write_json_atomic
-from highway_repro.errors import HighwayError
+from highway_repro.errors import HighwayError, make_folder
 from highway_repro.files import KeptFileError
 from highway_repro.runner.keep import FINISHED, SINGLE_RUN
 from highway_repro.runner.plan import REPEAT_KEYS, dirname, jobs_of, override_key, plan
@@ -204,7 +204,7 @@ def calibrate(names: list[str], scale: str, workdir: Path, path: Path) -> dict:
     for name in names:
         mine[name] = probe(name, scale, workdir)
         print(f"[{name}] calibration: {mine[name]['cpu_s_per_step']} CPU-s a step ({mine[name]['cell']})", flush=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent)
     write_json_atomic(path, data)
     return mine
 

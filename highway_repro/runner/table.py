@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from highway_repro.engine.loggers import write_json_atomic
-from highway_repro.errors import ConfigError
+from highway_repro.errors import ConfigError, make_folder
 from highway_repro.report.header import duration
 from highway_repro.runner.estimate import (CALIBRATION_FILE, DEFAULT_PEAK_GB, estimate_s, on_cpu, peak_gb, per_run_s,
                                            speed_ratio, wall_s)
@@ -224,7 +224,7 @@ def record_time(p: TablePlan, end: float) -> None:
     record["commands"] = list(dict.fromkeys(p.base["commands"] + [p.shown]))
     record["wall_s"] = p.base.get("wall_s", 0.0) + end - p.start
     record["intervals"] = p.base.get("intervals", []) + [[round(p.start, 1), round(end, 1)]]
-    p.kept.mkdir(parents=True, exist_ok=True)
+    make_folder(p.kept)
     write_json_atomic(p.kept / "reproduce.json", record)  # whole or not at all: the record is committed
 
 
@@ -234,7 +234,7 @@ def finish_table(p: TablePlan) -> None:
     if p.progress is not None and p.progress.is_alive():
         p.progress.stop.set()
         p.progress.join()  # a tick may be keeping files right now
-    p.sweep_dir.mkdir(parents=True, exist_ok=True)
+    make_folder(p.sweep_dir)
     n = keep(p.sweep_dir, p.kept, single=p.single, apart=p.apart, reused=p.reused)
     record_time(p, time.time())
     if p.progress is not None:

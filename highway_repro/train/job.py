@@ -43,7 +43,7 @@ from omegaconf.errors import OmegaConfBaseException
 from highway_repro import files, options
 from highway_repro.train.config import check_group_choices, check_targets
 from highway_repro.engine.loggers import write_json_atomic, write_text_atomic
-from highway_repro.errors import ConfigError, HighwayError, StorageError, storage_error, unwritable
+from highway_repro.errors import ConfigError, HighwayError, StorageError, storage_error, unmade, unwritable
 from highway_repro.lock import RUN_LOCK, Lock, take
 from highway_repro.train.recipe import check_same_recipe
 
@@ -418,8 +418,7 @@ def one_line_errors():
             raise
         if isinstance(e, (ConfigCompositionException, MissingConfigException, OverrideParseException)):
             line = hydra_line(e)
-        elif unwritable(e) is not None:  # the run folder, or a file Hydra writes into it (.hydra/)
-            cause = unwritable(e)
+        elif (cause := unwritable(e) or unmade(e, _run_dir())) is not None:  # the run folder, or a file in .hydra/
             line = str(storage_error(cause, cause.filename if cause.filename is not None else _run_dir()))
         elif isinstance(e, USER_ERRORS):
             line = str(e).splitlines()[0] if str(e) else type(e).__name__
