@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
+import re
 import stat
 import tempfile
 from pathlib import Path
@@ -62,6 +64,22 @@ def below(path: Path, root: Path | None = None) -> Path:
     return path
 
 
+def no_links(folder: Path, names) -> None:
+    """KeptFileError where one of `names` in `folder` (a run folder about to be written: a received one, resumed)
+    is a symbolic link: nothing is then written through it."""
+    for name in names:
+        below(Path(folder) / name, folder)
+
+
+class LogFile(logging.FileHandler):
+    """logging's FileHandler, opening its file without following a link at its path (a run folder's train.log,
+    which Hydra opens before the job's own code runs: configs/train.yaml, hydra.job_logging)."""
+
+    def _open(self):
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+        return open(fd, self.mode, encoding=self.encoding, errors=self.errors)
+
+
 def plain_name(value, what: str) -> str:
     """`value` where it is one plain path part (a record's run folder name, say), else KeptFileError naming it."""
     if not isinstance(value, str) or not value or value in (".", "..") or "/" in value or "\0" in value:
@@ -73,17 +91,18 @@ def read_bytes(path: Path, root: Path | None = None, limit: int = MAX_BYTES) -> 
     """The bytes of a kept file, None when it is absent; a link, a path outside `root`, a file larger than `limit`
     or one that cannot be read is a KeptFileError."""
     path = below(path, root)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:  # (O_NONBLOCK: a FIFO planted at the path does not hang the reader)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
     except OSError as e:
         why = "is a symbolic link" if os.path.islink(path) else f"cannot be read ({e.strerror})"
         raise KeptFileError(f"{path} {why} {_fix(path)}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise KeptFileError(f"{path} is not a plain file {_fix(path)}")
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise KeptFileError(f"{path} is not a plain file {_fix(path)}")
         if st.st_size > limit:
             raise KeptFileError(f"{path} holds {st.st_size:,} bytes, more than a kept file may ({limit:,}) "
                                 f"{_fix(path)}")
@@ -102,10 +121,15 @@ def _int(text: str) -> int:
 
 
 def parse_json(text: str | bytes, where) -> object:
-    """One JSON document as plain values (`read_json`'s rules); `where` names it in the error."""
+    """One JSON document as plain values (`read_json`'s rules); `where` names it in the error. A string that is
+    no text (a lone surrogate, `\\ud800`) is refused too: nothing could write it out again."""
     try:
-        return json.loads(text, parse_int=_int)
-    except (ValueError, RecursionError, UnicodeDecodeError) as e:
+        value = json.loads(text, parse_int=_int)
+        if re.search(rb"\\u[dD][89a-fA-F]" if isinstance(text, bytes) else r"\\u[dD][89a-fA-F]", text):
+            for s in _strings(value):
+                s.encode()
+        return value
+    except (ValueError, RecursionError) as e:  # (UnicodeError is a ValueError)
         raise _damaged(where, e) from None
 
 
@@ -160,8 +184,8 @@ def read_yaml(path: Path, root: Path | None = None, inert: bool = True):
         if "&" not in text and "*" not in text:
             loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
         value = yaml.load(io.StringIO(text), Loader=loader)
-    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as e:
-        raise _damaged(path, e) from None
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError) as e:  # (a date of month 13, an
+        raise _damaged(path, e) from None  # integer past Python's digit limit: values the loader cannot build)
     if not inert and any("${" in s for s in _strings(value)):
         raise KeptFileError(f"{path} holds an interpolation ('${{') (valid: plain values; a kept file is never "
                             f"resolved) {_fix(path)}")

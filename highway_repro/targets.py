@@ -23,6 +23,9 @@ SCALES = tuple(sorted(p.stem for p in (CONFIG_DIR / "scale").glob("*.yaml")))  #
 # What a kept run folder holds (results/<paper>/runs/<name>-<scale>/<job>/): its metrics, history, config, machine
 # and overrides; never a checkpoint
 KEPT_FILES = ("metrics.json", "metrics.jsonl", "config_resolved.yaml", "run_info.json", ".hydra/overrides.yaml")
+# What a run writes into its folder (none of them may be a link there: `files.no_links`, before the job writes)
+RUN_ENTRIES = ("metrics.json", "metrics.jsonl", "config_resolved.yaml", "run_info.json", ".hydra", "ckpt", "wandb",
+               "train.log")
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from highway_repro import files  # noqa: E402
 from highway_repro.engine import checkpoint as ck  # noqa: E402
 from highway_repro.engine.loggers import write_json_atomic  # noqa: E402
 from highway_repro.options import RENAMED  # noqa: E402
@@ -77,9 +78,10 @@ def migrate(folder: Path) -> list[Path]:
     numpy RNG format, and every reproduce.json naming the runner's old module; the files rewritten."""
     done = []
     for path in sorted(folder.rglob("config_resolved.yaml")):
+        files.read_yaml(path, folder, inert=False)  # a kept file: no link, alias or `${` (KeptFileError), then
         new = migrated(OmegaConf.to_container(OmegaConf.load(path)))  # OmegaConf's safe loader, its value types
         if new is not None:
-            path.write_text(OmegaConf.to_yaml(OmegaConf.create(new)))
+            files.write_atomic(path, OmegaConf.to_yaml(OmegaConf.create(new)), folder)
             done.append(path)
     done += [p for p in sorted(folder.rglob("reproduce.json")) if migrate_record(p)]
     return done + [p for p in sorted(folder.rglob("ckpt/*.pt")) if migrate_checkpoint(p)]

@@ -184,7 +184,9 @@ def test_interrupted_cache_write_leaves_no_partial_file(offline_mirror, monkeypa
         real_save(f, arr, allow_pickle=allow_pickle)
 
     monkeypatch.setattr(np, "save", dying_save)
-    with pytest.raises(OSError, match="No space left"):
+    from highway_repro.errors import StorageError
+
+    with pytest.raises(StorageError, match="No space left"):  # an errno-less short write: the full-disk line
         data.build("ptb_word", cache_dir=cache, batch_size=2, seq_len=8)
     monkeypatch.setattr(np, "save", real_save)
     (folder,) = list((cache / "prepared").glob("ptb_word-*"))

@@ -47,14 +47,13 @@ def load_trained(run_dir: Path):
         raise RunFolderError(f"{path} holds no run's config (valid: the folder of a finished run, with its "
                              "config_resolved.yaml and .hydra/overrides.yaml)")
     register()
-    job = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
+    job = [o for o in overrides if not o.startswith(("hydra", "logger"))]  # (where a run logs: not its recipe)
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            cfg = compose("train", overrides=job)
+            resolved = OmegaConf.to_container(compose("train", overrides=job), resolve=True)
     except (HydraException, OmegaConfBaseException) as e:
         raise RunFolderError(f"{run_dir / '.hydra' / 'overrides.yaml'} does not compose with the project's configs "
                              f"({type(e).__name__}: {' '.join(str(e).split())[:160]})") from None
-    resolved = OmegaConf.to_container(cfg, resolve=True)
     diff = recipe_diff(saved, resolved)
     if diff:
         raise RunFolderError(f"{path} holds another recipe than its overrides give ({'; '.join(diff[:3])}) (valid: "

@@ -29,7 +29,7 @@ def run_export(args) -> int:
     print(f"{r['runs']} W&B runs in {where}: {r['written']} written, {r['skipped']} unchanged, {r['removed']} removed, "
           f"in {r['seconds']:.0f} s; upload: wandb sync {where}/offline-run-*")
     for folder, why in r["damaged"].items():
-        print(f"error: {why}: the kept run {folder} is left out of the export", file=sys.stderr)
+        print(f"error: left out of the export: {folder}: {why}", file=sys.stderr)
     return 1 if r["damaged"] else 0
 
 

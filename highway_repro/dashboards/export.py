@@ -74,7 +74,7 @@ def excluded_keys() -> list[str]:
 def run_item(run: Run, exclude: list[str]) -> Item:
     """The W&B run of one sound kept run (`spec.sound_runs`; no table tags yet)."""
     folder, config, info = run.path, run.config, run.run_info
-    overrides = read_overrides(folder / ".hydra" / "overrides.yaml")
+    overrides = read_overrides(folder / ".hydra" / "overrides.yaml", run.root)
     who = identity(config, job_name(overrides, exclude) if overrides is not None else folder.name,
                    on_gpu=bool(info.get("cuda_device")))
     device = info.get("cuda_device") or "cpu"
@@ -91,7 +91,7 @@ def kept_items(results: Path, folders: list[Path] | None = None) -> list[Item]:
     names = None if folders is None else {Path(f).name for f in folders}  # another job name is another run
     for name in REPORTS:
         for scale in SCALES:
-            for run in sound_runs(kept_folders(name, scale, results)):
+            for run in sound_runs(kept_folders(name, scale, results), results):
                 folder = run.path
                 if names is not None and folder.name not in names:
                     continue

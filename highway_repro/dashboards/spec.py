@@ -18,9 +18,11 @@ No wandb import here: `publish.py` turns a spec into W&B objects, and only when 
 from __future__ import annotations
 
 import csv
+import io
 import re
 from pathlib import Path
 
+from highway_repro import files
 from highway_repro.report.grids import kept_folders
 from highway_repro.report.runs import Run, load_run
 from highway_repro.targets import REPORTS, SCALES, TARGETS
@@ -35,10 +37,10 @@ NUMERIC = {"n_seeds", "mean", "std", "ci_low", "ci_high", "ci_unpaired_low", "ci
 DAMAGED: dict[str, str] = {}  # the kept run folders left out of every dashboard and export: {folder: why}
 
 
-def sound_runs(folders: list[Path]) -> list[Run]:
-    """The runs of kept run folders, less the damaged ones (`report.runs.load_run`), which are noted in `DAMAGED`
-    (the export names them and exits 1)."""
-    runs = [load_run(f) for f in folders]
+def sound_runs(folders: list[Path], results: Path | None = None) -> list[Run]:
+    """The runs of kept run folders (below `results`: no link followed), less the damaged ones
+    (`report.runs.load_run`), which are noted in `DAMAGED` (the export names them and exits 1)."""
+    runs = [load_run(f, results) for f in folders]
     DAMAGED.update({str(r.path): r.error for r in runs if r.status == "damaged"})
     return [r for r in runs if r.status != "damaged"]
 
@@ -61,11 +63,8 @@ def logged_keys(runs: list[Run]) -> tuple[dict[str, int], set[str]]:
 
 def summary_lines(results: Path) -> list[dict]:
     """results/summary.csv as dicts (empty without one)."""
-    path = results / "summary.csv"
-    if not path.exists():
-        return []
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
+    blob = files.read_bytes(results / "summary.csv", results)  # no link, a bounded size
+    return list(csv.DictReader(io.StringIO(blob.decode(errors="replace"), newline=""))) if blob else []
 
 
 def _number(text: str):
@@ -130,7 +129,10 @@ def build_specs(results: Path) -> list[dict]:
     for name in REPORTS:
         for scale in SCALES:
             mine = [line for line in lines if line["table"] == name and line["scale"] == scale]
-            runs = sound_runs(kept_folders(name, scale, results))
-            if runs and any(line["kind"] == "row" for line in mine):
-                specs.append(table_spec(name, scale, runs, mine))
+            runs = sound_runs(kept_folders(name, scale, results), results)
+            if runs and any(line.get("kind") == "row" for line in mine):
+                try:
+                    specs.append(table_spec(name, scale, runs, mine))
+                except (KeyError, ValueError, TypeError, StopIteration) as e:  # summary.csv damaged on its lines
+                    DAMAGED[f"results/summary.csv ({name})"] = f"its lines cannot be read ({type(e).__name__}: {e})"
     return specs

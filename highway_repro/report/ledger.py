@@ -209,8 +209,13 @@ def load(results: Path) -> list[dict]:
     """The ledger's entries, in the order they were made ([] where there is none)."""
     path = Path(results) / LEDGER
     entries = (files.read_json(path, results, kind=dict) or {}).get("entries", [])
-    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise files.KeptFileError(f"{path}: entries is not a list of objects (valid: the ledger's entries)")
+    kinds = {"id": str, "kind": str, "commit": str, "date": str, "reason": str, "runs_before": int, "runs_after": int,
+             "after_data": bool}
+    if not isinstance(entries, list) or not all(
+            isinstance(e, dict) and "definition" in e and all(isinstance(e.get(k), t) for k, t in kinds.items())
+            for e in entries):
+        raise files.KeptFileError(f"{path}: entries is not a list of the ledger's entries (valid: objects with "
+                                  f"definition and {', '.join(f'{k} ({t.__name__})' for k, t in kinds.items())})")
     return entries
 
 

@@ -23,23 +23,29 @@ from highway_repro.files import KeptFileError
 
 # An override a kept run's .hydra/overrides.yaml may hold: a key, then a plain value (a name, a number, a sweep file
 # name): nothing Hydra's grammar would evaluate (a list, a function, a quoted string, an interpolation), and no
-# path out of the config folders (`..`, a leading `/`: a config group choice is a file name).
-PLAIN_OVERRIDE = re.compile(r"[+~]?[A-Za-z_][A-Za-z0-9_./]*=(?!/)[A-Za-z0-9_.,:/+-]*")
+# path out of the config folders (`..`, a leading `/`: a config group choice is a file name), and no key added or
+# removed (`+`, `~`: a kept run's keys are the config files' own).
+PLAIN_OVERRIDE = re.compile(r"[A-Za-z_][A-Za-z0-9_./]*=(?!/)[A-Za-z0-9_.,:/+-]*")
 
 RunFolderError = KeptFileError  # a run folder's file that is not plain data, a link, or too large
 
 
-def read_yaml(path: Path, inert: bool = True):
-    """A run folder's YAML file as plain data (None when absent): `files.read_yaml` below the run folder (no
-    link, no alias, no tag that would build an object, a bounded size; `inert=False`: no `${` either)."""
-    return files.read_yaml(path, root=path.parent.parent if path.parent.name == ".hydra" else path.parent,
-                           inert=inert)
+def _root(path: Path) -> Path:
+    """The folder that holds the run folder of a run's file (`<run>/x`, `<run>/.hydra/x`): no link below it."""
+    return path.parents[2] if path.parent.name == ".hydra" else path.parents[1]
 
 
-def read_overrides(path: Path) -> list[str] | None:
+def read_yaml(path: Path, inert: bool = True, root: Path | None = None):
+    """A run folder's YAML file as plain data (None when absent): `files.read_yaml` below `root` (default: the folder
+    that holds the run folder; no link, no alias, no tag that would build an object, a bounded size;
+    `inert=False`: no `${` either)."""
+    return files.read_yaml(path, root=root or _root(path), inert=inert)
+
+
+def read_overrides(path: Path, root: Path | None = None) -> list[str] | None:
     """A run folder's `.hydra/overrides.yaml` (None when absent), each line a `PLAIN_OVERRIDE`, else
     KeptFileError naming the file and the line."""
-    lines = read_yaml(path, inert=False)
+    lines = read_yaml(path, inert=False, root=root)
     if lines is None:
         return None
     if not isinstance(lines, list):
@@ -50,9 +56,9 @@ def read_overrides(path: Path) -> list[str] | None:
     return lines
 
 
-def read_config(path: Path) -> dict | None:
+def read_config(path: Path, root: Path | None = None) -> dict | None:
     """A run's `config_resolved.yaml` (None when absent): a mapping of plain values, no `${`."""
-    cfg = read_yaml(path, inert=False)
+    cfg = read_yaml(path, inert=False, root=root)
     if cfg is not None and not isinstance(cfg, dict):
         raise KeptFileError(f"{path} holds a {type(cfg).__name__} (valid: the mapping of a run's config)")
     return cfg
@@ -85,6 +91,7 @@ class Run:
     error: str | None = None
     run_info: dict = field(default_factory=dict)
     _history: list | None = field(default=None, repr=False)
+    root: Path | None = field(default=None, repr=False)  # no link is followed below it (`load_run`)
 
     @property
     def history(self) -> list[dict]:
@@ -92,7 +99,7 @@ class Run:
         if self._history is None:
             self._history = []
             try:
-                blob = files.read_bytes(self.path / "metrics.jsonl", self.path.parent) or b""
+                blob = files.read_bytes(self.path / "metrics.jsonl", self.root or self.path.parent) or b""
             except KeptFileError:
                 blob = b""  # the run is marked damaged by load_run's read of it
             for line in blob.splitlines():
@@ -159,22 +166,24 @@ class Run:
         return statistics.fmean(vals) if vals else math.nan
 
 
-def _read_object(path: Path) -> dict:
+def _read_object(path: Path, root: Path | None = None) -> dict:
     """A run's JSON file (metrics.json, run_info.json) as a dict ({} when absent); KeptFileError when it is not a
     JSON object of plain values (the files are written atomically, so such a file was damaged after the run wrote
     it), or when its `status`, `step` or `error` has the wrong type."""
-    value = files.read_json(path, path.parent.parent, kind=dict) or {}
+    value = files.read_json(path, root or _root(path), kind=dict) or {}
     for key, kind in (("status", str), ("step", int), ("error", str)):
         if value.get(key) is not None and (not isinstance(value[key], kind) or isinstance(value[key], bool)):
             raise KeptFileError(f"{path}: {key}={value[key]!r} is not allowed (valid: a JSON {kind.__name__})")
     return value
 
 
-def load_run(path: Path) -> Run:
-    """The run of a run folder. A damaged file (`files`' rules: a link, not plain data, too large, a wrong type)
-    makes the run's status `damaged`, its error the line that says why: the reports leave it out of their
+def load_run(path: Path, root: Path | None = None) -> Run:
+    """The run of a run folder; no link is followed below `root` (the results root of a kept run; default: the
+    folder that holds the run folder). A damaged file (`files`' rules: a link, not plain data, too large, a wrong
+    type) makes the run's status `damaged`, its error the line that says why: the reports leave it out of their
     statistics and name it; the files that could be read still place it in its row."""
     path, damage = Path(path), []
+    root = Path(root) if root is not None else path.parent
 
     def read(fn, default):
         try:
@@ -184,18 +193,18 @@ def load_run(path: Path) -> Run:
             return default
 
     def history():
-        f = files.below(path / "metrics.jsonl", path.parent)
+        f = files.below(path / "metrics.jsonl", root)
         if f.exists() and f.stat().st_size > files.MAX_BYTES:
             raise KeptFileError(f"{f} holds {f.stat().st_size:,} bytes (valid: at most {files.MAX_BYTES:,})")
 
-    if read(lambda: files.below(path), None) is None:  # the run folder is a link: nothing of it is read
-        return Run(path, {}, {}, {}, "damaged", damage[0], {})
-    overrides = read(lambda: parse_overrides(read_overrides(path / ".hydra" / "overrides.yaml")), {})
-    config = read(lambda: read_config(path / "config_resolved.yaml") or read_yaml(path / ".hydra" / "config.yaml")
-                  or {}, {})
+    if read(lambda: files.below(path, root), None) is None:  # a link on the way: nothing of it is read
+        return Run(path, {}, {}, {}, "damaged", damage[0], {}, root=root)
+    overrides = read(lambda: parse_overrides(read_overrides(path / ".hydra" / "overrides.yaml", root)), {})
+    config = read(lambda: read_config(path / "config_resolved.yaml", root)
+                  or read_yaml(path / ".hydra" / "config.yaml", root=root) or {}, {})
     config = config if isinstance(config, dict) else {}
-    final = read(lambda: _read_object(path / "metrics.json"), {})
-    info = read(lambda: _read_object(path / "run_info.json"), {})
+    final = read(lambda: _read_object(path / "metrics.json", root), {})
+    info = read(lambda: _read_object(path / "run_info.json", root), {})
     read(history, None)
     status = "damaged" if damage else str(final.get("status", "unknown")) if final else "missing"
     error = damage[0] if damage else final.get("error")
@@ -204,7 +213,7 @@ def load_run(path: Path) -> Run:
                  else "no metrics.json (job died or still running)")
     elif error is None and status != "done":
         error = f"status {status} at step {final.get('step')}"
-    return Run(path, overrides, config, final, status, error, info)
+    return Run(path, overrides, config, final, status, error, info, root=root)
 
 
 def device(r: Run) -> str:
@@ -222,10 +231,10 @@ def one_device(runs: list[Run]) -> tuple[list[Run], list[Run]]:
     return [r for r in runs if device(r) == mine], [r for r in runs if device(r) != mine]
 
 
-def load_runs(folder) -> list[Run]:
+def load_runs(folder, root=None) -> list[Run]:
     """Every run folder at or below `folder` (one that has metrics.json or .hydra/), sorted by path."""
     folder = Path(folder)
     found = {p.parent for p in folder.rglob("metrics.json")} | {p.parent for p in folder.rglob(".hydra") if p.is_dir()}
     if (folder / "metrics.json").exists() or (folder / ".hydra").is_dir():
         found.add(folder)
-    return [load_run(p) for p in sorted(found)]
+    return [load_run(p, root) for p in sorted(found)]

@@ -98,14 +98,29 @@ def home_rank(table: str, part_of: str | None, experiment: str) -> int:
     return 0 if table == experiment else 1 if not part_of else 2
 
 
+# The fields every claims file and each kind of its rows has (`write_claims`, `claim_rows`), those the readers need
+CLAIMS_FIELDS = {"table", "title", "scale", "file", "runs", "runs_planned", "part_of", "rows"}
+ROW_FIELDS = {"kind", "row", "table", "claim", "metric", "split", "scale", "verdict", "ci_low", "ci_high", "mean",
+              "std", "n_seeds", "paper", "level", "floor", "floor_met"}
+CLAIM_FIELDS = ROW_FIELDS | {"comparison", "same_as", "experiment", "claim_type", "paper_claim", "paper_claim_id",
+                             "holm_verdict", "family_size", "detail", "delta", "diff", "seeds_needed", "tests"}
+
+
 def read_claims(path: Path, root: Path) -> dict:
-    """A table's `<out>.claims.json` (`files.read_json` below `root`): an object whose `rows` are objects and whose
-    `table` and `file` are names; else KeptFileError naming it."""
+    """A table's `<out>.claims.json` (`files.read_json` below `root`): an object with the fields `write_claims`
+    writes, `file` a name, rows of kind row, claim or floor, each with its kind's fields, its names text and no
+    value an object but its `tests`; else KeptFileError naming it."""
     d = files.read_json(path, root, kind=dict)
-    if not (isinstance(d.get("rows"), list) and all(isinstance(r, dict) for r in d["rows"])
-            and isinstance(d.get("table"), str)):
-        raise KeptFileError(f"{path} is not a table's claims file (valid: table, a name; rows, a list of objects)")
-    files.plain_name(d.get("file"), f"{path}: file")
+    rows = d.get("rows")
+    ok = CLAIMS_FIELDS <= set(d) and isinstance(d["table"], str) and isinstance(rows, list) and all(
+        isinstance(r, dict) and r.get("kind") in ("row", "claim", "floor")
+        and (ROW_FIELDS if r["kind"] == "row" else CLAIM_FIELDS) <= set(r)
+        and all(isinstance(r[k], str) for k in ("kind", "row", "claim", "verdict"))
+        and not any(isinstance(v, dict) for k, v in r.items() if k != "tests") for r in rows)
+    if not ok:
+        raise KeptFileError(f"{path} is not a table's claims file (valid: the fields write_claims writes; rows of kind "
+                            "row, claim or floor with their fields)")
+    files.plain_name(d["file"], f"{path}: file")
     return d
 
 

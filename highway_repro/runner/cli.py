@@ -111,7 +111,7 @@ def _damaged(results: Path, scale: str, allowed: bool) -> int:
     leave it out of their statistics); 1 when there is one, unless `allowed`."""
     from highway_repro.report.runs import load_run
 
-    runs = [load_run(p.parent) for kept in (f"*-{scale}", f"*-{scale}-gpu")
+    runs = [load_run(p.parent, results) for kept in (f"*-{scale}", f"*-{scale}-gpu")
             for p in sorted(results.glob(f"*/runs/{kept}/*/metrics.json"))]
     damaged = [r for r in runs if r.status == "damaged"]
     for r in damaged:
@@ -258,8 +258,6 @@ def main(argv=None) -> int:
     names = (REPORTS if args.report_only else PAPER_TABLES) if args.all else tables
     results = Path(args.results or ("runs/smoke_results" if args.scale == "smoke" else "results"))
     runs_root = Path(args.runs)
-    if args.report_only and not results.is_dir():
-        ap.error(f"--results={results} is not a folder (valid: the results folder that holds the kept runs)")
     try:
         return _run(names, args, results, runs_root)
     except HighwayError as e:  # a user mistake (a run folder's file, a config, a data file): one line, no traceback
@@ -271,6 +269,7 @@ def _run(names: list[str], args, results: Path, runs_root: Path) -> int:
     """The reports (--report-only), or the training of the tables, their reports, then results/summary.csv."""
     status = 0
     if args.report_only:
+        make_folder(results)  # a --results under a file: one line before any report
         for name in names:
             parts = TARGETS[name].parts
             if args.all and not kept_folders(name, args.scale, results):
@@ -297,17 +296,18 @@ def _run(names: list[str], args, results: Path, runs_root: Path) -> int:
         from highway_repro.report.ledger import write_ledger
 
         expected = {n: f"{TARGETS[n].help} (`make {make_target(n)}`)" for n in REPORTS}
-        try:
-            print(f"wrote {write_summary(results, expected)}", file=sys.stderr)
-        except HighwayError as e:  # a damaged claims file: left out of the summary, which is written
-            print(f"error: {e}", file=sys.stderr)
-            status = status or 1
-        try:
-            if (ledger := write_ledger(results)) is not None:  # results/preregistration.md, when a ledger is kept
-                print(f"wrote {ledger}", file=sys.stderr)
-        except HighwayError as e:  # a damaged ledger: named, the reports stand
-            print(f"error: {e}", file=sys.stderr)
-            status = status or 1
+        for step in (lambda: write_summary(results, expected), lambda: write_ledger(results)):
+            try:  # a damaged claims file is left out of the summary, which is written; a damaged ledger is named
+                if (wrote := step()) is not None:  # (results/preregistration.md, when a ledger is kept)
+                    print(f"wrote {wrote}", file=sys.stderr)
+            except HighwayError as e:
+                print(f"error: {e}", file=sys.stderr)
+                status = status or 1
+            except Exception:  # a bug: its traceback, and the reports written stand
+                import traceback
+
+                traceback.print_exc()
+                status = status or 1
     return status
 
 

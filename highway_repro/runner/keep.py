@@ -66,10 +66,21 @@ def keep(sweep_dir: Path, kept: Path, single: bool = False, apart: Path | None =
             continue
         dst = (apart if apart is not None and made_on_gpu(run) else kept) / (SINGLE_RUN if single else run.name)
         for f in KEPT_FILES:
-            if (run / f).exists() and files.read_bytes(dst / f, root) != files.read_bytes(run / f, sweep_dir.parent):
+            if (run / f).exists() and _kept(dst / f, root) != files.read_bytes(run / f, sweep_dir.parent):
                 files.copy_file(run / f, dst / f, sweep_dir.parent, root)
                 n += 1
     return n
+
+
+def _kept(path: Path, root: Path) -> bytes | None:
+    """A kept file's bytes, None where it is absent or damaged: a damaged one (a run trained again after `restore`
+    left it, say) is written over, a link at its path removed first (never followed)."""
+    try:
+        return files.read_bytes(path, root)
+    except KeptFileError:
+        if path.is_symlink():
+            path.unlink()
+        return None
 
 
 def restore(kept: Path, sweep_dir: Path, names: list[str] | None = None, dry: bool = False,
@@ -126,11 +137,12 @@ def table_runs(name: str, scale: str, runs_root: Path, results: Path) -> list:
 
     sweep_dir, apart = runs_root / f"{name}-{scale}", results / runs_folder(name, scale, apart=True)
     folders = kept_folders(name, scale, results)
-    kept = {f.name: load_run(f) for f in folders if f.parent != apart}
+    kept = {f.name: load_run(f, results) for f in folders if f.parent != apart}
     local = load_runs(sweep_dir) if sweep_dir.is_dir() else []
     single = not TARGETS[name].sweep  # its run is the sweep folder itself, kept as <kept>/run: the same job
     runs = {**{SINGLE_RUN if single else r.path.name: r for r in local}, **kept}
-    return sorted(runs.values(), key=lambda r: r.path.name) + [load_run(f) for f in folders if f.parent == apart]
+    return sorted(runs.values(), key=lambda r: r.path.name) + [load_run(f, results) for f in folders
+                                                               if f.parent == apart]
 
 
 def reused_names(name: str, scale: str, results: Path) -> frozenset:
@@ -178,10 +190,15 @@ def other_recipe(part: str, scale: str, folders: list[Path]) -> dict[str, str]:
             out[folder.name] = cells[cell]
             continue
         cfg = cells[cell].copy()
-        for o in repeat:
-            key, value = o.split("=", 1)
-            OmegaConf.update(cfg, key, yaml.safe_load(value))
-        diff = recipe_diff(there, OmegaConf.to_container(cfg, resolve=True))
+        try:
+            for o in repeat:
+                key, value = o.split("=", 1)
+                OmegaConf.update(cfg, key, yaml.safe_load(value))
+            here = OmegaConf.to_container(cfg, resolve=True)
+        except (OmegaConfBaseException, ValueError) as e:  # a seed the config cannot hold (a date, say)
+            out[folder.name] = f"its overrides do not compose ({type(e).__name__}: {' '.join(str(e).split())[:120]})"
+            continue
+        diff = recipe_diff(there, here)
         if diff:
             out[folder.name] = "; ".join(diff)
     return out

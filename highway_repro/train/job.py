@@ -42,9 +42,10 @@ from omegaconf.errors import OmegaConfBaseException
 
 from highway_repro import files, options
 from highway_repro.train.config import check_group_choices, check_targets
-from highway_repro.engine.loggers import write_json_atomic, write_text_atomic
+from highway_repro.engine.loggers import write_json_atomic
 from highway_repro.errors import ConfigError, HighwayError, StorageError, storage_error, unmade, unwritable
 from highway_repro.lock import RUN_LOCK, Lock, take
+from highway_repro.targets import RUN_ENTRIES
 from highway_repro.train.recipe import check_same_recipe
 
 # What is reported in one line with exit code 2, without a traceback: the project's own error classes, raised for
@@ -240,7 +241,8 @@ def folder_lock(out_dir: Path, dist=None) -> Lock | None:
 def nothing_to_do(cfg: DictConfig, out_dir: Path, multirun: bool, is_main: bool = True) -> tuple[bool, object]:
     """(True, the job's return value) where the job in `out_dir` is not to train: another recipe's folder or a saved
     config that is not plain data (its line), a finished or diverged run (resume=auto: kept as it is)."""
-    try:  # another recipe, or a saved config or metrics.json that is not plain data
+    try:  # another recipe, or a saved config or metrics.json that is not plain data, or a link it would write through
+        files.no_links(out_dir, RUN_ENTRIES)
         check_same_recipe(cfg, out_dir)
         prev = (files.read_json(out_dir / "metrics.json", out_dir.parent, kind=dict) or {}) if cfg.resume == "auto" \
             else {}
@@ -359,10 +361,9 @@ class RunFolder(Callback):
             ours = [i for i, o in enumerate(hydra_cfg.hydra.overrides.hydra) if o == NO_SUBDIR]
             if self.added and ours:
                 del hydra_cfg.hydra.overrides.hydra[ours[-1]]
-        folder.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(folder / "config.yaml", OmegaConf.to_yaml(task))
-        write_text_atomic(folder / "hydra.yaml", OmegaConf.to_yaml(hydra_cfg))
-        write_text_atomic(folder / "overrides.yaml", OmegaConf.to_yaml(config.hydra.overrides.task))
+        root, ov = Path(config.hydra.runtime.output_dir), config.hydra.overrides.task  # no link below root: .hydra
+        for name, node in (("config.yaml", task), ("hydra.yaml", hydra_cfg), ("overrides.yaml", ov)):
+            files.write_atomic(folder / name, OmegaConf.to_yaml(node), root)
 
     def on_job_end(self, config: DictConfig, **kwargs) -> None:
         out_dir = str(config.hydra.runtime.output_dir)
