@@ -8,9 +8,9 @@ Kept runs, reports and records arrive in pull requests, so every one of them is 
   overrides, the files that could reach Hydra or OmegaConf) a `${` anywhere is refused, so no interpolation of a
   kept file is ever resolved. Each problem is a `KeptFileError`, one line naming the file.
 - **No link below a root.** `below` refuses a path that leaves its root (`..`) or passes through a symbolic link
-  between the root and itself (the root itself may be a link: a user's `results/` on another disk). Reads open the
-  file with `O_NOFOLLOW`; writes go through a temporary file in the same folder and a rename (`write_atomic`),
-  which replaces a link at the path instead of writing through it.
+  between the root and itself, the path itself included (the root itself may be a link: a user's `results/` on
+  another disk). Reads open the file with `O_NOFOLLOW`; writes refuse a link at the path, then go through a
+  temporary file in the same folder and a rename (`write_atomic`).
 - **Names, not paths.** A path read from a file (a record's run folder, say) must be `plain_name`: one path part,
   not `.` or `..`.
 - **Whole or absent.** `write_atomic` writes a temporary file, fsyncs it and renames it over the path: a reader,
@@ -194,8 +194,8 @@ def read_yaml(path: Path, root: Path | None = None, inert: bool = True):
 
 def write_atomic(path: Path, data: str | bytes, root: Path | None = None) -> Path:
     """Write `data` to `path` through a temporary file in its folder, fsync and a rename (`below(path, root)` first:
-    no link on the way, and a link at `path` itself is replaced, never written through). A write the user can fix
-    (a full disk, a read-only folder, a file-size limit) is one StorageError line naming `path`."""
+    no link on the way or at `path` itself). A write the user can fix (a full disk, a read-only folder, a file-size
+    limit) is one StorageError line naming `path`."""
     path = below(path, root)
     blob = data.encode() if isinstance(data, str) else data
     tmp = None

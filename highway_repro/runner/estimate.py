@@ -18,22 +18,14 @@ from highway_repro import files
 from highway_repro.engine.loggers import write_json_atomic
 from highway_repro.errors import HighwayError, make_folder
 from highway_repro.files import KeptFileError
-from highway_repro.runner.keep import FINISHED, SINGLE_RUN
+from highway_repro.runner.keep import FINISHED, SINGLE_RUN, run_object
 from highway_repro.runner.plan import REPEAT_KEYS, dirname, jobs_of, override_key, plan
 from highway_repro.targets import ROOT, TARGETS
 
 
-def _object(path: Path) -> dict | None:
-    """A run folder's JSON file as a dict ({} when absent; None when damaged: `files.read_json`)."""
-    try:
-        return files.read_json(path, path.parent.parent, kind=dict) or {}
-    except KeptFileError:
-        return None
-
-
 def run_info(run: Path) -> dict | None:
     """A run folder's run_info.json ({} when it has none; None when it cannot be read)."""
-    return _object(run / "run_info.json")
+    return run_object(run / "run_info.json")
 
 
 def run_seconds(runs: list[Path], cpu_only: bool = False, speedup: float | None = None,
@@ -49,7 +41,7 @@ def run_seconds(runs: list[Path], cpu_only: bool = False, speedup: float | None 
     (`speed_ratio`)."""
     out, me = [], machine_key()
     for r in runs:
-        if (m := _object(r / "metrics.json")) is None:
+        if (m := run_object(r / "metrics.json")) is None:
             continue
         if (info := run_info(r)) is None or m.get("status") not in FINISHED or (cpu_only and info.get("cuda_device")):
             continue
@@ -214,7 +206,7 @@ def _cpu_runs(kept: Path | None, speedup: float | None) -> list[tuple[str, float
     a diverged run's few seconds price its cell, not the machine)."""
     out, me = [], machine_key()
     for f in kept.glob("*/metrics.json") if kept is not None else ():
-        if (_object(f) or {}).get("status") != "done":
+        if (run_object(f) or {}).get("status") != "done":
             continue
         here = machine_key(run_info(f.parent) or {}) == me
         out += [(grid_cell(f.parent.name), sec, here) for sec in run_seconds([f.parent], True, speedup)]
@@ -282,7 +274,7 @@ def peak_gb(cfg, kept: Path | None) -> tuple[float, str]:
     a CPU run's), else the scale file's `est_peak_gb`, else DEFAULT_PEAK_GB."""
     seen = []
     for f in kept.glob("*/run_info.json") if kept is not None else ():
-        info = _object(f) or {}
+        info = run_object(f) or {}
         v = info.get("peak_rss_gb")
         if isinstance(v, (int, float)) and v > 0 and not info.get("cuda_device"):
             seen.append(float(v))

@@ -22,13 +22,13 @@ FINISHED = ("done", "diverged")  # a diverged run is a result (a table cell), no
 SINGLE_RUN = "run"  # the kept folder of a single-run table's run
 
 
-def _final(run: Path) -> dict:
-    """A run folder's metrics.json as a dict ({} when absent or damaged: `files.read_json`, no link below the
-    folder that holds the run folder)."""
+def run_object(path: Path) -> dict | None:
+    """A run folder's JSON file (metrics.json, run_info.json) as a dict: {} when absent, None when damaged
+    (`files.read_json`, no link below the folder that holds the run folder)."""
     try:
-        return files.read_json(run / "metrics.json", run.parent, kind=dict) or {}
+        return files.read_json(path, path.parent.parent, kind=dict) or {}
     except KeptFileError:
-        return {}
+        return None
 
 
 def results_root(kept: Path) -> Path:
@@ -38,7 +38,7 @@ def results_root(kept: Path) -> Path:
 
 
 def run_status(run: Path) -> str | None:
-    return _final(run).get("status")
+    return (run_object(run / "metrics.json") or {}).get("status")
 
 
 def _runs_in(sweep_dir: Path, single: bool) -> list[Path]:
@@ -48,10 +48,7 @@ def _runs_in(sweep_dir: Path, single: bool) -> list[Path]:
 
 def made_on_gpu(run: Path) -> bool:
     """Whether the run folder's run was made on a GPU (its run_info.json names a CUDA device)."""
-    try:
-        return bool((files.read_json(run / "run_info.json", run.parent, kind=dict) or {}).get("cuda_device"))
-    except KeptFileError:
-        return False
+    return bool((run_object(run / "run_info.json") or {}).get("cuda_device"))
 
 
 def keep(sweep_dir: Path, kept: Path, single: bool = False, apart: Path | None = None,
