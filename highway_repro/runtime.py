@@ -1,12 +1,18 @@
-"""Process settings for one run: torch's threads, the allocator, the seeds (`configure`, called by `train.run`).
+"""Process settings for one run: torch's threads, the allocator, the seeds (`configure`, called by `train.run`), and
+the stop signals (`on_stop_signals`, `stopped`).
 
 Numbers depend on the seeds only: the thread count and the allocator change speed, not values.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import signal
+import threading
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def configure(threads: int, seed: int, deterministic: bool) -> None:
@@ -50,3 +56,34 @@ def keep_freed_memory() -> bool:
         return False
     m_trim_threshold, m_mmap_max = -1, -4  # glibc's malloc.h
     return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, 1 << 30))
+
+
+def on_stop_signals(handler) -> dict:
+    """`handler` for each stop signal (SIGINT, SIGTERM, SIGHUP) this process listens to; returns the handlers to put
+    back. A signal the process was started ignoring stays ignored, as Python leaves an ignored SIGINT: `nohup`'s
+    SIGHUP, the SIGINT of a job that a non-interactive shell started in the background. Main thread only (Python
+    runs handlers there): elsewhere nothing is installed."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {s: signal.signal(s, handler) for s in STOP_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN}
+
+
+@contextlib.contextmanager
+def stopped():
+    """A stop signal outside the trainer's `fit` (which saves a checkpoint and writes metrics.json `interrupted`
+    itself): start-up (importing torch, composing, building the data) or the last writes. The command ends at once
+    with one line and exit code 128 + signal, never a traceback. Ended, not raised: an exception raised at an
+    arbitrary point of an import can cross C++ code (torch's pybind11 modules abort the process) or be swallowed
+    there (the run then goes on). What the run folder holds is whole (every file is written through a rename; a
+    lock is a flock, dropped with the process), and the same command starts the run again (resume=auto)."""
+    def stop(signum, frame):
+        os.write(2, f"error: stopped by {signal.Signals(signum).name} outside training (start-up or the last writes); "
+                    "nothing is half-written, and the same command continues the run\n".encode())
+        os._exit(128 + signum)
+
+    old = on_stop_signals(stop)
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

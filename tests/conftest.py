@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -21,6 +22,13 @@ from hypothesis import HealthCheck, settings
 # property tests assert behaviour, never speed: no per-example deadline, no "too slow" health check on a busy machine
 settings.register_profile("repo", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("repo")
+
+# The stop signals as an interactive shell hands them over. A suite started in the background by a non-interactive
+# shell inherits SIGINT ignored, which the project honours (`runtime.on_stop_signals`): the tests that send SIGINT
+# to a run (in this process or to a child, which inherits the ignoring) would then test nothing.
+for _s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    if signal.getsignal(_s) is signal.SIG_IGN:
+        signal.signal(_s, signal.default_int_handler if _s == signal.SIGINT else signal.SIG_DFL)
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_DIR = REPO / "configs"

@@ -75,16 +75,26 @@ def test_the_user_s_own_hydra_full_error_keeps_the_traceback(tmp_path, monkeypat
     assert os.environ["HYDRA_FULL_ERROR"] == "1"
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
-def test_a_stop_signal_outside_training_is_one_line(capsys, signum):
-    from highway_repro.train.job import stopped
+STOP_AT_ONCE = ("import os, signal, sys, time; from highway_repro.runtime import stopped\n"
+                "with stopped():\n    os.kill(os.getpid(), int(sys.argv[1])); time.sleep(5)\nprint('went on')")
 
-    with pytest.raises(SystemExit) as e, stopped():
-        os.kill(os.getpid(), signum)
-        time.sleep(5)  # the handler raises before this ends
-    lines = capsys.readouterr().err.splitlines()
-    assert e.value.code == 128 + signum and len(lines) == 1
-    assert lines[0].startswith(f"error: stopped by {signal.Signals(signum).name} outside training")
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_signal_outside_training_is_one_line(signum):
+    p = subprocess.run([sys.executable, "-c", STOP_AT_ONCE, str(int(signum))], cwd=REPO, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 128 + signum and p.stdout == "", (p.returncode, p.stdout, p.stderr)
+    assert p.stderr.startswith(f"error: stopped by {signal.Signals(signum).name} outside training")
+    assert len(p.stderr.splitlines()) == 1, p.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP])
+def test_a_stop_signal_the_process_was_started_ignoring_stays_ignored(signum):
+    """`nohup` (SIGHUP) and a background job of a non-interactive shell (SIGINT): the command goes on."""
+    code = STOP_AT_ONCE.replace("time.sleep(5)", "time.sleep(0.2)")
+    p = subprocess.run([sys.executable, "-c", code, str(int(signum))], cwd=REPO, capture_output=True, text=True,
+                       timeout=60, preexec_fn=lambda: signal.signal(signum, signal.SIG_IGN))
+    assert (p.returncode, p.stdout, p.stderr) == (0, "went on\n", "")
 
 
 @needs_mirror

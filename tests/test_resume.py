@@ -210,6 +210,29 @@ def test_sigterm_mid_log_interval_resumes_exactly(tmp_path, monkeypatch):
 
 
 @needs_mirror
+def test_a_run_started_under_nohup_trains_on_through_sighup(tmp_path, monkeypatch):
+    """SIGHUP ignored from the start (`nohup`): a SIGHUP in step 3 changes nothing, the run ends `done` as the
+    uninterrupted one."""
+    ref = _reference(SMALL, tmp_path / "ref")
+    forward = Trainer._forward
+
+    def fwd(self, batch, mems, score_len):
+        if self.model.training and self.step == 2:
+            signal.raise_signal(signal.SIGHUP)
+        return forward(self, batch, mems, score_len)
+
+    monkeypatch.setattr(Trainer, "_forward", fwd)
+    old = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        (tmp_path / "run").mkdir()
+        final = run(compose(SMALL + ["threads=1"]), tmp_path / "run")
+    finally:
+        signal.signal(signal.SIGHUP, old)
+    assert _stable(final) == _stable(ref) and final["status"] == "done"
+    assert _history(tmp_path / "run") == _history(tmp_path / "ref")
+
+
+@needs_mirror
 def test_killed_before_the_first_checkpoint_starts_over(tmp_path, monkeypatch):
     def when(trainer, phase):
         if phase == "step" and trainer.step == 2:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import copy
 import logging
 import signal
-import threading
 import time
 from contextlib import contextmanager, nullcontext
 
@@ -41,6 +40,7 @@ from torch.func import functional_call, vmap
 from highway_repro.engine import checkpoint as ckpt_lib
 from highway_repro.engine import flops as flops_lib
 from highway_repro.engine.trainer import Diverged, Trainer, _to, cpu_seconds, tf32
+from highway_repro.runtime import on_stop_signals
 
 log = logging.getLogger(__name__)
 
@@ -258,9 +258,7 @@ class Group:
             for m in self.members:
                 m._request_stop(signum, frame)
 
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-        return {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+        return on_stop_signals(stop)
 
     def _timed(self, m: Member, fn, *args):
         """fn(*args) counted in member m's clocks alone."""

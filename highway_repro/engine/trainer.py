@@ -37,7 +37,6 @@ import logging
 import math
 import resource
 import signal
-import threading
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -51,6 +50,7 @@ from highway_repro.engine.loggers import write_json_atomic
 from highway_repro.engine.trainer_config import (Diverged, Interrupted, TrainerConfig, cpu_seconds,  # noqa: F401
                                                  memory_format, resolve_device, tf32)
 from highway_repro.errors import HighwayError
+from highway_repro.runtime import on_stop_signals
 
 log = logging.getLogger(__name__)
 
@@ -190,9 +190,7 @@ class Trainer(Evaluation):
             self.stop_requested = signum
 
     def _install_signals(self):
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-        return {s: signal.signal(s, self._request_stop) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+        return on_stop_signals(self._request_stop)
 
     def fit(self) -> dict:
         old_handlers = self._install_signals()

@@ -18,6 +18,7 @@ from highway_repro.runner.estimate import gpu_ids
 from highway_repro.runner.keep import FINISHED, read_record, run_status
 from highway_repro.runner.progress import queue_line
 from highway_repro.runner.table import TablePlan, finish_table
+from highway_repro.runtime import on_stop_signals
 from highway_repro.targets import ROOT
 
 def mem_available_gb() -> float | None:
@@ -83,8 +84,6 @@ class StopRequest:
     raised at an arbitrary point could leave a started command untracked or a record half written); the queue
     loop acts on them. A second signal means: kill now."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
     def __init__(self):
         self.signum, self.count = 0, 0
 
@@ -117,7 +116,7 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None) -> int:
     status, stop, shown = 0, StopRequest(), time.time()
     budget, held, kills_at = mem_available_gb(), set(), {}  # GiB for the queue's jobs; tables told they wait
     gpus, gpu_of = gpu_ids() if jobs > 1 else [], {}  # one GPU per job: {pid: its GPU}
-    old = {s: signal.signal(s, stop) for s in StopRequest.SIGNALS}
+    old = on_stop_signals(stop)
     try:
         while (queue or live) and not stop.signum:
             while queue and len(live) < jobs and not stop.signum:

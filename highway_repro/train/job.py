@@ -13,7 +13,7 @@ wrong.
 - Hydra's own multi-line errors on the command line (a misspelt group choice, a key not in the config, an override
   it cannot parse, an option's old name) and a run folder it cannot write are one line and exit 2 as well
   (`prepare`; `one_line_errors`, through Hydra's documented HYDRA_FULL_ERROR switch, no patch of its internals);
-  so is a stop signal outside training (`stopped`), and `--experimental-rerun` (it unpickles a file) is refused
+  so is a stop signal outside training (`runtime.stopped`), and `--experimental-rerun` (it unpickles a file) is refused
   in every spelling Hydra's parser takes for it (`--exp=x`, `--e x`: argparse takes any unambiguous prefix).
 """
 
@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import sys
 import time
 import traceback
@@ -435,41 +434,6 @@ def one_line_errors():
                 os.environ[k] = v
         for out_dir in [k for k, v in ADMITTED.items() if isinstance(v, Lock)]:
             ADMITTED.pop(out_dir).release()
-
-
-class Stopped(BaseException):
-    """A stop signal (SIGINT, SIGTERM, SIGHUP) outside the trainer's `fit`, which handles them itself (it saves a
-    checkpoint and writes metrics.json `interrupted`). A BaseException, as KeyboardInterrupt is: nothing catches it
-    as an error of its own."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-@contextlib.contextmanager
-def stopped():
-    """From the command's start on, a stop signal outside training (start-up: composing, importing torch, building
-    the data) ends the command with one line and exit code 128 + signal, never a KeyboardInterrupt traceback; what
-    the run folder holds then is whole (every file is written through a rename), and the same command starts the
-    run again (resume=auto)."""
-    def stop(signum, frame):
-        raise Stopped(signum)
-
-    old = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
-    try:
-        yield
-    except (Stopped, KeyboardInterrupt) as e:
-        signum = getattr(e, "signum", signal.SIGINT)
-        print(f"error: stopped by {signal.Signals(signum).name} outside training (start-up or the last writes); "
-              "nothing is half-written, and the same command continues the run", file=sys.stderr)
-        sys.exit(128 + signum)
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 def hydra_flag(arg: str, flag: str, unique: str) -> bool:
