@@ -12,7 +12,8 @@ files at each commit that touched them, before `configs/sweep/<table>/` the scal
 second look's file, `stats.SECOND_LOOK` and `papers.SECOND_LOOK_CLAIMS`); the claims papers.py no longer holds, when
 they came and went; the reading rules, at the commit that added their code. Each kept run's time is the commit that
 added its metrics.json under results/, following moves (one `git log` pass). An entry appended with `--append` names
-the commit the change is made on, and counts every run kept now as before it.
+the commit that holds the change, with that commit's date (so commit the change first: `--append` refuses while the
+package or the configs have changes not committed), and counts every run kept now as before it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import argparse
 import json
 import subprocess
 import sys
-from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
 from types import SimpleNamespace
@@ -302,8 +302,7 @@ def append(reason: str, rule: str | None) -> list[dict]:
     if rule:
         name, _, what = rule.partition(":")
         new.append(({"id": f"rule: {name.strip()}", "kind": "rule", "table": None, "definition": what.strip()}, None))
-    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    made = [{**make_entry(d, head, None, old, reason, old), "date": now} for d, old in new]
+    made = [make_entry(d, head, None, old, reason, old) for d, old in new]  # the commit's own date
     missing = [e["id"] for e in made if e["after_data"] and not reason]
     if missing:
         raise SystemExit("after the data (runs kept), give --reason: " + "; ".join(missing))
@@ -318,6 +317,10 @@ def main(argv=None) -> int:
     ap.add_argument("--rule", help='with --append: a reading rule, "NAME: what it now says"')
     args = ap.parse_args(argv)
     path = RESULTS / ledger.LEDGER
+    if args.append and git("status", "--porcelain", "--", "highway_repro", "configs").strip():
+        print("error: highway_repro/ or configs/ has changes not committed (valid: commit the change first; an entry "
+              "names the commit that holds it, with that commit's date)", file=sys.stderr)
+        return 2
     entries = append(args.reason, args.rule) if args.append else derive()
     text = json.dumps({"entries": entries}, indent=1) + "\n"
     if args.append or args.write:

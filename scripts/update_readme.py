@@ -26,7 +26,7 @@ _spec = importlib.util.spec_from_file_location("claims_list", ROOT / "highway_re
 claims_list = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(claims_list)
 num, counts, scale, VERDICTS = claims_list.num, claims_list.counts, claims_list.scale, claims_list.VERDICTS
-counted, PAPER_SCALE_ONLY = claims_list.counted, claims_list.PAPER_SCALE_ONLY
+counted, apart = claims_list.counted, claims_list.apart
 SHORT = {"HELD": "held", "DID NOT HOLD": "did not hold", "NO DIFFERENCE": "no difference",
          "NOT RESOLVED": "not resolved"}
 
@@ -63,10 +63,10 @@ def compact(rows: list[dict], results: Path) -> str:
     for file, mine in groups.items():
         main = [r for r in mine if r["file"] == file]
         claims = [r for r in mine if r["kind"] == "claim" and counted(r)]
-        apart = sum(r["kind"] == "claim" and not counted(r) for r in mine)
+        aside = apart([r for r in mine if r["kind"] == "claim"])
         lines.append(f"| [{_title(results, file, main[0]['table'])}](results/{file}) | {headline(main)} | "
                      + " | ".join(str(sum(r["verdict"] == v for r in claims)) for v in VERDICTS)
-                     + f" | {scale(main[0])}{f'; {apart} {PAPER_SCALE_ONLY}' if apart else ''} |")
+                     + f" | {scale(main[0])}{f'; {aside}' if aside else ''} |")
     return "\n".join(lines)
 
 
@@ -78,21 +78,27 @@ def _said(r: dict) -> str:
 
 
 def findings(rows: list[dict], results: Path) -> str:
-    """One line per table with a paper trend claim: what held, what did not (each with its difference and interval),
-    how many are not resolved; a second look's and Holm's readings are in results/README.md."""
+    """One line per table with a paper trend claim, read with Holm over all the papers' trend claims as one family
+    (`papers_family_verdict`): what held, what did not (each with its difference and interval), how many are not
+    resolved and how many of those a raw interval decides; the tables' own readings are in results/README.md."""
     lines = []
     tables: dict[str, list[dict]] = {}
     for r in rows:
         if r["kind"] == "claim" and r.get("claim_type") == "trend" and counted(r):
             tables.setdefault(r["file"], []).append(r)
+    size = next((r["papers_family_size"] for t in tables.values() for r in t if r.get("papers_family_size")), "")
     for file, mine in tables.items():
-        said = [f"{SHORT[v]}: " + "; ".join(_said(r) for r in mine if r["verdict"] == v)
-                for v in ("HELD", "DID NOT HOLD", "NO DIFFERENCE") if any(r["verdict"] == v for r in mine)]
-        open_ = sum(r["verdict"] == "NOT RESOLVED" for r in mine)
-        said += [f"{open_} not resolved"] if open_ else []
+        family = [r.get("papers_family_verdict") or r["verdict"] for r in mine]
+        said = [f"{SHORT[v]}: " + "; ".join(_said(r) for r, f in zip(mine, family) if f == v)
+                for v in ("HELD", "DID NOT HOLD", "NO DIFFERENCE") if v in family]
+        open_ = [r for r, f in zip(mine, family) if f == "NOT RESOLVED"]
+        raw = sum(r["verdict"] != "NOT RESOLVED" for r in open_)
+        said += [f"{len(open_)} not resolved" + (f" ({raw} of them {'is' if raw == 1 else 'are'} decided by "
+                                                  "its own interval alone)" if raw else "")] if open_ else []
         lines.append(f"- **{_title(results, file, mine[0]['table'])}** ({scale(mine[0])}): " + ". ".join(said) + ".")
-    return "\n".join(["What the papers' trend claims came to (a difference of ours and its interval; the level "
-                      "claims, the project's own and the rest below):", "", *lines])
+    return "\n".join([f"What the papers' trend claims came to, read as one family (Holm over the {size} of them with a "
+                      "test; a difference of ours and its 95 % interval; the level claims, the project's own and the "
+                      "rest below):", "", *lines])
 
 
 def glance(rows: list[dict], results: Path) -> str:

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from conftest import REPO, load_script
-from highway_repro.report import grids, ledger, papers
+from highway_repro.report import claims, grids, ledger, papers, runs, stats
 
 RESULTS = REPO / "results"
 
@@ -108,7 +108,7 @@ def test_the_ledger_only_grows(entries):
     assert dates == sorted(dates), "entries are appended in the order they were made"
     for e in entries:
         assert e["after_data"] == (e["runs_before"] > 0) and (e["reason"] or not e["after_data"]), e["id"]
-        assert e["kind"] in ("claim", "claim types", "margin", "seeds", "look", "rule"), e["id"]
+        assert e["kind"] in ("claim", "claim types", "margin", "seeds", "look", "rule", "rules"), e["id"]
     if not (REPO / ".git").exists():
         pytest.skip("no git history here")
     known = subprocess.run(["git", "cat-file", "--batch-check"], cwd=REPO, capture_output=True, text=True,
@@ -119,6 +119,43 @@ def test_the_ledger_only_grows(entries):
     if committed.returncode == 0:
         before = json.loads(committed.stdout)["entries"]
         assert entries[:len(before)] == before, "an entry of the committed ledger was changed or removed"
+
+
+def _holm_without_the_raw_interval_rule(tests, alpha=0.05):
+    return stats.holm_verdicts(tests, alpha)
+
+
+def _quantile_test_without_bonferroni(xs, q, threshold, side, ys=None, level=stats.LEVEL):
+    return stats.quantile_test(xs, q, threshold, side, ys, 1 - 2 * (1 - level) if ys is not None else level)
+
+
+# Each rule or constant that decides a verdict, changed once (as a contributor's edit would change it): the six that
+# the claims' own entries cannot see first (Fig. 1's factor would turn its paper claims into own ones).
+RULE_CHANGES = {
+    "Fig. 1's 100x factor": (papers, "FIG1_HIGHWAY_FACTOR", 1000.0),
+    "the confidence level": (stats, "LEVEL", 0.9),
+    "the pairing rule": (claims, "seed_pairs", lambda row, other, m: None),
+    "the one-device rule": (runs, "one_device", lambda kept: (kept, [])),
+    "the quantile test's Bonferroni": (stats, "quantile_test", _quantile_test_without_bonferroni),
+    "Holm's NO DIFFERENCE rule": (stats, "holm_verdicts", _holm_without_the_raw_interval_rule),
+    "the second look's level": (stats, "SECOND_LOOK", 0.95),
+    "the paper-effect share": (papers, "PAPER_EFFECT_SHARE", 0.25),
+    "the negligible share": (papers, "NEGLIGIBLE_SHARE", 0.01),
+    "Table 1's threshold": (papers, "TABLE1_CLAIM_STDS", 3.0),
+    "the margins": (papers, "margin", lambda metric, baseline_mean, effect=None: None),
+    "the verdict": (stats, "verdict", lambda interval, side, threshold=0.0, delta=None: stats.NOT_RESOLVED),
+    "the claim types' rule": (papers.PaperClaim, "claim_type", property(lambda self: "trend")),
+}
+
+
+@pytest.mark.parametrize("change", list(RULE_CHANGES))
+def test_a_changed_reading_rule_or_constant_needs_an_entry(entries, monkeypatch, change):
+    """The ledger's `rules` entry holds every constant that decides a verdict and a fingerprint of the code of every
+    rule: any change differs from its newest entry, so the check above fails until an entry is appended."""
+    newest = ledger.latest(entries)["rules"]["definition"]
+    assert ledger.rules_entry()["definition"] == newest
+    monkeypatch.setattr(*RULE_CHANGES[change])
+    assert ledger.rules_entry()["definition"] != newest, change
 
 
 def test_grids_and_seed_lists():

@@ -307,7 +307,7 @@ def test_a_damaged_table_record_is_one_line(tmp_path, record):
 
 def test_a_claims_file_naming_a_path_is_refused(tmp_path):
     from highway_repro.files import KeptFileError
-    from highway_repro.report.summary import read_claims
+    from highway_repro.report.claims_file import read_claims
 
     f = tmp_path / "x.claims.json"
     fields = {"table": "t", "title": "T", "scale": "cpu", "runs": 1, "runs_planned": 1, "part_of": None, "rows": []}

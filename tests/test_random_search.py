@@ -1,7 +1,8 @@
 """A random search's statistics (Fig. 1 of Highway Networks, Srivastava et al. 2015): the expected best of k trials
-(Dodge et al. 2019, "Show Your Work") against its definition, and the claims' quantile test
+(Dodge et al. 2019, "Show Your Work") against its definition, the claims' quantile test
 (`stats.quantile_test`) simulated under a true null: the threshold exactly true, the table's trials per row, at
-one look (26 trials, 95 %) and over depth 50's two (26 trials at 95 %, then 100 at 99 %: `stats.SECOND_LOOK`)."""
+one look (26 trials, 95 %) and over depth 50's two (26 trials at 95 %, then 100 at 99 %: `stats.SECOND_LOOK`),
+and the power and error that the table states (`power.FIG1_POWER`) recomputed at the measured trial distributions."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import statistics
 
 import pytest
 
-from highway_repro.report import papers, stats
+from highway_repro.report import papers, power, stats
 
 Q = papers.FIG1_QUANTILE
 FIRST, SECOND = 26, 100  # trials a row at the first look (configs/experiment_scale/hn_fig1/cpu.yaml), the second
@@ -121,3 +122,26 @@ def test_the_quantile_test_errs_at_most_its_level_on_failures_and_the_measured_t
         plain = lambda rng, n: [rng.choice(p) for _ in range(n)]  # noqa: E731
     one, two = error_rates(sims, 2, highway, plain)
     assert _at_most(one, ONE_LOOK, sims) and _at_most(two, TWO_LOOKS, sims), (one, two)
+
+
+def test_the_stated_power_and_error_of_the_fig1_claim_are_those_of_the_measured_trials():
+    """power.FIG1_POWER (the power, error and refutation rates that FIG1_TEST states) recomputed with fewer draws
+    (depth 50's 100 trials a row cost more a draw) and another seed at the kept runs' trial distributions, each depth
+    at its own design (depth 100: 26 trials a row at 95 %; depth 50: 100 at 99 %, its second look): each rate within
+    4 standard errors of the difference of the two Monte Carlo estimates (the stated one's draws and these; a rate of
+    0 or 1 counted as 1 / draws from it)."""
+    from conftest import REPO
+
+    runs_dir = REPO / "results" / "highway_networks" / "runs" / "hn_fig1-cpu"
+    kept = {d: len(list(runs_dir.glob(f"model.depth={d},model.kind=plain,trial=*"))) for d in power.DESIGN}
+    assert kept == {"50": SECOND, "100": FIRST}, kept
+    assert power.DESIGN == {"50": (SECOND, stats.SECOND_LOOK), "100": (FIRST, stats.LEVEL)}
+    off = {}
+    for depth, draws in {"50": 1000, "100": 3000}.items():
+        measured = power.fig1_power(draws, power.FIG1_POWER_SEED + 1, runs_dir, depths=(depth,))
+        for name, stated in power.FIG1_POWER[depth].items():
+            p = min(max(stated, 1 / draws), 1 - 1 / draws)
+            tol = 4 * math.sqrt(p * (1 - p) * (1 / draws + 1 / power.FIG1_POWER_DRAWS))
+            if abs(measured[depth][name] - stated) > tol:
+                off[(depth, name)] = (stated, measured[depth][name], round(tol, 4))
+    assert not off, off  # (stated, measured here, tolerance)

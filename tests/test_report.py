@@ -285,7 +285,7 @@ def test_ht_table_end_to_end(tmp_path):
     assert (c["ci_low"], c["ci_high"]) == (pytest.approx(-0.2 - half, abs=1e-5), pytest.approx(-0.2 + half, abs=1e-5))
     assert c["verdict"] == "HELD" and c["paper"] == 1.371 and c["paper_claim"] is True and c["n_seeds"] == 3
     # delta: 0.5 % of the baseline's mean test bpc (2.02)
-    assert f"95 % CI [{-0.2 - half:.4g}, {-0.2 + half:.4g}], delta ±0.0101: **HELD**" in md
+    assert f"95 % CI [{-0.2 - half:.4g}, {-0.2 + half:.4g}], delta ±0.0101; on Fake CPU 9000: **HELD**" in md
     assert c["delta"] == pytest.approx(0.0101) and c["family_size"] == 6 and c["holm_verdict"] == "HELD"
     tanh = claims[("SDU tanh, all layers (sdu_tanh)", "claim", "ends lower than the baseline")]
     assert tanh["verdict"] == "NOT RESOLVED"

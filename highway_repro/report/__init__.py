@@ -16,10 +16,12 @@
 | `tables.py` | `registry()` (name -> spec, built on first use), `build_table`, `findings_path` (kept findings) |
 | `header.py` | the one header writer (command, scale, seeds, runs, times, machine from run_info.json) |
 | `plots.py` | the one plotting helper |
-| `summary.py` | `<table>.claims.json`, `results/summary.csv` (each comparison once), `results/README.md` |
+| `claims_file.py` | `<table>.claims.json`: its rows, claims and floors as data, read back as a kept file |
+| `summary.py` | `results/summary.csv` (each comparison once; the papers' trends as one family), `results/README.md` |
+| `power.py` | the power and error of Fig. 1's quantile test, simulated at the measured trial distributions |
 | `claims_list.py` | the full claims list of `results/README.md` and the counts of verdicts (standard library only) |
 | `forest.py` | `results/claims.png`: every distinct comparison, its interval, delta and the paper's effect |
-| `ledger.py` | `results/preregistration.md` from the append-only ledger, and the check of the definitions against it |
+| `ledger.py` | the append-only ledger, its check of every definition and rule, the verdicts before post-data rules |
 | `generic.py` | `python -m highway_repro.report` (generic tables of any sweep) |
 
 This package reads files only: it imports neither torch nor the models, the trainer or the runner.

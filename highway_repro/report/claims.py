@@ -8,11 +8,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
 from highway_repro.report import papers, stats
-from highway_repro.report.claims_list import PAPER_SCALE_ONLY, counted
+from highway_repro.report.claims_list import PAPER_SCALE_ONLY, uncounted
 from highway_repro.report.grids import SWEEP_DIR, grid_of
 from highway_repro.report.measures import Measure, Row, interval, mean_pm, num, reach_steps
 from highway_repro.report.papers import Floor
@@ -215,6 +216,7 @@ class ClaimResult:
     key: str | None = None
     experiment: str = ""
     seeds_needed: int | None = None
+    points_to: str = ""  # NOT RESOLVED: the verdict the estimate points to (`stats.points_to`)
     need_unit: str = "seeds"
     decision: tuple | None = None
     last_look: bool = False
@@ -223,6 +225,7 @@ class ClaimResult:
     paper_id: int | None = None
     claim_type: str = "own"
     scale: str = ""
+    cpus: str = ""  # the processors of each side's runs (`cpu_models`)
     same_as: dict | None = None
     family_size: int | None = None
     holm: str | None = None
@@ -287,6 +290,7 @@ def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> Claim
             line = f"{label} {c.text} ({what}): {stat} {num(res.mean, d, sci)}; {tested}"
         if res.verdict == stats.NOT_RESOLVED:
             res.seeds_needed, res.need_unit = stats.quantile_trials_needed(xs, c.q, threshold, ys), "trials"
+            res.points_to = stats.points_to(qt["estimate"], c.side, threshold)
             if other:  # a second look under way: its runs so far count
                 _decision(res, row.runs + other.runs, [sum(r.status != "missing" for r in s.runs) for s in side_rows]
                           if under_way else (res.n, res.other_n), table_rows)
@@ -312,6 +316,7 @@ def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> Claim
         if res.verdict == stats.NOT_RESOLVED:
             res.seeds_needed = stats.seeds_needed(*sds, res.diff, res.delta, stats.SECOND_LOOK,
                                                   start=max(len(xs), len(ys)))
+            res.points_to = stats.points_to(res.diff, c.side, c.threshold, res.delta)
             _decision(res, used, (len(xs), len(ys)), table_rows)
         must = f" (must be {'<' if c.side == 'lower' else '>'} {c.threshold:g})" if c.threshold else ""
         band = f", delta ±{res.delta:.3g}" if res.delta is not None else ""
@@ -335,10 +340,31 @@ def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> Claim
         if res.verdict == stats.NOT_RESOLVED:
             res.seeds_needed = stats.seeds_needed(res.std, 0.0, res.mean - float(c.against), None,
                                                   stats.SECOND_LOOK, start=len(xs))
+            res.points_to = stats.points_to(res.mean, c.side, float(c.against))
         note = f" ({c.paper_note.lstrip('; ')})" if c.paper_note else ""
         line = (f"{label} {c.text}{note}: ours {mean_pm(xs, d)} (n {len(xs)}), "
                 f"{interval(res.ci, level).replace('CI', 'CI of the mean')}{at}")
     return _finish(res, line, row, other, table, keys)
+
+
+def processor(r: Run) -> str:
+    """The processor a run was made on, in short: its GPU, else its CPU model without the marks and the word
+    "Processor" ("Intel(R) Xeon(R) Processor" -> "Intel Xeon"); "?" where run_info.json has none."""
+    name = r.run_info.get("cuda_device") or r.run_info.get("cpu_model") or "?"
+    return " ".join(str(name).replace("(R)", "").replace("(TM)", "").replace(" Processor", "").split())
+
+
+def cpu_models(sides: list[list[Run]]) -> str:
+    """What each side of a comparison ran on: "on AMD EPYC" where every run shares one processor, else each side's
+    runs by processor and whether the sides are balanced (the same share of each processor): "on 5 AMD EPYC vs 3
+    AMD EPYC + 2 Intel Xeon, not balanced" (the processor's own effect: docs/gpu.md, cross-CPU twins)."""
+    counts = [Counter(processor(r) for r in side) for side in sides if side]
+    names = sorted(set().union(*counts)) if counts else []
+    if len(names) <= 1:
+        return f"on {names[0]}" if names else ""
+    shares = {tuple(round(c[n] / sum(c.values()), 6) for n in names) for c in counts}
+    mix = " vs ".join(" + ".join(f"{c[n]} {n}" for n in names if c[n]) for c in counts)
+    return f"on {mix}, {'balanced' if len(shares) == 1 else 'not balanced'}"
 
 
 def _interval_and_p(test: dict | None, level: float) -> tuple:
@@ -354,9 +380,10 @@ def _decision(res: ClaimResult, runs: list, have, table_rows: dict) -> None:
 
 
 def _finish(res: ClaimResult, line: str, row: Row, other: Row | None, table: str, keys: tuple) -> ClaimResult:
-    """The result with its line and `last_look`: NOT RESOLVED by its second look once all of that look's runs have
-    ended (no look follows)."""
-    res.line = f"{line}: **{res.verdict}**"
+    """The result with its line (the processors its runs were made on: `cpu_models`) and `last_look`: NOT RESOLVED
+    by its second look once all of that look's runs have ended (no look follows)."""
+    res.cpus = cpu_models([[r for r in side.runs if r.status != "missing"] for side in (row, other) if side])
+    res.line = f"{line}; {res.cpus}: **{res.verdict}**" if res.cpus else f"{line}: **{res.verdict}**"
     res.last_look = (res.level == stats.SECOND_LOOK and res.verdict == stats.NOT_RESOLVED and
                      all(second_look_complete(r, table, keys) for r in (row, other) if r is not None))
     return res
@@ -385,22 +412,27 @@ def claim_line(r: ClaimResult) -> str:
         s = r.same_as
         return (f"{r.label} {r.claim.text}: the same runs, measure and rows as "
                 f"[{s['table']}]({s['file']}) ({s['row']} {s['claim']}): counted there")
-    if not counted(vars(r)):
-        return (r.line.removesuffix(f": **{r.verdict}**") + f": **{PAPER_SCALE_ONLY}** (an absolute number of "
-                "the paper: a verdict at its models, budgets and data only; these numbers for information)")
+    why = uncounted(vars(r))
+    if why:
+        return (r.line.removesuffix(f": **{r.verdict}**") + f": **{why}** (" + (
+            "an absolute number of the paper: a verdict at its models, budgets and data only" if why == PAPER_SCALE_ONLY
+            else "the paper's own numbers differ by under 0.1 % of its value: no order to test") +
+            "; these numbers for information)")
     line = r.line
     if r.holm is not None:
         line += f" (Holm over the table's {r.family_size} tests: **{r.holm}**)"
     if r.seeds_needed:
-        per = ("trials per row at the measured distribution of the trials" if r.need_unit == "trials" else
-               "seeds per row at the measured spread")
-        line += f"; a decision needs about {r.seeds_needed} {per} and the second look's "
-        line += stats.pct(stats.SECOND_LOOK)
+        per = ("trials per row at the measured distribution of the trials (its interval's ends read off it: about "
+               "even odds of a decision)" if r.need_unit == "trials" else f"seeds per row for a decision with "
+               f"{stats.pct(stats.POWER)} power at the measured spread and difference")
+        line += f"; about {r.seeds_needed} {per}, at the second look's {stats.pct(stats.SECOND_LOOK)}"
         if r.decision and not r.last_look:
             more, hours, total, beyond = r.decision
             line += (f" ({more} more runs, about {hours:.1f} h on {stats.BUDGET_CORES} cores; the table would then "
                      f"take {total:.1f} h" + (f", beyond the {stats.TABLE_BUDGET_H:g} h a table may take at the cpu "
                                               "scale)" if beyond else ")"))
+    if r.points_to and r.verdict == stats.NOT_RESOLVED:
+        line += f"; the estimate points to {r.points_to}"
     if r.under_way:
         line += f"; its second look (the runs of {r.under_way}) is under way"
     if r.last_look:

@@ -7,9 +7,11 @@ loads this file without the package.
 from __future__ import annotations
 
 VERDICTS = ("HELD", "DID NOT HOLD", "NO DIFFERENCE", "NOT RESOLVED")
-CLAIM_TYPES = ("trend", "level", "artifact", "own")  # papers.CLAIM_TYPES, in the list's order
+CLAIM_TYPES = ("trend", "level", "artifact", "negligible", "own")  # papers.CLAIM_TYPES, in the list's order
 PAPER_SCALE = "paper"  # the scale of the papers' models, budgets and data (configs/scale/paper.yaml)
 PAPER_SCALE_ONLY = "paper scale only"
+NO_CLAIM = "no claim"  # a negligible paper difference (papers.NEGLIGIBLE_SHARE)
+EARLIER_INVALID = "no valid verdict"  # ledger.EARLIER_INVALID: the rule in force before could not decide validly
 
 
 def num(x: str) -> str:
@@ -21,9 +23,22 @@ def num(x: str) -> str:
     return f"{v:.4g}"
 
 
+def uncounted(r: dict) -> str | None:
+    """Why a claim line's verdict counts in no tally (shown, counted apart): PAPER_SCALE_ONLY for a level claim tested
+    at a scale other than the paper's, NO_CLAIM for a negligible paper difference; None: it counts."""
+    if r.get("claim_type") == "negligible":
+        return NO_CLAIM
+    return PAPER_SCALE_ONLY if r.get("claim_type") == "level" and r.get("scale") != PAPER_SCALE else None
+
+
 def counted(r: dict) -> bool:
-    """Whether a claim line's verdict counts: every line but a level claim tested at a scale other than the paper's."""
-    return not (r.get("claim_type") == "level" and r.get("scale") != PAPER_SCALE)
+    return uncounted(r) is None
+
+
+def apart(claims: list[dict]) -> str:
+    """'2 paper scale only, 1 no claim': the claim lines counted apart, by why ('' for none)."""
+    whys = [uncounted(r) for r in claims]
+    return ", ".join(f"{whys.count(w)} {w}" for w in (PAPER_SCALE_ONLY, NO_CLAIM) if w in whys)
 
 
 def _verdict(r: dict) -> str:
@@ -32,11 +47,14 @@ def _verdict(r: dict) -> str:
     ci = (f" [{num(r['ci_low'])}, {num(r['ci_high'])}]{second}" if r["ci_low"] else
           f" ({r['detail']})" if r["detail"].startswith("not testable") else " (no interval)")  # report.spec.UNTESTED
     if not counted(r):  # its numbers, for information
-        return f"{PAPER_SCALE_ONLY}{ci}"
+        return f"{uncounted(r)}{ci}"
     # runs per row: seeds of a trained row, trials of a random search (its table's line says which)
     need = (f"; a decision needs ~{r['seeds_needed']} runs per row" if r.get("seeds_needed") else
             "; its second look was the last" if _last_look(r) else "")
-    return f"**{r['verdict']}**{ci}{need}"
+    need += f", pointing to {r['points_to']}" if r.get("points_to") and r["verdict"] == "NOT RESOLVED" else ""
+    before = r.get("verdict_before_rules") or r["verdict"]
+    before = f"; under the rules in force before those fixed after the data: {before}" if before != r["verdict"] else ""
+    return f"**{r['verdict']}**{ci}{need}{before}"
 
 
 def _last_look(r: dict) -> bool:
@@ -44,8 +62,21 @@ def _last_look(r: dict) -> bool:
 
 
 def tally(rows: list[dict], key: str = "verdict") -> str:
-    """'3 HELD, 1 DID NOT HOLD, ...': each verdict's count (`key` holm_verdict: the Holm one where there is one)."""
-    return ", ".join(f"{sum((r[key] or r['verdict']) == v for r in rows)} {v}" for v in VERDICTS)
+    """'3 HELD, 1 DID NOT HOLD, ...': each verdict's count by `key` (holm_verdict, papers_family_verdict,
+    verdict_before_rules: that one where a line has it, else its verdict); a line with no valid earlier verdict
+    (EARLIER_INVALID) is counted after them."""
+    got = [r.get(key) or r["verdict"] for r in rows]
+    invalid = got.count(EARLIER_INVALID)
+    return ", ".join(f"{got.count(v)} {v}" for v in VERDICTS) + (f", {invalid} {EARLIER_INVALID}" if invalid else "")
+
+
+def earlier(rows: list[dict]) -> str:
+    """Where the reading rules fixed after the data (the ledger) change verdicts of `rows`: '; under the rules in force
+    before them: <tally> (N lines change)', else ''."""
+    changed = sum((r.get("verdict_before_rules") or r["verdict"]) != r["verdict"] for r in rows)
+    lines = "line changes" if changed == 1 else "lines change"
+    return (f"; under the reading rules in force before those fixed after the data: "
+            f"{tally(rows, 'verdict_before_rules')} ({changed} {lines})" if changed else "")
 
 
 def counts(claims: list[dict]) -> str:
@@ -62,7 +93,6 @@ def counts(claims: list[dict]) -> str:
         share += f", {named} of the {open_} naming the seeds or trials a decision would need"
     if last:
         share += f", {last} at the end of their second look (no look follows)"
-    apart = len(claims) - len(tested)
     others = []
     if of["level"]:
         at_paper = [r for r in of["level"] if counted(r)]
@@ -74,10 +104,16 @@ def counts(claims: list[dict]) -> str:
     if of["artifact"]:
         others.append(f"{_are(of['artifact'])} on a paper number that is an artifact of the official code: "
                       f"{tally(of['artifact'])}")
+    if of["negligible"]:
+        others.append(f"{_are(of['negligible'])} an order the paper states by a difference under 0.1 % of its value: "
+                      f"{NO_CLAIM}, no verdict")
+    aside = apart(claims)
+    size = next((r["papers_family_size"] for r in trend if r.get("papers_family_size")), 0)
     return (f"{len(claims)} distinct comparisons: {tally(tested)} (Holm within each table: "
-            f"{tally(tested, 'holm_verdict')})" + (f", and {apart} {PAPER_SCALE_ONLY}" if apart else "")
-            + f". Of them {_are(trend)} the papers' trend claims: {tally(trend)} (Holm: "
-            f"{tally(trend, 'holm_verdict')}); NOT RESOLVED: {share}. " + "; ".join(others) + ".")
+            f"{tally(tested, 'holm_verdict')}{earlier(tested)})" + (f", and {aside}" if aside else "")
+            + f". Of them {_are(trend)} the papers' trend claims: {tally(trend)} (Holm over the {size} of them with "
+            f"a test as one family: {tally(trend, 'papers_family_verdict')}; Holm within each table: "
+            f"{tally(trend, 'holm_verdict')}{earlier(trend)}); NOT RESOLVED: {share}. " + "; ".join(others) + ".")
 
 
 def _are(rows: list) -> str:
@@ -102,6 +138,8 @@ def claims_list(rows: list[dict], link: str = "") -> str:
     for r in claims:
         by = "paper" if r["paper_claim"] == "yes" else "ours"
         holm = f"{r['holm_verdict']} ({r['family_size']})" if r.get("holm_verdict") and counted(r) else "—"
+        if r.get("papers_family_verdict"):
+            holm += f"; the papers' trends: {r['papers_family_verdict']} ({r['papers_family_size']})"
         lines.append(f"| {r['table']} | {r['row']} {r['claim']} | {by} | {r.get('claim_type') or '—'} | "
                      f"{num(r['paper'])} | {num(r['mean'])} "
                      f"({r['metric']}, {r['split']}, n {r['n_seeds']}) | {r['compared_with']} "

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from highway_repro.report import stats
-from highway_repro.report.claims_list import PAPER_SCALE_ONLY, counted
+from highway_repro.report.claims_list import NO_CLAIM, PAPER_SCALE_ONLY, counted
 from highway_repro.report.plots import pyplot, save
 
 COLORS = {stats.HELD: "tab:green", stats.NOT_HELD: "tab:red", stats.NO_DIFFERENCE: "tab:blue",
@@ -116,7 +116,8 @@ def forest(rows: list[dict], path: Path) -> Path | None:
         ax.tick_params(axis="x", labelsize=7)
         ax.grid(axis="x", alpha=0.3)
     handles = [plt.Line2D([], [], color=c, marker="o", lw=1.6, label=v) for v, c in COLORS.items()]
-    handles += [plt.Line2D([], [], color=UNCOUNTED, marker="o", lw=1.6, label=f"{PAPER_SCALE_ONLY} (no verdict)")]
+    handles += [plt.Line2D([], [], color=UNCOUNTED, marker="o", lw=1.6,
+                           label=f"{PAPER_SCALE_ONLY} or {NO_CLAIM} (no verdict)")]
     handles += [plt.Line2D([], [], color="black", marker="D", mfc="none", lw=0, label="the paper's effect"),
                 Patch(color="tab:blue", alpha=0.12, label="+-delta (equivalence margin)")]
     fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=7, frameon=False)

@@ -15,6 +15,7 @@ kinds `definitions` reads from the code:
 | `margin` | a table's margins: `papers.MARGINS` of its comparisons' metrics, `PAPER_EFFECT_SHARE` where it applies |
 | `seeds` | the first look's grid, seeds or trials per row: `configs/sweep/<table>/cpu*.yaml` but the second look |
 | `look` | a second look (`cpu-second_look.yaml`): its grid, its level (`stats.SECOND_LOOK`) and the claims it decides |
+| `rules` | the constants and the code of every reading rule that decides a verdict (`rules_entry`) |
 
 A `rule` entry records a reading rule of the report (Holm's verdicts, one device per comparison): shown, not
 compared with the code.
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from highway_repro import files
 from highway_repro.report import papers, stats
+from highway_repro.report.claims_list import EARLIER_INVALID
 from highway_repro.report.grids import SWEEP_DIR, kept_folders, params_of, swept, sweep_files
 from highway_repro.targets import TARGETS
 
@@ -106,6 +108,32 @@ def types_entry(claims) -> dict:
             "definition": {claim_id(c): c.claim_type for c in claims}}
 
 
+def rules_entry() -> dict:
+    """The reading rules and constants that decide a verdict, as one definition: each constant's value (levels,
+    factors, thresholds, shares, the quantile), and a fingerprint of each function that applies a rule (the first 12
+    hex digits of the sha256 of its source: the verdict, the t and quantile tests with their Bonferroni split, Holm
+    and its NO DIFFERENCE rule, the second look's p-values, the pairing by seed, one device per comparison, the
+    margins, the paper's effect, the claim types' rule, the trials of a random search, a claim's test)."""
+    import hashlib
+    import inspect
+
+    from highway_repro.report import claims, runs
+
+    constants = {"LEVEL": stats.LEVEL, "SECOND_LOOK": stats.SECOND_LOOK, "FIG1_QUANTILE": papers.FIG1_QUANTILE,
+                 "FIG1_HIGHWAY_FACTOR": papers.FIG1_HIGHWAY_FACTOR, "FIG1_PLAIN_BELOW": papers.FIG1_PLAIN_BELOW,
+                 "FIG1_TRAINS_BELOW": papers.FIG1_TRAINS_BELOW, "TABLE1_CLAIM_STDS": papers.TABLE1_CLAIM_STDS,
+                 "CIFAR_CLAIM_AT_LEAST": papers.CIFAR_CLAIM_AT_LEAST, "PAPER_EFFECT_SHARE": papers.PAPER_EFFECT_SHARE,
+                 "NEGLIGIBLE_SHARE": papers.NEGLIGIBLE_SHARE}
+    code = {"verdict": stats.verdict, "t test": stats.t_test, "quantile test": stats.quantile_test,
+            "Holm verdicts": stats.holm_verdicts, "second look p": stats.second_look_p,
+            "paired by seed": claims.seed_pairs,
+            "one device": runs.one_device, "margin": papers.margin, "paper effect": papers.paper_effect,
+            "claim type": papers.PaperClaim.claim_type.fget, "trials": claims.trials, "claim test": claims.test_claim}
+    return {"id": "rules", "kind": "rules", "table": None, "definition": {
+        "constants": {k: f"{v:g}" for k, v in constants.items()},
+        "code": {k: hashlib.sha256(inspect.getsource(f).encode()).hexdigest()[:12] for k, f in code.items()}}}
+
+
 def margin_entry(table: str, pp, metrics: list[str]) -> dict | None:
     """The margins of `metrics` (Measure.metric names) in papers module `pp`, and its paper-effect share where a
     paper claim of the table has a paper effect (the current papers.py says which)."""
@@ -149,7 +177,7 @@ def sweep_tables() -> list[str]:
 
 def definitions(results: Path) -> list[dict]:
     """Every definition the ledger checks, as the code and configs now give it."""
-    out = [claim_entry(c) for c in papers.PAPER_CLAIMS] + [types_entry(papers.PAPER_CLAIMS)]
+    out = [claim_entry(c) for c in papers.PAPER_CLAIMS] + [types_entry(papers.PAPER_CLAIMS), rules_entry()]
     out += [m for t in TARGETS if t != "demo" and (m := margin_entry(t, papers, table_metrics(t, results)))]
     for t in sweep_tables():
         out.append(seeds_entry(t, sweep_params(t)))
@@ -202,6 +230,38 @@ def compared(entry: dict, results: Path, previous: dict | None = None) -> list[s
     decided = entry.get("second_look") or entry["id"] in {claim_id(c) for c in papers.SECOND_LOOK_CLAIMS}
     return [r for r, job, seed in runs if any(_in_row(job, row, keys) for row in rows)
             and (decided or seed not in look.get(row_label(job), ()))]
+
+
+# ------------------------------------------------------------ verdicts under the rules in force before
+PAIRED_RULE = "rule: paired by seed"
+
+
+def earlier_verdict(r: dict, entries: list[dict]) -> str | None:
+    """A claim line's verdict (a summary row, kind claim) under the reading rules in force before those that the
+    ledger marks as fixed after its data, where one applies to it: a paired comparison under Welch's interval (the
+    pairing rule), a comparison with an equivalence margin without one where its table's first margin entry came
+    after the data (no NO DIFFERENCE then), a random search's quantile claim whose ledger entry moved to the quantile
+    after its trials were read: EARLIER_INVALID (its earlier test, a percentile bootstrap of the best trial, errs
+    about twice its level under a true null). None where no post-data rule applies. A reading rule fixed after any
+    table's data counts as fixed after every line's (the ledger dates rules, not the runs of each line)."""
+    first: dict[str, dict] = {}
+    for e in entries:
+        first.setdefault(e["id"], e)
+    last = latest(entries)
+    if r.get("kind") != "claim" or not r.get("side"):
+        return None
+    if r.get("pick") == "quantile":
+        pc = r.get("paper_claim_id")
+        e = last.get(claim_id(papers.PAPER_CLAIMS[int(pc)])) if pc is not None else None
+        return EARLIER_INVALID if e and e["after_data"] else None
+    paired = r.get("ci_unpaired_low") is not None and (last.get(PAIRED_RULE) or {}).get("after_data")
+    margin = r.get("delta") is not None and (first.get(f"margin {r['table']}") or {}).get("after_data")
+    if not (paired or margin):
+        return None
+    ci = (r["ci_unpaired_low"], r["ci_unpaired_high"]) if paired else (r["ci_low"], r["ci_high"])
+    if None in ci:
+        return stats.NOT_RESOLVED
+    return stats.verdict(ci, r["side"], float(r.get("threshold") or 0.0), None if margin else r.get("delta"))
 
 
 # ------------------------------------------------------------ reading, checking, writing
@@ -257,6 +317,9 @@ def describe(e: dict) -> str:
         return "; ".join(f"{k} {v}" for k, v in d.items())
     if kind == "rule":
         return d
+    if kind == "rules":
+        return (", ".join(f"{k} {v}" for k, v in d["constants"].items()) + f"; the code of {len(d['code'])} rules "
+                "(by fingerprint): " + ", ".join(d["code"]))
     cells = d["grid"] if kind == "look" else d
     by_seeds: dict[str, list] = {}
     for row, s in cells.items():

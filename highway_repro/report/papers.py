@@ -18,7 +18,7 @@ class PaperTable(NamedTuple):
     verified: bool = False  # True: every number here is verified (REFERENCE.md gives no UNVERIFIED mark)
     verified_rows: tuple = ()  # rows verified although the table is not
     note: str = ""
-    no_claim_rows: tuple = ()  # rows whose paper number tests nothing (shown, but their claims are ours)
+    no_claim_rows: tuple = ()  # rows whose paper number the discrepancy report explains (shown, tested by no claim)
 
 
 class Floor(NamedTuple):
@@ -87,7 +87,7 @@ HT = {
              "from the official training logs, VERIFIED). The paper's 'layers 3-6' valid 1.277 equals the baseline "
              "because the official code's placement works for prefixes only (the first ungated layer turns gating "
              "off for all later layers), so that run most likely trained the baseline; ours gates exactly layers "
-             "3-6, and its claim lines test the paper's general claim (ours), not the paper's +0.1 %. The "
+             "3-6, and its claim lines test the order the paper states (bottom layers help more), not its +0.1 %. The "
              "official 'attention only, no FFN gate' mode exits at the first step, so the paper has no "
              "number for it. Gated MHDPA: training time only."),
     "ht_enwik8_l12": PaperTable("REFERENCE.md B2", {
@@ -219,14 +219,24 @@ def margin(metric: str, baseline_mean: float, effect: tuple[float, float | None]
 # evaluations, i.e. converges faster; Fig. 1: "q20", the 20 % quantile of the trials, on log10 final training loss, with
 # a log10 factor). Every other claim line of the tables is ours. The rows these claims compare run at least 5 seeds at
 # the cpu scale (configs/experiment_scale/*/cpu.yaml); Fig. 1 runs its random search's trials.
-# Each claim names its type (CLAIM_TYPES); a claim line that tests none of them, and every floor, is "own".
+# Each claim says what the paper states of it (`stated`: an order of rows, a number, or nothing), and its type follows
+# from that by one rule (`PaperClaim.claim_type`, CLAIM_TYPE_RULE); a claim line that tests none of them, and every
+# floor, is "own".
 CLAIM_TYPES = {
     "trend": "a difference or an order between rows that the paper states",
     "level": "an absolute number of the paper: a verdict at the paper's scale only (its models, budgets and data)",
     "own": "a comparison the paper does not state: our extra rows and tables, the single-layer scan, Fig. 1 at "
            "depth 50, the floors",
     "artifact": "a paper number that the official code's defect made (docs/discrepancies.md)",
+    "negligible": "an order the paper states by a difference under 0.1 % of its own value: no claim; shown, no "
+                  "verdict, counted apart",
 }
+NEGLIGIBLE_SHARE = 0.001  # a paper difference below this share of the paper's compared value states no order
+CLAIM_TYPE_RULE = ("read off the paper's text alone, the same in every table: a comparison the paper never made is "
+                   "own; an absolute number of the paper is level, or artifact where the discrepancy report explains "
+                   "that number; an order or difference the paper states is trend, or negligible where the paper's "
+                   "own numbers differ by under 0.1 % of its compared value")
+STATED = ("order", "number", "none")  # what the paper states of a claim: an order of rows, a number, nothing
 
 
 class PaperClaim(NamedTuple):
@@ -236,7 +246,20 @@ class PaperClaim(NamedTuple):
     statistic: str
     side: str  # lower | higher
     says: str
-    claim_type: str  # a key of CLAIM_TYPES
+    stated: str  # a key of STATED; the claim's type follows from it (`claim_type`)
+
+    @property
+    def claim_type(self) -> str:
+        """CLAIM_TYPE_RULE: own (the paper states nothing of it); level, or artifact (the number of a row that the
+        discrepancy report explains: its table's `no_claim_rows`); trend, or negligible (the paper's own effect under
+        NEGLIGIBLE_SHARE of its compared value: `paper_effect`)."""
+        if self.stated == "none":
+            return "own"
+        if self.stated == "number":
+            table = HT.get(self.table)
+            return "artifact" if table and set(self.row) & set(table.no_claim_rows) else "level"
+        effect = paper_effect(self)
+        return "negligible" if effect and effect[1] is not None and abs(effect[1]) < NEGLIGIBLE_SHARE else "trend"
 
 
 def _ht(table: str, rows: dict, curve: str) -> list[PaperClaim]:
@@ -244,10 +267,10 @@ def _ht(table: str, rows: dict, curve: str) -> list[PaperClaim]:
     'converges faster' (the mean over the evaluations of `curve`)."""
     out = []
     for row, (side, key) in rows.items():
-        out.append(PaperClaim(table, (row,), ("baseline",), key, side, f"ends {side} than the baseline", "trend"))
+        out.append(PaperClaim(table, (row,), ("baseline",), key, side, f"ends {side} than the baseline", "order"))
         if side == "lower":
             out.append(PaperClaim(table, (row,), ("baseline",), f"auc({curve})", "lower",
-                                  "converges faster than the baseline", "trend"))
+                                  "converges faster than the baseline", "order"))
     return out
 
 
@@ -255,40 +278,42 @@ PAPER_CLAIMS = [
     # A1 Fig. 1: "> 2 orders of magnitude" at 100 layers (tested at 50 too: ours); plain nets of 10 and 20 layers
     # reach a mean training loss < 1e-4 (a level); each on the FIG1_QUANTILE-quantile of the trials
     *[PaperClaim("hn_fig1", (d, "highway"), (d, "plain"), f"q{FIG1_QUANTILE * 100:g} log10(train/loss) x100", "lower",
-                 "highway > 100x below plain", "trend" if d == "100" else "own") for d in ("50", "100")],
+                 "highway > 100x below plain", "order" if d == "100" else "none") for d in ("50", "100")],
     *[PaperClaim("hn_fig1", (d, "plain"), 1e-4, f"q{FIG1_QUANTILE * 100:g} train/loss", "lower",
-                 "plain nets of 10-20 layers < 1e-4", "level") for d in ("10", "20")],
+                 "plain nets of 10-20 layers < 1e-4", "number") for d in ("10", "20")],
     # A2, A3: the paper's accuracies (thresholds: TABLE1_CLAIM_STDS, CIFAR_CLAIM_AT_LEAST)
     *[PaperClaim("hn_table1", row, table1_threshold(p), "test/acc", "higher", f"Table 1: {p['mean']} +- {p['std']}",
-                 "level") for row, p in HN_TABLE1.rows.items()],
-    PaperClaim("hn_cifar", ("highway",), CIFAR_CLAIM_AT_LEAST, "test/acc", "higher", "Table 3: 92.31 +- 0.12", "level"),
+                 "number") for row, p in HN_TABLE1.rows.items()],
+    PaperClaim("hn_cifar", ("highway",), CIFAR_CLAIM_AT_LEAST, "test/acc", "higher", "Table 3: 92.31 +- 0.12",
+               "number"),
     # B2: SDU gates end lower and converge faster; the placement rows
     *_ht("ht_char_ptb", {"sdu_sigmoid": ("lower", "test/bpc"), "sdu_tanh": ("lower", "test/bpc")}, "val/bpc"),
     *_ht("ht_word_ptb", {"sdu_sigmoid": ("lower", "test/ppl"), "sdu_tanh": ("lower", "test/ppl")}, "val/loss"),
     *_ht("ht_enwik8_l6", {"sdu_sigmoid": ("lower", "test/bpc"), "sdu_tanh": ("lower", "test/bpc"),
                           "highway": ("lower", "val/bpc"), "tanh_l1_3": ("lower", "val/bpc")}, "val/bpc"),
-    # the paper's 'layers 3-6' most likely trained the baseline (docs/discrepancies.md H1): an artifact
+    # the order the paper states (its 'layers 3-6' number most likely trained the baseline, docs/discrepancies.md
+    # H1: the order is still its claim, tested here with the layers gated as it says)
     PaperClaim("ht_enwik8_l6", ("tanh_l1_3",), ("tanh_l3_6",), "val/bpc", "lower",
-               "gating the bottom layers helps more than the top ones (layers 1-3 1.249, 3-6 1.277 valid)", "artifact"),
+               "gating the bottom layers helps more than the top ones (layers 1-3 1.249, 3-6 1.277 valid)", "order"),
     *_ht("ht_enwik8_l12", {"tanh_l1": ("lower", "test/bpc"), "tanh_l1_2": ("lower", "test/bpc"),
                            "sigmoid_l1_2": ("lower", "test/bpc"), "sdu_tanh": ("higher", "test/bpc")}, "val/bpc"),
     PaperClaim("ht_enwik8_l12", ("tanh_l1_2",), ("sdu_tanh",), "test/bpc", "lower",
-               "gates in the bottom layers help, in all 12 layers they hurt (1.06904 vs 1.12797 test)", "trend"),
+               "gates in the bottom layers help, in all 12 layers they hurt (1.06904 vs 1.12797 test)", "order"),
     # the paper's placement claim on the single-layer scan (a design the paper did not run: ours): a bottom layer's
     # gate helps more than a top layer's
     PaperClaim("ht_placement_scan", ("tanh_l1",), ("tanh_l6",), "test/bpc", "lower",
-               "gating a bottom layer helps more than gating a top layer", "own"),
+               "gating a bottom layer helps more than gating a top layer", "none"),
     PaperClaim("ht_placement_scan", ("tanh_l1", "tanh_l2", "tanh_l3"), ("tanh_l4", "tanh_l5", "tanh_l6"), "test/bpc",
-               "lower", "gating a bottom layer helps more than gating a top layer (layers pooled)", "own"),
+               "lower", "gating a bottom layer helps more than gating a top layer (layers pooled)", "none"),
     # the official training logs at step 400 (paper size, enwik8 prefix)
     PaperClaim("ht_paper_anchor", ("sdu_tanh",), ("baseline",), "val/bpc@400", "lower",
-               "official logs, step 400: 2.4276 vs 2.5668 valid", "trend"),
+               "official logs, step 400: 2.4276 vs 2.5668 valid", "order"),
     # the placement claim at the paper's size, early in training: our rows against each other (the paper's 'layers
     # 3-6' number is an artifact, docs/discrepancies.md), and single layers (ours, as in the placement scan)
     PaperClaim("ht_paper_anchor", ("tanh_l1_3",), ("tanh_l3_6",), "val/bpc@400", "lower",
-               "gating the bottom layers helps more than gating the top ones (layers 1-3 vs 3-6)", "trend"),
+               "gating the bottom layers helps more than gating the top ones (layers 1-3 vs 3-6)", "order"),
     PaperClaim("ht_paper_anchor", ("tanh_l1",), ("tanh_l6",), "val/bpc@400", "lower",
-               "gating a bottom layer helps more than gating a top layer", "own"),
+               "gating a bottom layer helps more than gating a top layer", "none"),
 ]
 
 
@@ -313,10 +338,15 @@ def paper_claim(table: str, row: tuple, against: tuple | float, statistic: str, 
 
 def paper_effect(claim: PaperClaim) -> tuple[float, float | None] | None:
     """The effect the paper reports for a claim of two rows, on the scale of our difference, and relative to the
-    paper's compared row: the paper's value of the row minus the compared row's (B2: the split the claim names);
-    Fig. 1: log10 of the factor (no relative value); None where the paper gives no number for both rows."""
+    paper's compared row: the paper's value of the row minus the compared row's (B2: the split the claim names; the
+    paper-size anchor: the official logs at ANCHOR_STEP); Fig. 1: log10 of the factor (no relative value); None where
+    the paper gives no number for both rows."""
     if claim.table == "hn_fig1" and isinstance(claim.against, tuple):
         return -math.log10(FIG1_HIGHWAY_FACTOR), None
+    if claim.table == "ht_paper_anchor" and claim.statistic == f"val/bpc@{ANCHOR_STEP}":  # the official logs
+        a, b = (ENWIK8_L6_LOGS.get(side[0]) for side in (claim.row, claim.against))
+        at = ENWIK8_L6_LOG_STEPS.index(ANCHOR_STEP)
+        return (a[at] - b[at], (a[at] - b[at]) / b[at]) if a and b else None
     table = HT.get(claim.table)
     if table is None or not isinstance(claim.against, tuple) or len(claim.row) != 1:
         return None

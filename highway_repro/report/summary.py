@@ -1,16 +1,13 @@
-"""`<out>.claims.json` beside each table (an entry per table row, kind `row`, and per claim or floor, kinds `claim` /
-`floor`), `results/summary.csv` over all of them, where each distinct comparison (the same runs on each side, the
-same statistic) is one `claim` line in its home table (`home_rank`; another table's line on it: kind `same`), and
-the index `results/README.md`, ending with the full claims list (`claims_list.py`) and `results/claims.png`
-(`forest.py`).
+"""`results/summary.csv` over every table's `<out>.claims.json` (`claims_file.py`), where each distinct comparison
+(the same runs on each side, the same statistic) is one `claim` line in its home table (`claims_file.home_rank`;
+another table's line on it: kind `same`), and the index `results/README.md`, ending with the full claims list
+(`claims_list.py`) and `results/claims.png` (`forest.py`).
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import json
-import math
 import sys
 from collections import Counter
 from pathlib import Path
@@ -18,147 +15,28 @@ from pathlib import Path
 from highway_repro import files
 from highway_repro.errors import make_folder
 from highway_repro.files import KeptFileError
-from highway_repro.report import papers, stats
-from highway_repro.report.claims_list import PAPER_SCALE_ONLY, claims_list, counted
+from highway_repro.report import ledger, papers, stats
+from highway_repro.report.claims_list import NO_CLAIM, PAPER_SCALE_ONLY, apart, claims_list, counted
 from highway_repro.report.forest import forest
-from highway_repro.report.spec import LAST_LOOK, UNTESTED, Rendered, floor_met
+from highway_repro.report.claims_file import same_as_line, read_claims
+from highway_repro.report.spec import UNTESTED
 
 COLUMNS = ["table", "row", "kind", "metric", "split", "n_seeds", "mean", "std", "ci_low", "ci_high",
            "ci_unpaired_low", "ci_unpaired_high", "level", "paper",
-           "floor", "floor_met", "claim", "verdict", "delta", "family_size", "holm_verdict", "compared_with",
-           "compared_mean", "diff", "paper_effect", "paper_claim", "claim_type", "seeds_needed", "same_as", "detail",
-           "scale", "runs", "runs_planned", "part_of", "file"]
+           "floor", "floor_met", "claim", "verdict", "delta", "family_size", "holm_verdict", "papers_family_size",
+           "papers_family_verdict", "verdict_before_rules", "compared_with",
+           "compared_mean", "diff", "paper_effect", "paper_claim", "claim_type", "seeds_needed", "points_to", "same_as",
+           "detail",
+           "cpu_models", "scale", "runs", "runs_planned", "part_of", "file"]
 # ci_unpaired_low, ci_unpaired_high: a comparison tested paired by seed (ci_*: the paired interval), its Welch
 # interval at the same level (empty for every other line);
+# papers_family_verdict: a paper trend claim's Holm verdict over all the papers' trend claims as one family (of
+# papers_family_size tests; `papers_family`); verdict_before_rules: the verdict under the reading rules in force
+# before those the ledger marks as fixed after the data (`ledger.earlier_verdict`; empty where none applies);
+# cpu_models: the processors each side's runs were made on (`claims.cpu_models`);
 # runs, runs_planned: the table's (partial: fewer); part_of: the study whose combined table also holds these rows
 # (README.md's glance shows that one only); claim_type: papers.CLAIM_TYPES (a level claim is counted at the paper's
 # scale only, claims_list.counted)
-
-
-def _num(x):
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return None
-    return float(f"{x:.6g}")
-
-
-def _ends(name: str, ci: tuple | None) -> dict:
-    """`<name>_low`, `<name>_high`: an interval's ends (None without one)."""
-    return {f"{name}_low": _num(ci[0]) if ci else None, f"{name}_high": _num(ci[1]) if ci else None}
-
-
-def claim_rows(name: str, t: Rendered, scale: str | None) -> list[dict]:
-    spec, m = t.spec, t.spec.primary
-    floors = {r.claim.row: r for r in t.results if r.claim.kind == "floor"}
-    out = []
-    for row in t.rows:
-        ranked = [v for v, _ in row.ranked(m)]
-        vals = ranked[:1] if spec.primary_pick == "best" else ranked
-        mean, std = stats.mean_std(vals)
-        ci = None if spec.primary_pick == "best" else stats.mean_interval(vals)
-        f = floors.get(row.id)
-        out.append({"table": name, "row": row.name, "kind": "row", "metric": m.metric + (
-            " (best run)" if spec.primary_pick == "best" else ""), "split": m.split, "n_seeds": len(row.done),
-            "mean": _num(mean), "std": _num(std) if spec.primary_pick != "best" else None, **_ends("ci", ci),
-            "level": stats.LEVEL if ci else None,
-            "paper": _num(spec.paper_of(row.id, m.split)) if spec.paper_of else None,
-            "floor": f.claim.against if f else None, "floor_met": floor_met(f) if f else None,
-            "claim": "", "verdict": "", "scale": scale})
-    for r in t.results:
-        c = r.claim
-        against = (r.other_label or "/".join(map(str, c.against))).replace("`", "") \
-            if isinstance(c.against, tuple) else c.against
-        out.append({"table": name, "row": r.label.replace("`", ""), "kind": c.kind, "metric": c.measure.metric,
-                    "split": c.measure.split, "n_seeds": r.n, "mean": _num(r.mean),
-                    "std": _num(r.std) if c.pick != "best" else None,
-                    **_ends("ci", r.ci), **_ends("ci_unpaired", r.ci_unpaired),
-                    "level": r.level if r.ci else None, "paper": _num(c.paper_value),
-                    "floor": c.against if c.kind == "floor" else None,
-                    "floor_met": floor_met(r) if c.kind == "floor" else None,
-                    "claim": c.text + c.paper_note, "verdict": r.verdict, "compared_with": against,
-                    "compared_mean": _num(r.other_mean), "diff": _num(r.diff), "paper_claim": r.paper,
-                    "claim_type": r.claim_type,
-                    "detail": (r.detail or (LAST_LOOK if r.last_look else "")).replace("`", ""),
-                    "scale": scale, "delta": _num(r.delta),
-                    "comparison": r.key, "experiment": r.experiment, "tests": r.tests,
-                    "family_size": r.family_size, "holm_verdict": r.holm,
-                    "seeds_needed": r.seeds_needed, "same_as": _same_as(r.same_as),
-                    "paper_effect": _num((r.paper_effect or (None, None))[0]),
-                    "paper_effect_rel": _num((r.paper_effect or (None, None))[1]), "paper_claim_id": r.paper_id,
-                    "threshold": c.threshold if isinstance(c.against, tuple) else c.against})
-    return out
-
-
-def _same_as(s: dict | None) -> str | None:
-    return f"{s['file']}: {s['row']} {s['claim']}" if s else None
-
-
-def home_rank(table: str, part_of: str | None, experiment: str) -> int:
-    """Which table is a comparison's home when several hold it: the table of the runs' own experiment (0), else a
-    table that is not a part of a combined study table (1), else a part (2); ties go to the first file."""
-    return 0 if table == experiment else 1 if not part_of else 2
-
-
-# The fields every claims file and each kind of its rows has (`write_claims`, `claim_rows`), those the readers need
-CLAIMS_FIELDS = {"table", "title", "scale", "file", "runs", "runs_planned", "part_of", "rows"}
-ROW_FIELDS = {"kind", "row", "table", "claim", "metric", "split", "scale", "verdict", "ci_low", "ci_high", "mean",
-              "std", "n_seeds", "paper", "level", "floor", "floor_met"}
-CLAIM_FIELDS = ROW_FIELDS | {"comparison", "same_as", "experiment", "claim_type", "paper_claim", "paper_claim_id",
-                             "holm_verdict", "family_size", "detail", "delta", "diff", "seeds_needed", "tests"}
-
-
-def read_claims(path: Path, root: Path) -> dict:
-    """A table's `<out>.claims.json` (`files.read_json` below `root`): an object with the fields `write_claims`
-    writes, `file` a name, rows of kind row, claim or floor, each with its kind's fields, its names text and no
-    value an object but its `tests`; else KeptFileError naming it."""
-    d = files.read_json(path, root, kind=dict)
-    rows = d.get("rows")
-    ok = CLAIMS_FIELDS <= set(d) and isinstance(d["table"], str) and isinstance(rows, list) and all(
-        isinstance(r, dict) and r.get("kind") in ("row", "claim", "floor")
-        and (ROW_FIELDS if r["kind"] == "row" else CLAIM_FIELDS) <= set(r)
-        and all(isinstance(r[k], str) for k in ("kind", "row", "claim", "verdict"))
-        and not any(isinstance(v, dict) for k, v in r.items() if k != "tests") for r in rows)
-    if not ok:
-        raise KeptFileError(f"{path} is not a table's claims file (valid: the fields write_claims writes; rows of kind "
-                            "row, claim or floor with their fields)")
-    files.plain_name(d["file"], f"{path}: file")
-    return d
-
-
-def comparisons_elsewhere(out: Path, table: str, part_of: str | None):
-    """`home(key, experiment)` for a table about to be written to `out`: the line of another table's claims file
-    beside it that holds the same comparison and is its home (`home_rank`), as {"table", "file", "row", "claim"};
-    None when this table is the home. (A study is reported after the tables whose runs it reuses.)"""
-    out = Path(out)
-    lines = {}
-    for f in sorted(out.parent.glob("*.claims.json")):
-        if f.name == out.name + ".claims.json":
-            continue
-        try:
-            d = read_claims(f, out.parent)
-        except KeptFileError:  # named by the summary, which leaves it out too
-            continue
-        for r in d["rows"]:
-            if r["kind"] == "claim" and r.get("comparison") and not r.get("same_as"):
-                rank = home_rank(d["table"], d.get("part_of"), r.get("experiment", ""))
-                lines.setdefault(r["comparison"], (rank, {"table": d["table"], "file": d["file"], "row": r["row"],
-                                                         "claim": r["claim"]}))
-
-    def home(key: str, experiment: str) -> dict | None:
-        found = lines.get(key)
-        return found[1] if found and found[0] < home_rank(table, part_of, experiment) else None
-
-    return home
-
-
-def write_claims(name: str, t: Rendered, out: Path, meta: dict, runs: int | None = None) -> Path:
-    """`<out>.claims.json`: {table, title, scale, file (the table's .md), runs (done, failed or missing),
-    runs_planned (the runner's plan; None: unknown), part_of (the study whose combined table reads them), rows}."""
-    out = Path(out)
-    path = out.with_name(out.name + ".claims.json")
-    return files.write_atomic(path, json.dumps({"table": name, "title": t.spec.title, "scale": meta.get("scale"),
-                                                "file": out.name + ".md", "runs": runs,
-                                                "runs_planned": meta.get("planned"), "part_of": meta.get("part_of"),
-                                                "rows": claim_rows(name, t, meta.get("scale"))}, indent=1) + "\n")
 
 
 def _cell(v) -> str:
@@ -192,11 +70,22 @@ def distinct(rows: list[dict]) -> list[str]:
             if home is None:
                 problems.append(f"{r['file']}: `{r['row']} {r['claim']}` names a comparison no table holds now")
                 continue
-            r["same_as"] = _same_as(home)  # the home's file from the results root
+            r["same_as"] = same_as_line(home)  # the home's file from the results root
             if r["paper_claim"] and not home["paper_claim"]:
                 home["claim_type"] = r.get("claim_type")
             home["paper_claim"] = home["paper_claim"] or r["paper_claim"]
     return problems
+
+
+def papers_family(rows: list[dict]) -> int:
+    """The papers' trend claims as one family: each distinct one (kind claim, counted) gets `papers_family_verdict`,
+    Holm over all of their tests (`stats.holm_verdicts`: a claim without a test is NOT RESOLVED and not in the
+    adjustment), and `papers_family_size`; returns that size. The tables' own families stay in `holm_verdict`."""
+    trend = [r for r in rows if r["kind"] == "claim" and r.get("claim_type") == "trend" and counted(r)]
+    size = sum(r.get("tests") is not None for r in trend)
+    for r, v in zip(trend, stats.holm_verdicts([r.get("tests") for r in trend])):
+        r["papers_family_verdict"], r["papers_family_size"] = v, size
+    return size
 
 
 def missing_paper_claims(rows: list[dict]) -> list[papers.PaperClaim]:
@@ -223,6 +112,14 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
         rows += [{**r, "file": rel, "runs": d.get("runs"), "runs_planned": d.get("runs_planned"),
                   "part_of": d.get("part_of")} for r in d["rows"]]
     problems = distinct(rows)
+    papers_family(rows)
+    try:
+        entries = ledger.load(root)
+    except KeptFileError as e:  # the ledger step names it; the lines show no earlier verdict
+        print(f"error: {e}", file=sys.stderr)
+        entries = []
+    for r in rows:
+        r["verdict_before_rules"] = ledger.earlier_verdict(r, entries)
     make_folder(root)
     forest(rows, root / "claims.png")
     path = root / "summary.csv"
@@ -239,7 +136,12 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
              f"(written by `make tables`); `claims.png` draws every distinct comparison. Verdicts: "
              f"{stats.VERDICTS_EXPLAINED}. Each comparison has a type (`claim_type`): "
              + "; ".join(f"**{k}** = {v}" for k, v in papers.CLAIM_TYPES.items())
-             + f"; a level claim at another scale is shown, marked {PAPER_SCALE_ONLY}, and counted in no verdict.",
+             + f"; a level claim at another scale is shown, marked {PAPER_SCALE_ONLY}, and a negligible one marked "
+             f"{NO_CLAIM}; neither counts in a verdict. The types follow one rule, {papers.CLAIM_TYPE_RULE}. The "
+             "papers' trend claims are also read as one family (`papers_family_verdict`: Holm over all of them); "
+             "`verdict_before_rules` is a line's verdict under the reading rules in force before those that the "
+             "ledger ([preregistration.md](preregistration.md)) marks as fixed after the data; `cpu_models` names "
+             "the processors each side's runs were made on (their effect: docs/gpu.md, cross-CPU twins).",
              "",
              "| table | scale | runs | claims held / did not hold / no difference / not resolved (not testable yet) "
              "| Holm | family | linked to another table | floors met |",
@@ -247,7 +149,7 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
     for d, rel in tables:
         mine = [r for r in rows if r["file"] == rel]
         claims = [r for r in mine if r["kind"] == "claim" and counted(r)]
-        paper_scale = sum(r["kind"] == "claim" and not counted(r) for r in mine)
+        aside = apart([r for r in mine if r["kind"] == "claim"])
         v = Counter(r["verdict"] for r in claims)
         h = Counter(r["holm_verdict"] or r["verdict"] for r in claims)
         untested = sum(1 for r in claims if r.get("detail", "").startswith(UNTESTED))
@@ -257,7 +159,7 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
         size = next((r["family_size"] for r in mine if r["kind"] == "claim" and r.get("family_size")), 0)
         lines.append(f"| [{d['title']}]({rel}) | {d.get('scale') or '?'} | {runs} | "
                      + " / ".join(str(v[k]) for k in stats.VERDICTS) + f"{f' ({untested})' if untested else ''}"
-                     + f"{f'; {paper_scale} {PAPER_SCALE_ONLY}' if paper_scale else ''} | "
+                     + f"{f'; {aside}' if aside else ''} | "
                      + " / ".join(str(h[k]) for k in stats.VERDICTS) + f" | {size} | "
                      f"{sum(r['kind'] == 'same' for r in mine)} | {f'{sum(fl)} of {len(fl)}' if fl else '—'} |")
     if problems:

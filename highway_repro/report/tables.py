@@ -12,7 +12,7 @@ from highway_repro.report.hn_tables import DEMO, HN_ANALYSIS, HN_CIFAR, HN_FIG1,
 from highway_repro.report.ht_tables import gate_zoo_table, ht_table, paper_anchor_table, placement_panels
 from highway_repro.report.runs import Run, one_device
 from highway_repro.report.spec import render
-from highway_repro.report.summary import comparisons_elsewhere, write_claims
+from highway_repro.report.claims_file import comparisons_elsewhere, write_claims
 
 
 @functools.cache
