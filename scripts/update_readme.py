@@ -93,8 +93,8 @@ def findings(rows: list[dict], results: Path) -> str:
                 for v in ("HELD", "DID NOT HOLD", "NO DIFFERENCE") if v in family]
         open_ = [r for r, f in zip(mine, family) if f == "NOT RESOLVED"]
         raw = sum(r["verdict"] != "NOT RESOLVED" for r in open_)
-        said += [f"{len(open_)} not resolved" + (f" ({raw} of them {'is' if raw == 1 else 'are'} decided by "
-                                                  "its own interval alone)" if raw else "")] if open_ else []
+        said += [f"{len(open_)} not resolved" + (f" ({raw} of them decided by "
+                                                  "their own interval alone)" if raw else "")] if open_ else []
         lines.append(f"- **{_title(results, file, mine[0]['table'])}** ({scale(mine[0])}): " + ". ".join(said) + ".")
     return "\n".join([f"What the papers' trend claims came to, read as one family (Holm over the {size} of them with a "
                       "test; a difference of ours and its 95 % interval; the level claims, the project's own and the "

@@ -41,13 +41,14 @@ def test_a_change_after_the_data_fails_until_an_entry_says_why(entries, monkeypa
     runs needs an entry too (its first), but no reason."""
     claim = next(c for c in papers.PAPER_CLAIMS if c.table == "ht_char_ptb")
     turned = claim._replace(side="higher")
-    new = papers.PaperClaim("ht_char_ptb", ("new_row",), ("other_new_row",), "test/bpc", "lower", "", "own")
+    new = papers.PaperClaim("ht_char_ptb", ("new_row",), ("other_new_row",), "test/bpc", "lower", "", "none")
     monkeypatch.setattr(papers, "PAPER_CLAIMS", [turned if c is claim else c for c in papers.PAPER_CLAIMS] + [new])
     monkeypatch.setattr(papers, "PAPER_EFFECT_SHARE", 0.25)
     found = ledger.problems(entries, RESULTS)
     by_id = {p.split(":")[0]: p for p in found}
     assert set(by_id) == {ledger.claim_id(claim), ledger.claim_id(new), "margin ht_char_ptb", "margin ht_word_ptb",
-                          "margin ht_enwik8_l6", "margin ht_enwik8_l12", "claim types"}, found
+                          "margin ht_enwik8_l6", "margin ht_enwik8_l12", "margin ht_paper_anchor", "claim types",
+                          "rules"}, found
     turned_text = by_id[ledger.claim_id(claim)]
     assert "differs from its ledger entry (10 of its runs kept: an entry after the data" in turned_text
     assert "not in the ledger (0 of its runs kept;" in by_id[ledger.claim_id(new)]
@@ -156,6 +157,35 @@ def test_a_changed_reading_rule_or_constant_needs_an_entry(entries, monkeypatch,
     assert ledger.rules_entry()["definition"] == newest
     monkeypatch.setattr(*RULE_CHANGES[change])
     assert ledger.rules_entry()["definition"] != newest, change
+
+
+def _claim(table, against_number=False):
+    return next(c for c in papers.PAPER_CLAIMS if c.table == table and isinstance(c.against, tuple) != against_number)
+
+
+def _replace(monkeypatch, claim, **change):
+    monkeypatch.setattr(papers, "PAPER_CLAIMS", [claim._replace(**change) if c is claim else c
+                                                 for c in papers.PAPER_CLAIMS])
+
+
+DEFINITION_CHANGES = {  # each definition a verdict rests on, changed once: (the change, the ids it must name)
+    "a claim's side": (lambda mp: _replace(mp, _claim("ht_word_ptb"), side="higher"),
+                       {ledger.claim_id(_claim("ht_word_ptb"))}),
+    "a claim's threshold": (lambda mp: _replace(mp, _claim("hn_cifar", True), against=91.0),
+                            {"claim hn_cifar highway vs a number on test/acc"}),
+    "a claim's type": (lambda mp: _replace(mp, _claim("ht_char_ptb"), stated="none"), {"claim types"}),
+    "a margin": (lambda mp: mp.setattr(papers, "MARGINS", {**papers.MARGINS, "acc": papers.Margin(0.3, False, "")}),
+                 {"margin hn_cifar"}),
+    "a second look's claims": (lambda mp: mp.setattr(papers, "SECOND_LOOK_CLAIMS", papers.SECOND_LOOK_CLAIMS[:1]),
+                               {"second look ht_placement_scan"}),
+}
+
+
+@pytest.mark.parametrize("change", list(DEFINITION_CHANGES))
+def test_a_changed_definition_is_named_until_an_entry_records_it(entries, monkeypatch, change):
+    mutate, named = DEFINITION_CHANGES[change]
+    mutate(monkeypatch)
+    assert {p.split(":")[0] for p in ledger.problems(entries, RESULTS)} == named
 
 
 def test_grids_and_seed_lists():
