@@ -192,6 +192,16 @@ def read_yaml(path: Path, root: Path | None = None, inert: bool = True):
     return value
 
 
+def read_config(path: Path, root: Path | None = None) -> dict | None:
+    """A run's `config_resolved.yaml` (None when absent): a mapping of plain values, no `${` (`read_yaml`, below
+    `root`; default: the folder that holds the run folder)."""
+    path = Path(path)
+    cfg = read_yaml(path, root=root or path.parents[1], inert=False)
+    if cfg is not None and not isinstance(cfg, dict):
+        raise KeptFileError(f"{path} holds a {type(cfg).__name__} (valid: the mapping of a run's config)")
+    return cfg
+
+
 def write_atomic(path: Path, data: str | bytes, root: Path | None = None) -> Path:
     """Write `data` to `path` through a temporary file in its folder, fsync and a rename (`below(path, root)` first:
     no link on the way or at `path` itself). A write the user can fix (a full disk, a read-only folder, a file-size

@@ -337,6 +337,6 @@ def test_dry_run_of_the_compiled_phase_reports_no_problem(tmp_path, monkeypatch)
     rows = _rows(out.with_suffix(".csv"))
     for mode in compiled.MODES:
         for precision in compiled.PRECISIONS:
-            name = compiled.label("baseline", mode)
+            name = cases.label("baseline", mode)
             assert float(_value(rows, "throughput", "step_s", "tlm3", name, precision)) > 0
             assert _value(rows, "throughput", "finite", "tlm3", name, precision) == "True"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, needs_mirror
 
 
 # a tracker's or a work log's number (the word, then a number: the examples below), and a calendar date
@@ -107,3 +107,22 @@ def test_importing_the_reports_reads_no_sweep_file():
             "print(sum('configs/sweep' in f for f in opened) > 0)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["0", "False", "True"]
+
+
+@needs_mirror
+def test_a_smoke_training_run_loads_a_few_modules_and_no_report(tmp_path):
+    """`python -m highway_repro.train` of a smoke run imports at most 40 of the package's modules and none of the
+    reports or the runner (no table spec is built): the package, `highway_repro.train` and `highway_repro.report`
+    import nothing eagerly, and a run never imports the reports (import-linter's contract)."""
+    code = ("import sys\nfrom highway_repro.train import cli\n"
+            f"sys.argv = ['train', *{SMOKE!r}, 'hydra.run.dir={tmp_path}']\n"
+            "try:\n    cli()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            "print(sorted(m for m in sys.modules if m.startswith('highway_repro')))")
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    mods = eval(p.stdout.strip().splitlines()[-1])
+    assert (tmp_path / "metrics.json").exists() and 20 <= len(mods) <= 40, mods
+    assert not [m for m in mods if m.startswith(("highway_repro.report", "highway_repro.runner"))], mods
+
+
+SMOKE = ["experiment=demo", "scale=smoke", "model.depth=2", "trainer.max_steps=1", "threads=1", "logger=jsonl"]

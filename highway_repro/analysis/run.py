@@ -24,7 +24,8 @@ from highway_repro.train.config import check_targets
 from highway_repro.engine import checkpoint as ckpt_lib
 from highway_repro.errors import ArgumentParser, HighwayError
 from highway_repro.report import build_table, findings_path, load_runs
-from highway_repro.report.runs import RunFolderError, read_config, read_overrides
+from highway_repro.files import read_config
+from highway_repro.report.runs import RunFolderError, read_overrides
 from highway_repro.targets import CONFIG_DIR, scale_files
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException

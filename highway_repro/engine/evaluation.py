@@ -109,7 +109,7 @@ class Evaluation:
         if self.cfg.eval_train:
             metrics.update(self.evaluate("train", max_batches))
         if metrics:
-            self._log(metrics)
+            self.record(metrics)
         self.last_eval = metrics
         return metrics
 
@@ -142,7 +142,7 @@ class Evaluation:
             if split != "val" and (split == "train" or split in self.data.splits):
                 self._stop_point()
                 final.update(self.evaluate(split, cap))
-        self._log({k: v for k, v in final.items() if k.startswith("test/")})
+        self.record({k: v for k, v in final.items() if k.startswith("test/")})
         return final
 
     def _stop_point(self) -> None:

@@ -313,13 +313,13 @@ class Trainer(Evaluation):
                 for name, st in recorder.stats().items():
                     for k, v in st.items():
                         metrics[f"gates/{name}/{k}"] = v
-            self._log(metrics)
+            self.record(metrics)
             self.last_train = {k: v for k, v in metrics.items() if k.startswith("train/")}
             if bar:
                 bar.set_postfix(loss=f"{metrics['train/loss']:.4f}")
             self._start_interval({})
         elif recorder is not None:
-            self._log({f"gates/{n}/{k}": v for n, st in recorder.stats().items() for k, v in st.items()})
+            self.record({f"gates/{n}/{k}": v for n, st in recorder.stats().items() for k, v in st.items()})
         paused, paused_cpu = self._wall(), self._cpu()
         if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < cfg.max_steps:
             self._validate(cfg.eval_max_batches)
@@ -432,7 +432,8 @@ class Trainer(Evaluation):
     def _log_size(self) -> int | None:
         return self.logger.position() if self.is_main and hasattr(self.logger, "position") else None
 
-    def _log(self, metrics: dict) -> None:
+    def record(self, metrics: dict) -> None:
+        """Log `metrics` at the current step (rank 0 only): metrics.jsonl and the run's logger."""
         if self.is_main and metrics:
             self.logger.log(metrics, self.step)
 

@@ -27,9 +27,16 @@
 This package reads files only: it imports neither torch nor the models, the trainer or the runner.
 """
 
-from highway_repro.report.generic import main
-from highway_repro.report.runs import Run, load_runs
-from highway_repro.report.summary import write_summary
-from highway_repro.report.tables import build_table, findings_path, registry
+# Imported when first asked for (PEP 562): importing one module of the package (`report.runs`, `report.papers`)
+# builds no table spec and loads no other report module.
+_NAMES = {"main": "generic", "Run": "runs", "load_runs": "runs", "write_summary": "summary", "build_table": "tables",
+          "findings_path": "tables", "registry": "tables"}
+__all__ = list(_NAMES)
 
-__all__ = ["Run", "load_runs", "build_table", "findings_path", "write_summary", "registry", "main"]
+
+def __getattr__(name: str):
+    if name not in _NAMES:
+        raise AttributeError(f"module 'highway_repro.report' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"highway_repro.report.{_NAMES[name]}"), name)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from highway_repro import files
-from highway_repro.files import KeptFileError
+from highway_repro.files import KeptFileError, read_config
 
 
 # An override a kept run's .hydra/overrides.yaml may hold: a key, then a plain value (a name, a number, a sweep file
@@ -54,14 +54,6 @@ def read_overrides(path: Path, root: Path | None = None) -> list[str] | None:
         if not isinstance(line, str) or ".." in line or not PLAIN_OVERRIDE.fullmatch(line):
             raise KeptFileError(f"{path} holds the override {line!r} (valid: key=value, a plain name or number)")
     return lines
-
-
-def read_config(path: Path, root: Path | None = None) -> dict | None:
-    """A run's `config_resolved.yaml` (None when absent): a mapping of plain values, no `${`."""
-    cfg = read_yaml(path, inert=False, root=root)
-    if cfg is not None and not isinstance(cfg, dict):
-        raise KeptFileError(f"{path} holds a {type(cfg).__name__} (valid: the mapping of a run's config)")
-    return cfg
 
 
 def parse_overrides(lines) -> dict[str, str]:

@@ -153,7 +153,7 @@ def reused_names(name: str, scale: str, results: Path) -> frozenset:
 def other_recipe(part: str, scale: str, folders: list[Path]) -> dict[str, str]:
     """The run folders of table `part` that were made with another recipe than the config files now give their job
     (a scale file changed after they ran): {folder name: the differing keys}; a run whose saved config or overrides
-    are damaged (`report.runs.read_config`, `read_overrides`) or do not compose: {folder name: why}. A run without
+    are damaged (`files.read_config`, `report.runs.read_overrides`) or do not compose: {folder name: why}. A run without
     its saved config or overrides is taken as it is."""
     import yaml
     from hydra.errors import HydraException
@@ -161,7 +161,8 @@ def other_recipe(part: str, scale: str, folders: list[Path]) -> dict[str, str]:
     from omegaconf.errors import OmegaConfBaseException
 
     from highway_repro.train.recipe import recipe_diff
-    from highway_repro.report.runs import read_config, read_overrides
+    from highway_repro.files import read_config
+    from highway_repro.report.runs import read_overrides
     out, cells = {}, {}  # one composition per grid cell; a run's seed / trial is set on a copy of it
     for folder in folders:
         saved, ov = folder / "config_resolved.yaml", folder / ".hydra" / "overrides.yaml"

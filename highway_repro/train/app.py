@@ -95,7 +95,7 @@ def build_run(cfg: DictConfig, out_dir: Path, dist=None, trainer_cls=None):
     n_params = sum(p.numel() for p in model.parameters())
     if is_main:
         write_text_atomic(out_dir / "config_resolved.yaml", OmegaConf.to_yaml(OmegaConf.create(resolved)))
-        log.info("data: %s", data.describe() if hasattr(data, "describe") else cfg.data.name)
+        log.info("data: %s", data.describe())
         log.info("model: %s, %s parameters", type(model).__name__, f"{n_params:,}")
     logger_kwargs = OmegaConf.to_container(cfg.logger, resolve=True)
     kind = logger_kwargs.pop("kind")
@@ -118,7 +118,7 @@ def build_run(cfg: DictConfig, out_dir: Path, dist=None, trainer_cls=None):
         except (ckpt_lib.CheckpointError, ckpt_lib.UnsafeCheckpointError, ckpt_lib.OldCheckpointError) as e:
             raise type(e)(f"resume={cfg.resume}: {e}") from None
     if is_main and trainer.step == 0:
-        trainer._log({"model/params": n_params})
+        trainer.record({"model/params": n_params})
     return trainer
 
 

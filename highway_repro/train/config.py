@@ -167,7 +167,7 @@ def validate_against_data(cfg: DictConfig, data, world_size: int = 1) -> None:
     """The built data: at least one training batch; under DDP, a global batch that divides over the processes."""
     if data.steps_per_epoch < 1:
         raise ConfigError(f"data.batch_size={cfg.data.get('batch_size')} is larger than the training data "
-                          f"({data.describe() if hasattr(data, 'describe') else cfg.data.name})")
+                          f"({data.describe()})")
     if getattr(data, "batch_size", 0) % world_size:  # data.batch_size is the global batch; each rank trains a slice
         raise ConfigError(f"data.batch_size={data.batch_size} (the global batch) does not divide over "
                           f"{world_size} processes (valid: a multiple of the world size)")

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from highway_repro.errors import ConfigError
 from highway_repro.options import RENAMED
-from highway_repro.report.runs import read_config
+from highway_repro.files import read_config
 
 # Keys that do not change what a run computes (speed, logging, bookkeeping): a run folder written with other values
 # of these is the same run. The run-folder name's exclude_keys (configs/train.yaml), plus the device, the scale

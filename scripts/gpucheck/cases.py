@@ -73,3 +73,8 @@ CASE_BY_KEY = {c.key: c for c in CASES}
 # tables whose time another case's step time estimates (upper bounds: the measured net is the larger one)
 TABLE_CASE = {c.table: c.key for c in CASES} | {"hn_analysis": "mlp100"}
 BASE_VARIANTS = ("baseline", "plain")
+
+
+def label(variant: str, mode: str, flex: bool = False) -> str:
+    """The run's name in the report: the eager run keeps the variant's name (phase 4's rows are reused)."""
+    return variant if mode == "eager" else f"{variant}{'+flex' if flex else ''}+compile-{mode}"

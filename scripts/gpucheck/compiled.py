@@ -24,7 +24,7 @@ CPU backward (tests/test_flex_attention.py compares its outputs with the core's 
 
 from __future__ import annotations
 
-from .cases import CASE_BY_KEY
+from .cases import CASE_BY_KEY, label
 from .peers import MODES as PEER_MODES
 from .peers import run_peers
 from .phases import Ctx, phase
@@ -39,11 +39,6 @@ NEED_DRY_S = {"eager": 8, "default": 45, "reduce-overhead": 45}
 FLEX_CASES = ("txl6",)  # the model with relative attention
 FLEX_MODE = "default"
 FLEX = "model.flex_attention=true"
-
-
-def label(variant: str, mode: str, flex: bool = False) -> str:
-    """The run's name in the report: the eager run keeps the variant's name (phase 4's rows are reused)."""
-    return variant if mode == "eager" else f"{variant}{'+flex' if flex else ''}+compile-{mode}"
 
 
 def runs_of(key: str, modes, dry: bool) -> list[tuple[str, bool]]:

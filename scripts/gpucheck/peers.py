@@ -34,7 +34,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cases import CASE_BY_KEY
+from .cases import CASE_BY_KEY, label
 from .common import PEERS_DIR, TARGETS, say
 from .glue import compose, matmul_precision, run_overrides, sync
 from .phases import Ctx, phase
@@ -338,7 +338,6 @@ def peer_run(ctx: Ctx, peer: Peer, precision: str, mode: str) -> dict:
 
 def ours(ctx: Ctx, peer: Peer, precision: str, mode: str) -> dict | None:
     """Our baseline's run of the peer's case in that precision and mode (phase 4's or phase `compiled`'s)."""
-    from .compiled import label
 
     return ctx.results.get((peer.case, label(CASE_BY_KEY[peer.case].variants[0][0], mode), precision))
 
