@@ -247,8 +247,8 @@ def make_entry(d: dict, commit: str, times: dict | None, before_value=None, reas
     if before_value is not None and d["kind"] != "rule":
         reason += f"{'; ' if reason else ''}before it: {ledger.describe({**d, 'definition': before_value})}"
     e = {k: d[k] for k in ("id", "kind", "table", "rows", "second_look") if k in d}
-    e.update(definition=d["definition"], commit=full, date=iso, runs_before=before, runs_after=len(runs) - before,
-             after_data=before > 0, reason=reason)
+    e.update(definition=d["definition"], commit=full, date=iso, runs_before=before, after_data=before > 0,
+             reason=reason)  # the runs after it: counted when the page is written (ledger.runs_after)
     return e
 
 

@@ -90,7 +90,7 @@ def test_append_adds_an_entry_after_the_data_only_with_a_reason(entries, monkeyp
 
 
 def test_the_page_names_every_after_the_data_entry_with_its_reason(entries):
-    page = ledger.render(entries)
+    page = ledger.render(entries, ledger.runs_after(entries, RESULTS))
     lines = {line.split(" | ")[0].removeprefix("| "): line for line in page.splitlines() if line.startswith("| ")}
     after = [e for e in entries if e["after_data"]]
     assert after and f"{len(entries)} entries, {len(after)} of them after the data." in page

@@ -4,8 +4,10 @@ compares were kept before then. `results/preregistration.json` is append-only (b
 `results/preregistration.md`.
 
 An entry: `id`, `kind`, `table`, `definition` (null: removed), `commit` and `date` (the first commit that holds the
-definition as it stands), `runs_before` / `runs_after` (the kept cpu-scale runs of the rows it compares, committed
-at or before that commit / after it), `after_data` (runs_before > 0) and `reason` (required after the data). The
+definition as it stands), `runs_before` (the kept cpu-scale runs of the rows it compares, committed at or before that
+commit: a fact of the history, fixed), `after_data` (runs_before > 0) and `reason` (required after the data). The
+runs kept after it are counted when the page is written (`runs_after`: the runs it compares now, less those before;
+entries made before this rule also hold a `runs_after` of their day, which the page does not read). The
 kinds `definitions` reads from the code:
 
 | kind | definition |
@@ -269,8 +271,7 @@ def load(results: Path) -> list[dict]:
     """The ledger's entries, in the order they were made ([] where there is none)."""
     path = Path(results) / LEDGER
     entries = (files.read_json(path, results, kind=dict) or {}).get("entries", [])
-    kinds = {"id": str, "kind": str, "commit": str, "date": str, "reason": str, "runs_before": int, "runs_after": int,
-             "after_data": bool}
+    kinds = {"id": str, "kind": str, "commit": str, "date": str, "reason": str, "runs_before": int, "after_data": bool}
     if not isinstance(entries, list) or not all(
             isinstance(e, dict) and "definition" in e and all(isinstance(e.get(k), t) for k, t in kinds.items())
             for e in entries):
@@ -329,13 +330,29 @@ def describe(e: dict) -> str:
     return text + (f"; at {d['level']}, deciding {len(d['claims'])} claim(s)" if kind == "look" else "")
 
 
-def render(entries: list[dict]) -> str:
+def runs_after(entries: list[dict], results: Path) -> list[int]:
+    """Each entry's kept runs after it, counted now: the runs its definition compares (`compared`; a claim types entry:
+    those of the claims whose type it changed, from the entry of that id before it) less its `runs_before`."""
+    previous: dict[str, dict] = {}
+    out = []
+    for e in entries:
+        before = previous.get(e["id"])
+        now = len(compared(e, results, before and before["definition"])) if e["definition"] is not None else 0
+        out.append(max(0, now - e["runs_before"]))
+        previous[e["id"]] = e
+    return out
+
+
+def render(entries: list[dict], after_counts: list[int] | None = None) -> str:
+    """The page; `after_counts`: `runs_after` (None: the counts the entries hold)."""
     after = [e for e in entries if e.get("after_data")]
+    after_counts = after_counts or [e.get("runs_after", 0) for e in entries]
     lines = ["# Preregistration ledger", "",
              "When each definition a verdict rests on was fixed: every paper claim's test, the claim types, each "
              "table's margins, first-look seeds and second look, and the report's reading rules; the commit that "
              "holds it as it stands, its date, and how many kept runs of the rows it compares (cpu scale, either "
-             "device) were committed at or before that commit and after it. An entry made after any of its runs is "
+             "device) were committed at or before that commit, and how many are kept after it now. An entry made "
+             "after any of its runs is "
              "**after the data**, with its reason. `results/preregistration.json` holds the entries (append-only: "
              "built from the git history by `scripts/build_ledger.py`, an entry appended with each later change); "
              "`make tables` writes this page from it, and a fast test (tests/test_ledger.py) fails when a definition "
@@ -343,11 +360,11 @@ def render(entries: list[dict]) -> str:
              f"{len(entries)} entries, {len(after)} of them after the data.", "",
              "| what | definition | commit | date | runs before / after | after the data |",
              "|---|---|---|---|---|---|"]
-    for e in entries:
+    for e, n_after in zip(entries, after_counts):
         note = f"; {e['reason']}" if e.get("reason") else ""
         flag = f"**after the data**: {e['reason']}" if e.get("after_data") else f"no{note}"
         lines.append(f"| {e['id']} | {describe(e)} | {e['commit'][:7]} | {e['date'][:16].replace('T', ' ')} | "
-                     f"{e['runs_before']} / {e['runs_after']} | {flag.replace('|', '/')} |")
+                     f"{e['runs_before']} / {n_after} | {flag.replace('|', '/')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -356,4 +373,4 @@ def write_ledger(results: Path) -> Path | None:
     entries = load(results)
     if not entries:
         return None
-    return files.write_atomic(Path(results) / "preregistration.md", render(entries))
+    return files.write_atomic(Path(results) / "preregistration.md", render(entries, runs_after(entries, results)))
