@@ -30,9 +30,10 @@ setup: $(VENV)/.installed ## create .venv and install the package (torch pinned 
 test: setup ## fast test suite (pytest -m "not slow"; set HIGHWAY_DATA_MIRROR for the data tests)
 	$(BIN)/python -m pytest -m "not slow" -q $(PYTEST_ARGS)
 
-lint: setup ## ruff (unused imports and names, undefined names, lines over 120) and import-linter (the import layers): pyproject.toml
+lint: setup ## ruff (unused imports and names, undefined names, lines over 120), import-linter (the import layers: pyproject.toml), the length rules (scripts/check_lengths.py)
 	$(BIN)/ruff check highway_repro scripts bench hydra_plugins tests
 	$(BIN)/lint-imports
+	$(BIN)/python scripts/check_lengths.py
 
 test-slow: setup ## the slow tests only (pytest -m slow: subprocess, two-process, kill -9, compile and dry-run tests)
 	$(BIN)/python -m pytest -m slow -q $(PYTEST_ARGS)

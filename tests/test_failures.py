@@ -165,8 +165,9 @@ def test_sighup_during_training_saves_and_writes_metrics(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "highway_repro.train", *SMOKE, "trainer.max_steps=100000",
                              "trainer.eval_every=0", f"hydra.run.dir={run}"], cwd=tmp_path, env=_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while not (run / "metrics.jsonl").exists() and time.time() < deadline:
+    deadline = time.time() + 120  # a training step logged: its first line (the parameter count) comes before fit
+    while "train/" not in ((run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text() or "") \
+            and time.time() < deadline:
         time.sleep(0.2)
     proc.send_signal(signal.SIGHUP)
     _, err = proc.communicate(timeout=120)

@@ -1,7 +1,8 @@
 """What the code says of itself and how it loads: no tracker numbers or dates in the code, configs, docs and
-README; files under 500 lines; the runner, the reports and the GPU check start without torch or the statistics
-libraries. The import rules themselves (six layers, no cycle, the reports read files only) are import-linter's
-contracts in pyproject.toml, checked by `make lint`.
+README; the runner, the reports and the GPU check start without torch or the statistics libraries; a training run
+loads no report. The import rules themselves (six layers, no cycle, the reports read files only, a run never imports
+the reports) are import-linter's contracts in pyproject.toml, and the length rules scripts/check_lengths.py, both
+run by `make lint`.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -66,13 +66,16 @@ def test_tracker_pattern(line, caught):
         assert bool(TRACKER.search(line)) == caught
 
 
-def test_no_python_file_of_the_package_scripts_or_benchmarks_is_over_500_lines():
-    """Each file reads alone: the package, the scripts and the benchmarks are split by concept below 500 lines."""
-    root = Path(__file__).resolve().parents[1]
-    long = {str(p.relative_to(root)): n for d in ("highway_repro", "scripts", "bench") for p in (root / d).rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > 500}
-    assert not long, long
-    assert len((root / "highway_repro" / "train" / "__init__.py").read_text().splitlines()) < 150
+def test_the_length_rules_name_each_file_over_its_limit(tmp_path):
+    """`make lint` runs scripts/check_lengths.py: the tree passes, and a file over its limit is named."""
+    from conftest import load_script
+
+    lengths = load_script("check_lengths")
+    assert lengths.over() == []
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "DESIGN.md").write_text("x\n" * 121)
+    (tmp_path / "README.md").write_text("x\n" * 150)
+    assert lengths.over(tmp_path) == ["docs/DESIGN.md: 121 lines (at most 120)"]
 
 
 def test_the_runner_and_the_gpu_check_start_without_the_statistics_libraries():
@@ -86,13 +89,6 @@ def test_the_runner_and_the_gpu_check_start_without_the_statistics_libraries():
     assert out.strip() == "[]"
     from highway_repro.report import stats
     assert stats.t_test([1.0, 2.0], [3.0, 5.0])["ci"] and {"scipy", "statsmodels"} <= set(sys.modules)
-
-
-def test_the_design_fits_two_screens_and_the_entry_point_stays_small():
-    """docs/DESIGN.md at most 120 lines; `train/app.py`, which it calls under 150 lines, is."""
-    assert len((REPO / "docs" / "DESIGN.md").read_text().splitlines()) <= 120
-    assert "`train/app.py` (under 150 lines" in (REPO / "docs" / "DESIGN.md").read_text()
-    assert len((REPO / "highway_repro" / "train" / "app.py").read_text().splitlines()) < 150
 
 
 def test_importing_the_reports_reads_no_sweep_file():
