@@ -203,6 +203,23 @@ def test_missing_torch_stops_at_once_with_a_report(tmp_path, monkeypatch):
     assert "missing: torch" in md and "--prepare" in md
 
 
+def test_a_failed_measurement_keeps_the_compiler_s_own_lines(tmp_path):
+    """An InductorError's first line names no cause: the report keeps the lines of the C++ compiler that say one."""
+    from gpucheck.phases import phase
+
+    args = cli.parse(["--dry-run", "--out", str(tmp_path / "gpu_check"), "--runs", str(tmp_path / "runs")])
+    ctx = Ctx(args, Report(Path(args.out), True, "test"))
+
+    def compile_fails(ctx_):
+        raise RuntimeError("CppCompileError: C++ compile error\n\nCommand:\ng++ /tmp/x.cpp -o x.so\n\nOutput:\n"
+                           "/tmp/x.cpp:12:5: error: 'Vectorized' was not declared in this scope\nnote: something")
+
+    assert phase(ctx, "compiled x default bf16", 0.0, compile_fails) is None
+    (where, msg), = ctx.rep.problems
+    assert where == "compiled x default bf16" and msg.startswith("RuntimeError: CppCompileError: C++ compile error")
+    assert "/tmp/x.cpp:12:5: error: 'Vectorized' was not declared in this scope" in msg and "note" not in msg
+
+
 def test_cuda_tests_phase_reads_the_junit_report(tmp_path, monkeypatch):
     """The `pytest -m cuda` phase: its command, and the counts and names it reads from pytest's JUnit XML."""
     args = cli.parse(["--dry-run", "--out", str(tmp_path / "gpu_check"), "--runs", str(tmp_path / "runs")])

@@ -21,9 +21,12 @@ from .report import fmt, md_table
 def machine(ctx: Ctx) -> dict:
     import torch
 
+    from highway_repro.engine.loggers import cpu_model
+
     facts = {"python": platform.python_version(), "torch": torch.__version__,
              "torch CUDA build": torch.version.cuda or "none", "cuDNN": torch.backends.cudnn.version(),
-             "CPU cores": os.cpu_count(), "CPU bf16 features": ", ".join(cpu_bf16_features()) or "none",
+             "CPU": cpu_model() or "unknown", "CPU cores": os.cpu_count(),
+             "CPU bf16 features": ", ".join(cpu_bf16_features()) or "none",
              "platform": platform.platform(),
              # NGC containers set the first: fp32 matmuls then run in TF32 whatever the code asks (the "fp32" peak too)
              **{v: os.environ.get(v, "unset") for v in ("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "NVIDIA_TF32_OVERRIDE")}}

@@ -61,8 +61,11 @@ def phase(ctx: Ctx, name: str, need_s: float, fn, *args):
         out = fn(ctx, *args)
     except Exception as e:  # each measurement on its own: record and go on
         status = "error"
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        ctx.rep.problem(name, f"{type(e).__name__}: {msg}"[:600])
+        lines = str(e).strip().splitlines()
+        msg = lines[0] if lines else ""
+        # a compiler's own lines (inductor's C++ build: "...: error: ...") say what failed; keep them
+        said = [x.strip() for x in lines[1:] if "error" in x.lower()][:4]
+        ctx.rep.problem(name, (f"{type(e).__name__}: {msg}" + "".join(f" / {x}" for x in said))[:1200])
         say(f"{name}: ERROR {type(e).__name__}: {msg}")
         traceback.print_exc()
     finally:
