@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test lint test-slow test-all demo bench bench-grouped bench-cpu-scale bench-precision bench-compile tables reproduce-table reproduce-all estimate-all calibrate parity readme clean wandb-export wandb-dashboards
+.PHONY: help setup test lint test-slow test-all demo bench bench-grouped bench-cpu-scale bench-precision bench-compile tables reproduce-table reproduce-all estimate-all parity readme clean wandb-export wandb-dashboards
 # (not the reproduce-<table> names: make skips pattern rules for .PHONY targets)
 
 help: ## list every target with one line each (the paper tables: reproduce-<table>, from highway_repro/targets.py)
@@ -53,9 +53,6 @@ reproduce-%: setup
 
 estimate-all: setup ## every paper table's plan and estimated cost, then the total, for JOBS jobs (default 1; JOBS=2 on 2 cores); trains nothing
 	@$(BIN)/python -m highway_repro.runner --all --scale $(SCALE) --jobs $(JOBS) --estimate
-
-calibrate: setup ## time a few steps of every paper table on this machine (results/calibration.json, ~5 min): estimates then fit it
-	@$(BIN)/python -m highway_repro.runner --all --scale $(SCALE) --jobs $(JOBS) --calibrate
 
 estimate-%: setup ## print a table's plan and its estimated cost, train nothing: make estimate-ht-char-ptb JOBS=2
 	@$(BIN)/python -m highway_repro.runner $(subst -,_,$*) --scale $(SCALE) --jobs $(JOBS) --estimate

@@ -2,7 +2,7 @@
 
 - `plan`: a table's sweep files to its runs (their folder names);
 - `keep`: the kept-run store under results/ (restore, keep, the recipe guard);
-- `estimate`: what the runs cost (time, memory) and this machine's calibration;
+- `estimate`: what the runs cost (time, memory), by one rule;
 - `progress`: the progress lines;
 - `table`: one table's plan, its commands and its record;
 - `queue`: the commands N at a time (process groups, signals, memory, one GPU per job);

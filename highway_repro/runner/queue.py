@@ -149,7 +149,7 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None) -> int:
                 kills_at[proc.pid] = oom_kills()
             time.sleep(0.5)
             if len(plans) > 1 and time.time() - shown >= QUEUE_LINE_EVERY_S:
-                print(queue_line(plans, jobs), flush=True)
+                print(queue_line(plans), flush=True)
                 shown = time.time()
             for p, proc in [x for x in live if x[1].poll() is not None]:
                 live.remove((p, proc))
