@@ -227,6 +227,28 @@ def test_the_plan_prices_what_is_left_and_the_whole_table_with_its_margin(tmp_pa
     assert "the whole table: 10 x" in out and f"= {(5 * 2520 + 5 * 30) / 3600:.1f} CPU-hours" in out, out
 
 
+def test_launcher_overrides_neither_name_a_run_nor_change_its_recipe(tmp_path, capsys):
+    """hydra/launcher=... and hydra.launcher.* are Hydra's own overrides, never in a folder name: the kept runs are
+    restored and price the plan whatever launcher is named."""
+    from highway_repro.runner.table import plan_table
+
+    results = tmp_path / "results"
+    kept = results / "highway_networks" / "runs" / "hn_table1-cpu"
+    _fake_run(kept / "model.width=16,seed=0", wall=30.0)
+    extra = ["hydra/launcher=submitit_cluster", "hydra.launcher.partition=p", "seed=0"]
+    p = plan_table("hn_table1", "cpu", 1, extra, tmp_path / "runs", results, estimate_only=True)
+    assert "2 runs, 1 finished (1 restored from" in capsys.readouterr().out and p.todo == ["model.width=32,seed=0"]
+
+
+def test_no_slurm_is_one_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "highway_repro.runner", "hn_table1", "--scale", "smoke", "--cluster",
+                        "slurm", "--partition", "p", "--runs", str(tmp_path / "runs"), "--results",
+                        str(tmp_path / "results")], cwd=REPO, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PATH": str(tmp_path)})  # no sinfo, no sbatch
+    assert r.returncode == 2 and r.stderr.startswith("error: cluster slurm: no SLURM"), r.stderr[-2000:]
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
+
+
 def test_a_grouped_run_is_priced_at_the_share_it_logged(tmp_path):
     """A kept run trained in a group logged its share of the group's time, which prices its cell."""
     from highway_repro.runner.table import plan_table

@@ -6,5 +6,6 @@
 - `progress`: the progress lines;
 - `table`: one table's plan, its commands and its record;
 - `queue`: the commands N at a time (process groups, signals, memory, one GPU per job);
+- `slurm`: the queue's commands as SLURM jobs, through submitit;
 - `cli`: `python -m highway_repro.runner` (`__main__.py`; train what is missing, then the reports).
 """

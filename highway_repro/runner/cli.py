@@ -159,6 +159,11 @@ def train(names: list[str], args, results: Path, runs_root: Path) -> int:
     study) waits for it: it is planned, and its runs queued, once that table ends, so that runs of the same folder
     name are restored, not trained twice."""
     tables = list(dict.fromkeys(p for n in names for p in TARGETS[n].parts or (n,)))
+    args.backend = None
+    if args.cluster == "slurm" and not args.estimate:  # no SLURM, an unknown partition: one line, nothing planned
+        from highway_repro.runner.slurm import Cluster
+
+        args.backend = Cluster(args.partition, args.preset, runs_root / ".slurm")
     with ExitStack() if args.estimate else hold_tables(tables, args.scale, runs_root):
         return _train(names, tables, args, results, runs_root)
 
@@ -171,7 +176,7 @@ def _train(names: list[str], tables: list[str], args, results: Path, runs_root: 
     def plans_of(stage: list[str], estimate: bool, pending: dict) -> list[TablePlan]:
         return [plan_table(n, args.scale, args.jobs, args.extra, runs_root, results, args.fresh, estimate,
                            {r for o in TARGETS[n].reuse for r in pending.get(o, ())},
-                           args.group or TARGETS[n].group) for n in stage]
+                           args.group or TARGETS[n].group, split=args.cluster is not None) for n in stage]
 
     plans = plans_of(stages[0], args.estimate, {})
     pending = {p.name: set(p.todo) for p in plans}  # what the first stage trains (an estimate counts it as reused)
@@ -202,7 +207,7 @@ def _train(names: list[str], tables: list[str], args, results: Path, runs_root: 
                 for p in plans:
                     if not p.commands:
                         report(p)
-                status = run_queue(plans, args.jobs, on_table_end=report) or status
+                status = run_queue(plans, args.jobs, on_table_end=report, cluster=args.backend) or status
         except SystemExit:  # stopped: the reports not yet begun are dropped
             reporter.shutdown(wait=False, cancel_futures=True)
             raise
@@ -232,6 +237,11 @@ def main(argv=None) -> int:
     ap.add_argument("--allow-damaged", action="store_true", help="with --report-only: exit 0 even when a kept "
                     "run's metrics.json cannot be parsed (it is named, counted as damaged, left out of the tables)")
     ap.add_argument("--estimate", action="store_true", help="print the plan and its cost; train nothing")
+    ap.add_argument("--cluster", choices=["slurm"], default=None, help="each run a SLURM job (through submitit), "
+                    "--jobs of them in flight; default: local processes")
+    ap.add_argument("--partition", default=None, help="with --cluster slurm: the partition")
+    ap.add_argument("--preset", choices=["cpu", "gpu"], default="cpu", help="with --cluster slurm: the job request "
+                    "to start from (configs/hydra/launcher/submitit_cluster.yaml, submitit_cluster_gpu.yaml)")
     args = ap.parse_intermixed_args(argv)
     if args.jobs < 1:
         ap.error(f"--jobs={args.jobs}: runs at once, at least 1")

@@ -16,7 +16,7 @@ from highway_repro.report.header import duration
 from highway_repro.runner.estimate import DEFAULT_PEAK_GB, MARGIN, peak_gb, per_run_s, wall_s
 from highway_repro.runner.keep import (FINISHED, SINGLE_RUN, keep, refuse_other_recipe, restore, reused_names,
                                        run_status)
-from highway_repro.runner.plan import REPEAT_KEYS, dirname, job_names, jobs_of, override_key, plan_grids
+from highway_repro.runner.plan import REPEAT_KEYS, dirname, job_names, jobs_of, hydra_key, override_key, plan_grids
 from highway_repro.runner.progress import Progress
 from highway_repro.targets import TARGETS, kept_apart, make_target, runs_folder
 
@@ -34,6 +34,7 @@ class TablePlan:
     todo: list = field(default_factory=list)  # folder names of the runs to train
     commands: list = field(default_factory=list)
     secs: list = field(default_factory=list)  # one-thread seconds of each run to train
+    costs: list = field(default_factory=list)  # one-thread seconds of each command (None: unknown)
     threads: int = 1
     peak_gb: float = DEFAULT_PEAK_GB  # GiB one of its runs holds at its peak (`peak_gb`)
     progress: Progress | None = None
@@ -46,10 +47,11 @@ class TablePlan:
 
 def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Path, results: Path,
                fresh: bool = False, estimate_only: bool = False, pending: set = frozenset(),
-               group: str = "1") -> TablePlan:
+               group: str = "1", split: bool = False) -> TablePlan:
     """Print the plan of table `name` and its cost; put its kept runs back into its sweep folder (not for an
     estimate, which writes and deletes nothing) and return what is left to train. `pending`: run folder names
-    that a table before it in the queue trains and it reuses (an estimate counts them as restored)."""
+    that a table before it in the queue trains and it reuses (an estimate counts them as restored). `split`: one
+    command per run (or per group) even on one job, as a cluster takes them."""
     t = TARGETS[name]
     sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
     cfg, fgs = plan_grids(name, scale, extra)
@@ -75,7 +77,7 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
             or not (fresh and estimate_only) and run_status(sweep_dir / n if t.sweep else sweep_dir) in FINISHED]
     if not fresh:
         refuse_other_recipe(name, scale, [n for n in done if n not in queued], sweep_dir, results)
-    own_recipe = all(override_key(o) in REPEAT_KEYS for o in extra)  # else kept runs price nothing
+    own_recipe = all(override_key(o) in REPEAT_KEYS or hydra_key(o) for o in extra)  # else kept runs price nothing
     priced = [p.parent for p in kept.glob("*/metrics.json")] if own_recipe else []  # the runs that price cells
     peak, peak_how = peak_gb(cfg, kept if own_recipe else None)
     todo = [n for n in names if n not in done]
@@ -112,15 +114,17 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     base = [sys.executable, "-m", "highway_repro.train", f"experiment={t.experiment}", f"scale={scale}",
             "resume=auto", "trainer.progress=false"]
     if not t.sweep:
-        p.commands = [base + [f"hydra.run.dir={sweep_dir}"] + gs[0]]
+        p.commands, p.costs = [base + [f"hydra.run.dir={sweep_dir}"] + gs[0]], secs if known else []
     else:
         base[3:3] = ["-m"]
         base += [f"hydra.sweep.dir={sweep_dir}"]
+        cost = dict(zip(todo, secs))
         if grouped:  # a multirun of the grouped launcher per cell (up to `size` runs of it)
-            p.commands, p.peak_gb = [base + g for g in grouped], p.peak_gb * GROUP_PEAK
+            p.commands, p.peak_gb = [base + g for g, _ in grouped], p.peak_gb * GROUP_PEAK
+            p.costs = [sum(cost[n] for n in ns) if known else None for _, ns in grouped]
             print(f"[{name}] {len(todo)} runs in {len(grouped)} grouped command(s) (hydra/launcher=grouped, up to "
                   f"{size} runs each)", flush=True)
-        elif jobs == 1:  # a whole sweep file's grid in one multirun
+        elif jobs == 1 and not split:  # a whole sweep file's grid in one multirun
             p.commands = [base + [f"sweep={f}"] + g for f, g in zip(files, gs)]
         else:  # one multirun of one job per run to train, in the grid's order
             exclude = list(cfg.hydra.job.config.override_dirname.exclude_keys)
@@ -128,7 +132,7 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
             for f, g in zip(files, gs):
                 for j in jobs_of(g):
                     jobs_by_name.setdefault(dirname(j, exclude), [f"sweep={f}"] + j)
-            p.commands = [base + jobs_by_name[n] for n in todo]
+            p.commands, p.costs = [base + jobs_by_name[n] for n in todo], secs if known else []
     p.progress = Progress(name, sweep_dir, names, wall_s(secs, jobs) if known else None, on_tick=lambda: tick(p),
                           sweep=t.sweep)
     return p
@@ -152,9 +156,11 @@ def group_of(cfg, group: str) -> int:
     return size if str(cfg.model._target_).rsplit(".", 1)[-1] in GROUPABLE else 1
 
 
-def group_commands(cfg, files: list[str], gs: list[list[str]], todo: list[str], size: int) -> list[list[str]]:
-    """The overrides of one grouped multirun per cell (a row's runs, which differ in their seed or trial only), at
-    most `size` runs each, to follow the train command; [] where a run's cell has no single repeat key."""
+def group_commands(cfg, files: list[str], gs: list[list[str]], todo: list[str],
+                   size: int) -> list[tuple[list[str], list[str]]]:
+    """(the overrides, the run names) of one grouped multirun per cell (a row's runs, which differ in their seed or
+    trial only), at most `size` runs each, to follow the train command; [] where a run's cell has no single repeat
+    key."""
     exclude = list(cfg.hydra.job.config.override_dirname.exclude_keys)
     cells, left = {}, set(todo)
     for f, g in zip(files, gs):
@@ -165,12 +171,13 @@ def group_commands(cfg, files: list[str], gs: list[list[str]], todo: list[str], 
                 continue
             left.discard(name)
             key = (f, tuple(o for o in j if o not in repeat), override_key(repeat[0]))
-            cells.setdefault(key, []).append(repeat[0].split("=", 1)[1])
+            cells.setdefault(key, []).append((repeat[0].split("=", 1)[1], name))
     out = []
     for (f, cell, key), values in cells.items():
         for i in range(0, len(values), size):
-            out.append([f"sweep={f}", "hydra/launcher=grouped", f"hydra.launcher.size={size}", *cell,
-                        f"{key}={','.join(values[i:i + size])}"])
+            chunk = values[i:i + size]
+            out.append(([f"sweep={f}", "hydra/launcher=grouped", f"hydra.launcher.size={size}", *cell,
+                         f"{key}={','.join(v for v, _ in chunk)}"], [n for _, n in chunk]))
     return out if not left else []
 
 
