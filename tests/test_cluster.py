@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -175,6 +176,10 @@ def test_a_table_on_slurm_equals_the_table_run_locally(slurm, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.count("+ slurm job ") == 5, r.stdout[-3000:]
     assert _runs(tmp_path / "s" / "results") == _runs(tmp_path / "l" / "results") != {}
+    info = [json.loads(f.read_text()) for f in (tmp_path / "s" / "results").rglob("run_info.json")]
+    assert len(info) == 5 and all(i["slurm_job"] and i["host"] and i["world_size"] == 1 for i in info), info
+    local_info = [json.loads(f.read_text()) for f in (tmp_path / "l" / "results").rglob("run_info.json")]
+    assert len(local_info) == 5 and all(i["slurm_job"] is None for i in local_info)
     assert _report_files(tmp_path / "s" / "results") == _report_files(tmp_path / "l" / "results")
     r = _runner("ht_char_ptb", "--scale", "smoke", *cluster, "--runs", str(tmp_path / "again"), "--results",
                 str(tmp_path / "l" / "results"), env=env)
@@ -253,3 +258,27 @@ def test_a_run_survives_requeue_preemption_and_scancel_as_if_never_stopped(slurm
                     env=env)
     assert local.returncode == 0, local.stderr[-3000:]
     assert _runs(tmp_path / "s" / "results") == _runs(tmp_path / "l" / "results") != {}
+
+
+@needs_mirror
+def test_a_runner_killed_mid_run_and_started_again_follows_its_job(slurm, tmp_path):
+    """kill -9 of the runner leaves its job running; the same command started again follows that job (no second
+    job trains the run) and ends with the run finished, never stopped."""
+    env = {**slurm["env"], "HIGHWAY_DATA_MIRROR": os.environ["HIGHWAY_DATA_MIRROR"]}
+    cmd = [sys.executable, "-m", "highway_repro.runner", "ht_char_ptb", "--scale", "smoke", "variant=baseline",
+           "seed=0", "trainer.max_steps=3000", "trainer.eval_every=0", "trainer.log_every=100", "--cluster", "slurm",
+           "--partition", slurm["partition"], "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "results")]
+    folder = (tmp_path / "runs" / "ht_char_ptb-smoke"
+              / "seed=0,trainer.eval_every=0,trainer.max_steps=3000,variant=baseline")
+    first = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _wait("training to start", lambda: (folder / "metrics.jsonl").exists() and
+          len((folder / "metrics.jsonl").read_text().splitlines()) > 3, timeout=120)
+    first.kill()
+    out = first.communicate()[0]
+    assert out.count("+ slurm job ") == 1, out
+    again = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    ids = [re.findall(r"\+ slurm job (\d+)", x) for x in (out, again.stdout)]
+    assert "re-attached to slurm job" in again.stdout and ids[0] == ids[1] != [], again.stdout[-3000:]
+    assert json.loads((folder / "metrics.json").read_text())["status"] == "done"
+    assert "resumed from" not in (folder / "train.log").read_text()

@@ -8,20 +8,24 @@ and take from the table: CPUs = its `threads`, memory = its runs' peak (`estimat
 limit = the estimate of the job's runs plus its margin (`estimate.time_limit_min`; the preset's `timeout_min` where
 there is no estimate). A preempted job (submitit's USR2, or SIGTERM from `scontrol requeue`) stops its trainer,
 which saves a checkpoint at its step, and submitit requeues the job, which resumes (`resume=auto`); so does a job at
-its time limit, up to the preset's `max_num_timeout` times. Stopping the runner cancels its jobs. The job's files
+its time limit, up to the preset's `max_num_timeout` times. Stopping the runner cancels its jobs; a runner that
+died without stopping them (kill -9, a closed laptop) leaves them running, and the same command started again
+follows each one still in the queue (its id kept in `cmd-<hash>.job`) instead of submitting it again. The job's files
 (submitit's pickles and logs) go to `<runs>/.slurm/`, which the nodes must see (a shared file system).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+import shlex
 import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
 
-from highway_repro.errors import ConfigError
+from highway_repro.errors import ConfigError, make_folder
 from highway_repro.targets import CONFIG_DIR, ROOT
 
 PRESETS = {"cpu": "submitit_cluster", "gpu": "submitit_cluster_gpu"}  # configs/hydra/launcher/<file>.yaml
@@ -90,6 +94,12 @@ ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEU
 LOST_CHECK_S = 30.0  # how often squeue is asked whether a job without a result is still there
 
 
+def active(job_id: str) -> bool:
+    """Whether SLURM's queue holds the job in an active state (pending, running, requeued, ...)."""
+    r = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=60)
+    return bool(set(r.stdout.split()) & ACTIVE)
+
+
 class Job:
     """A submitted command as the queue follows it, as it follows a process: `poll()` (None while it runs, else its
     exit status), `wait()`, `cancel()`, `pid` (`slurm job <id>`). A job that has left squeue's active states without
@@ -111,9 +121,7 @@ class Job:
                 print(f"[slurm] {self.pid}: {(str(e).strip().splitlines() or [type(e).__name__])[0]}", flush=True)
         elif time.time() - self.checked > LOST_CHECK_S:
             self.checked = time.time()
-            r = subprocess.run(["squeue", "-h", "-j", str(self.job.job_id), "-o", "%T"], capture_output=True,
-                               text=True, timeout=60)
-            if not set(r.stdout.split()) & ACTIVE and not self.job.paths.result_pickle.exists():
+            if not active(str(self.job.job_id)) and not self.job.paths.result_pickle.exists():
                 self.lost, self.returncode = True, 1
         return self.returncode
 
@@ -142,8 +150,13 @@ class Cluster:
 
         from highway_repro.runner.estimate import time_limit_min
 
+        make_folder(self.folder)
         p = self.preset
         limit = time_limit_min(secs, threads, int(p.get("timeout_min") or 60))
+        record = self.folder / f"cmd-{hashlib.sha1(shlex.join(cmd).encode()).hexdigest()[:16]}.job"
+        if record.exists() and (old := record.read_text().strip()) and active(old):  # a runner before this one's
+            print(f"[{name}] re-attached to slurm job {old}, still in the queue", flush=True)
+            return Job(submitit.SlurmJob(folder=self.folder / "%j", job_id=old), limit)
         ex = submitit.AutoExecutor(folder=self.folder / "%j", cluster="slurm",
                                    slurm_max_num_timeout=int(p.get("max_num_timeout") or 0))
         ex.update_parameters(slurm_partition=self.partition, name=name, nodes=int(p.get("nodes") or 1),
@@ -155,7 +168,9 @@ class Cluster:
                              slurm_signal_delay_s=int(p.get("signal_delay_s") or 90),
                              slurm_additional_parameters=dict(p.get("additional_parameters") or {}))
         try:
-            return Job(ex.submit(TrainCommand(cmd)), limit)
+            job = ex.submit(TrainCommand(cmd))
         except (FailedJobError, subprocess.SubprocessError, OSError) as e:
             why = [line for line in str(e).splitlines() if "error" in line.lower()] or str(e).splitlines() or [""]
             raise ConfigError(f"partition {self.partition}: SLURM refused the job ({why[-1].strip()})") from None
+        record.write_text(f"{job.job_id}\n")
+        return Job(job, limit)
