@@ -9,9 +9,16 @@ TABLE ?=
 # torch is pinned: on the reference machine this is a local CPU wheel; set TORCH_SPEC for CUDA builds.
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
+# Hydra overrides for every run of a table (ARGS="trainer.max_steps=10"); CLUSTER=slurm PARTITION=<p>: runs as
+# SLURM jobs (PRESET=cpu|gpu, JOBS = jobs in flight)
+ARGS ?=
+CLUSTER ?=
+PARTITION ?=
+PRESET ?= cpu
+RUNNER_ARGS = $(if $(CLUSTER),--cluster $(CLUSTER) --preset $(PRESET)) $(if $(PARTITION),--partition $(PARTITION)) $(ARGS)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test lint test-slow test-all demo bench bench-grouped bench-cpu-scale bench-precision bench-compile tables reproduce-table reproduce-all estimate-all calibrate parity readme clean wandb-export wandb-dashboards
+.PHONY: help setup test lint test-slow slurm-deps test-all demo bench bench-grouped bench-cpu-scale bench-precision bench-compile tables reproduce-table reproduce-all estimate-all parity readme clean wandb-export wandb-dashboards
 # (not the reproduce-<table> names: make skips pattern rules for .PHONY targets)
 
 help: ## list every target with one line each (the paper tables: reproduce-<table>, from highway_repro/targets.py)
@@ -38,6 +45,11 @@ lint: setup ## ruff (unused imports and names, undefined names, lines over 120),
 test-slow: setup ## the slow tests only (pytest -m slow: subprocess, two-process, kill -9, compile and dry-run tests)
 	$(BIN)/python -m pytest -m slow -q $(PYTEST_ARGS)
 
+slurm-deps: ## Debian's slurm-wlm and munge, where missing (root; for the real-SLURM slow test, tests/test_cluster.py)
+	@command -v slurmctld >/dev/null && command -v munged >/dev/null || \
+		{ apt-get install -y -q slurm-wlm munge >/dev/null || { apt-get update -q >/dev/null && \
+		apt-get install -y -q slurm-wlm munge >/dev/null; }; }
+
 test-all: setup ## every test, slow ones included
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
@@ -46,23 +58,20 @@ demo: setup ## plain vs highway MLP at depths 10 and 50 on real MNIST: prints a 
 
 reproduce-table: setup ## run one table's sweep and report: make reproduce-table TABLE=hn_table1 SCALE=cpu
 	@test -n "$(TABLE)" || { echo "set TABLE=<name> (see: $(BIN)/python -m highway_repro.runner --list)"; exit 2; }
-	$(BIN)/python -m highway_repro.runner $(TABLE) --scale $(SCALE) --jobs $(JOBS) $(if $(GROUP),--group $(GROUP))
+	$(BIN)/python -m highway_repro.runner $(TABLE) --scale $(SCALE) --jobs $(JOBS) $(if $(GROUP),--group $(GROUP)) $(RUNNER_ARGS)
 
 # One rule for every table of highway_repro/targets.py: make reproduce-ht-char-ptb -> table ht_char_ptb.
 reproduce-%: setup
-	$(BIN)/python -m highway_repro.runner $(subst -,_,$*) --scale $(SCALE) --jobs $(JOBS) $(if $(GROUP),--group $(GROUP))
+	$(BIN)/python -m highway_repro.runner $(subst -,_,$*) --scale $(SCALE) --jobs $(JOBS) $(if $(GROUP),--group $(GROUP)) $(RUNNER_ARGS)
 
 estimate-all: setup ## every paper table's plan and estimated cost, then the total, for JOBS jobs (default 1; JOBS=2 on 2 cores); trains nothing
 	@$(BIN)/python -m highway_repro.runner --all --scale $(SCALE) --jobs $(JOBS) --estimate
 
-calibrate: setup ## time a few steps of every paper table on this machine (results/calibration.json, ~5 min): estimates then fit it
-	@$(BIN)/python -m highway_repro.runner --all --scale $(SCALE) --jobs $(JOBS) --calibrate
-
 estimate-%: setup ## print a table's plan and its estimated cost, train nothing: make estimate-ht-char-ptb JOBS=2
-	@$(BIN)/python -m highway_repro.runner $(subst -,_,$*) --scale $(SCALE) --jobs $(JOBS) --estimate
+	@$(BIN)/python -m highway_repro.runner $(subst -,_,$*) --scale $(SCALE) --jobs $(JOBS) --estimate $(ARGS)
 
 reproduce-all: setup ## every paper table at SCALE, JOBS runs at once (default 1; give JOBS=2 on a 2-core machine)
-	$(BIN)/python -m highway_repro.runner --all --scale $(SCALE) --jobs $(JOBS)
+	$(BIN)/python -m highway_repro.runner --all --scale $(SCALE) --jobs $(JOBS) $(RUNNER_ARGS)
 
 tables: setup ## rebuild every report and results/summary.csv from the kept runs in results/ (no training); fails on a damaged metrics.json unless ALLOW_DAMAGED=1
 	$(BIN)/python -m highway_repro.runner --all --scale $(SCALE) --report-only $(if $(ALLOW_DAMAGED),--allow-damaged)

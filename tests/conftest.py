@@ -182,12 +182,8 @@ def nan_data(nan_steps=(), **kwargs):
 
 
 @pytest.fixture(autouse=True)
-def _no_machine_calibration(monkeypatch, tmp_path_factory):
-    """Estimates in tests are the same on every machine: the committed calibration of this one is not read, no
-    kept run counts as made on it, and trainer.device=auto goes to the CPU (`estimate.on_cpu`)."""
+def _no_gpu(monkeypatch):
+    """Estimates in tests are the same on every machine: trainer.device=auto goes to the CPU (`estimate.on_cpu`)."""
     from highway_repro.runner import estimate, queue  # noqa: F401 (the queue binds the real gpu_ids before the patch)
 
-    monkeypatch.setattr(estimate, "CALIBRATION", tmp_path_factory.mktemp("calibration") / "calibration.json")
-    key = estimate.machine_key
-    monkeypatch.setattr(estimate, "machine_key", lambda info=None: key(info) if info is not None else "no CPU, 0 cores")
     monkeypatch.setattr(estimate, "gpu_ids", lambda: [])

@@ -172,22 +172,28 @@ def test_a_single_run_table_restores_its_kept_run_and_is_not_trained_again(tmp_p
     assert len(table_runs("hn_analysis", "cpu", tmp_path / "runs", results)) == 1
 
 
-def test_estimate_prefers_kept_runs(tmp_path):
+def test_a_run_is_priced_by_its_cells_kept_runs_on_its_device_else_the_scale_file(tmp_path):
+    """The one cost rule: a run takes the mean of its grid cell's kept runs made on the device it goes to, else the
+    scale file's est_step_s x max_steps; a cell's cost is not another cell's (a depth-100 net against a depth-10
+    one); a diverged run counts with what it cost, a failed one not at all."""
     from omegaconf import OmegaConf
 
-    from highway_repro.runner.estimate import estimate_s
+    from highway_repro.runner.estimate import per_run_s
 
-    cfg = OmegaConf.create({"est_step_s": 0.5, "trainer": {"max_steps": 100}})
-    assert estimate_s(cfg, tmp_path)[0] == 50.0
-    _fake_run(tmp_path / "a", wall=30.0)
-    _fake_run(tmp_path / "b", wall=10.0)
-    assert estimate_s(cfg, tmp_path)[0] == 20.0
-    assert estimate_s(OmegaConf.create({"trainer": {"max_steps": 1}}), tmp_path / "none")[0] is None
-    assert estimate_s(cfg, None)[0] == 50.0  # kept runs of another recipe (overrides given): the scale file's price
-    # a run made on a GPU prices runs that go to a GPU only: a cpu-scale run took ~2 min on an H200, ~20 on a thread
-    _fake_run(tmp_path / "gpu", wall=2.0, cpu=2.0, info={"threads": 1, "cuda_device": "NVIDIA H200"})
-    assert estimate_s(cfg, tmp_path)[0] == 20.0
-    assert estimate_s(OmegaConf.merge(cfg, {"trainer": {"device": "cuda"}}), tmp_path)[0] == 14.0
+    cfg = OmegaConf.create({"est_step_s": 0.5, "trainer": {"max_steps": 100, "device": "cpu"}})
+    kept = tmp_path / "kept"
+    _fake_run(kept / "model.depth=10,trial=0", wall=60.0)
+    _fake_run(kept / "model.depth=10,trial=1", wall=120.0)
+    _fake_run(kept / "model.depth=100,trial=0", wall=600.0)
+    _fake_run(kept / "model.depth=100,trial=1", "diverged", wall=2.0)
+    _fake_run(kept / "model.depth=100,trial=3", "failed", wall=5.0)
+    _fake_run(kept / "model.depth=50,trial=1", wall=1.0, info={"threads": 1, "cuda_device": "NVIDIA H200"})
+    todo = ["model.depth=10,trial=2", "model.depth=100,trial=2", "model.depth=50,trial=0"]
+    secs, how = per_run_s(todo, sorted(kept.iterdir()), cfg)
+    assert secs == [90.0, 301.0, 50.0] and "2 from their cells' kept runs" in how and "x 100 steps" in how, how
+    gpu = OmegaConf.merge(cfg, {"trainer": {"device": "cuda"}})  # the GPU run prices runs that go to a GPU only
+    assert per_run_s(todo, sorted(kept.iterdir()), gpu)[0] == [50.0, 50.0, 1.0]
+    assert per_run_s(todo, [], OmegaConf.create({"trainer": {"max_steps": 1}}))[0] == [None] * 3
 
 
 def test_overrides_that_change_the_recipe_neither_restore_nor_price_by_the_kept_runs(tmp_path, capsys):
@@ -205,27 +211,49 @@ def test_overrides_that_change_the_recipe_neither_restore_nor_price_by_the_kept_
     assert "2 runs, 1 finished (1 restored from" in capsys.readouterr().out
 
 
-def test_a_partial_table_prices_its_cells_without_kept_runs_at_the_scale_files_pace(tmp_path, capsys):
-    """Half a table kept (the cheap cells first, as a grid in depth order keeps them): the cells with no kept run
-    are priced at est_step_s x max_steps (hn_table1 cpu: 0.2 x 12,600 = 2,520 s), not at the kept runs' mean."""
+def test_the_plan_prices_what_is_left_and_the_whole_table_with_its_margin(tmp_path, capsys):
+    """Half a table kept: the cells with no kept run at est_step_s x max_steps (hn_table1 cpu: 0.2 x 12,600 =
+    2,520 s), the others at their kept runs' mean; the line states the margin across machines and prices the whole
+    table beside (what --fresh would train: 10 runs, the kept one's cell at 30 s)."""
+    from highway_repro.runner.estimate import MARGIN
     from highway_repro.runner.table import plan_table
 
     results = tmp_path / "results"
     _fake_run(results / "highway_networks" / "runs" / "hn_table1-cpu" / "model.width=16,seed=0", wall=30.0)
     p = plan_table("hn_table1", "cpu", 2, [], tmp_path / "runs", results, estimate_only=True)
     assert p.secs == [2520.0] * 5 + [30.0] * 4, p.secs  # width 32 (no kept run) first, then width 16's seeds 1-4
-    assert "else est_step_s 0.2 x 12600 steps" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"± {MARGIN * 100:.0f} % across machines" in out and "5 at est_step_s 0.2 x 12600 steps" in out, out
+    assert "the whole table: 10 x" in out and f"= {(5 * 2520 + 5 * 30) / 3600:.1f} CPU-hours" in out, out
 
 
-def test_a_grouped_plan_prices_kept_grouped_runs_once(tmp_path, capsys):
-    """Fig. 1 with a grouped benchmark of 2.0: a kept run trained in a group of 8 logged 100 CPU-s, its share; alone
-    it takes 200 s, and grouped again 100 s; planned alone (group 1), 200 s."""
+def test_launcher_overrides_neither_name_a_run_nor_change_its_recipe(tmp_path, capsys):
+    """hydra/launcher=... and hydra.launcher.* are Hydra's own overrides, never in a folder name: the kept runs are
+    restored and price the plan whatever launcher is named."""
     from highway_repro.runner.table import plan_table
 
     results = tmp_path / "results"
-    results.mkdir()
-    (results / "bench_grouped.csv").write_text("section,case,metric,value,unit,note\n"
-                                               "grouped,mlp10-plain,alone_over_grouped,2.0,,\n")
+    kept = results / "highway_networks" / "runs" / "hn_table1-cpu"
+    _fake_run(kept / "model.width=16,seed=0", wall=30.0)
+    extra = ["hydra/launcher=submitit_cluster", "hydra.launcher.partition=p", "seed=0"]
+    p = plan_table("hn_table1", "cpu", 1, extra, tmp_path / "runs", results, estimate_only=True)
+    assert "2 runs, 1 finished (1 restored from" in capsys.readouterr().out and p.todo == ["model.width=32,seed=0"]
+
+
+def test_no_slurm_is_one_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "highway_repro.runner", "hn_table1", "--scale", "smoke", "--cluster",
+                        "slurm", "--partition", "p", "--runs", str(tmp_path / "runs"), "--results",
+                        str(tmp_path / "results")], cwd=REPO, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PATH": str(tmp_path)})  # no sinfo, no sbatch
+    assert r.returncode == 2 and r.stderr.startswith("error: cluster slurm: no SLURM"), r.stderr[-2000:]
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
+
+
+def test_a_grouped_run_is_priced_at_the_share_it_logged(tmp_path):
+    """A kept run trained in a group logged its share of the group's time, which prices its cell."""
+    from highway_repro.runner.table import plan_table
+
+    results = tmp_path / "results"
     kept = results / "highway_networks" / "runs" / "hn_fig1-cpu"
     for trial in range(2):
         _fake_run(kept / f"model.depth=10,model.kind=plain,trial={trial}", wall=100.0, cpu=100.0,
@@ -233,137 +261,66 @@ def test_a_grouped_plan_prices_kept_grouped_runs_once(tmp_path, capsys):
     p = plan_table("hn_fig1", "cpu", 1, [], tmp_path / "runs", results, group="auto")
     cell = [s for n, s in zip(p.todo, p.secs) if n.startswith("model.depth=10,model.kind=plain,")]
     assert cell and set(cell) == {100.0}, cell
-    assert p.progress.state()[2] == pytest.approx(p.secs)  # the progress line prices them the same
-    p = plan_table("hn_fig1", "cpu", 1, [], tmp_path / "runs", results, group="1")
-    assert {s for n, s in zip(p.todo, p.secs) if n.startswith("model.depth=10,model.kind=plain,")} == {200.0}
-    assert p.progress.state()[2] == pytest.approx(p.secs)  # alone: no grouped factor in the progress line either
-    # seed and trial both given: no group can form (group_commands: []), so the runs train and are priced alone
-    p = plan_table("hn_fig1", "cpu", 1, ["seed=0"], tmp_path / "runs", results, group="auto")
-    assert {s for n, s in zip(p.todo, p.secs) if n.startswith("model.depth=10,model.kind=plain,")} == {200.0}
-    assert not any("hydra/launcher=grouped" in c for c in p.commands) and "not grouped" in capsys.readouterr().out
-    from omegaconf import OmegaConf
-
-    from highway_repro.runner.table import group_speedup
-
-    mlp = OmegaConf.create({"model": {"_target_": "highway_repro.models.mlp.MLP"}, "trainer": {"device": "cpu"}})
-    assert group_speedup(mlp, results) == 2.0
-    assert group_speedup(OmegaConf.merge(mlp, {"trainer": {"device": "cuda"}}), results) is None  # a CPU benchmark
-
-
-def test_the_plan_and_its_progress_scale_what_was_not_made_here_by_the_machine_ratio(tmp_path):
-    """A calibration of this machine twice as slow as the scale file's est_step_s doubles the price of a run with no
-    kept run (a single-run table, a sweep's cells without kept runs) and of a kept run made elsewhere, in the plan
-    and in its progress line alike."""
-    from highway_repro.runner import estimate
-    from highway_repro.runner.table import plan_table
-
-    results = tmp_path / "results"
-    _fake_run(results / "highway_networks" / "runs" / "hn_table1-cpu" / "model.width=16,seed=0", wall=99.0,
-              cpu=30.0)  # no run_info.json: made elsewhere
-    plans = {}
-    for probe in (0.2, 0.4):  # hn_table1's est_step_s is 0.2: x 1, then x 2
-        estimate.CALIBRATION.write_text(json.dumps({estimate.machine_key(): {"cpu": {
-            "hn_table1": {"cell": "model.width=16,seed=0", "cpu_s_per_step": probe},
-            "hn_analysis": {"cell": "", "cpu_s_per_step": 0.03 * probe / 0.1}}}}))  # its est_step_s 0.06: x 1, x 2
-        plans[probe] = [plan_table(n, "cpu", 2, [], tmp_path / f"runs{probe}", results) for n in ("hn_table1",
-                                                                                                  "hn_analysis")]
-    for one, two in zip(*plans.values()):
-        assert two.secs == pytest.approx([2 * s for s in one.secs]) and two.secs
-        assert two.progress.state()[2] == pytest.approx(two.secs)
-    assert plans[0.2][0].secs == [2520.0] * 5 + [30.0] * 4  # width 32: est_step_s 0.2 x 12,600; width 16: 30 CPU-s
 
 
 def test_kept_runs_are_priced_by_their_cpu_time_per_thread(tmp_path):
     """A CPU run's price is its CPU time / its threads, not its wall time, which a machine shared with other work
     inflates (the L6 run that took 2,197 s of wall time beside a third process used 1,720 CPU-s); a GPU run's
-    CPU time says nothing of its GPU time: its wall time; a grouped run's share of its group's work is priced alone."""
+    CPU time says nothing of its GPU time: its wall time."""
     from highway_repro.runner.estimate import run_seconds
 
     _fake_run(tmp_path / "shared", wall=2197.0, cpu=1720.0, info={"threads": 1})
     _fake_run(tmp_path / "four", wall=100.0, cpu=360.0, info={"threads": 4})
     _fake_run(tmp_path / "gpu", wall=50.0, cpu=48.0, info={"threads": 1, "cuda_device": "NVIDIA H200"})
     _fake_run(tmp_path / "old", wall=30.0)  # no CPU time recorded
-    assert run_seconds([tmp_path / n for n in ("shared", "four", "gpu", "old")]) == [1720.0, 90.0, 50.0, 30.0]
-    # the cpu budget's measure leaves the GPU run out
-    assert run_seconds([tmp_path / n for n in ("shared", "four", "gpu", "old")], cpu_only=True) == [1720.0, 90.0, 30.0]
-    # a run trained in a group logged its share of the group's work: alone it takes the benchmark's ratio more
-    _fake_run(tmp_path / "member", wall=40.0, cpu=30.0, info={"threads": 1, "group": {"size": 8}})
-    _fake_run(tmp_path / "lone", wall=40.0, cpu=30.0, info={"threads": 1, "group": {"size": 1}})
-    assert run_seconds([tmp_path / "member", tmp_path / "lone"], speedup=2.5) == [75.0, 30.0]
-    assert run_seconds([tmp_path / "member"]) == [30.0]  # no benchmark of its model: as logged
+    runs = [tmp_path / n for n in ("shared", "four", "gpu", "old")]
+    assert run_seconds(runs) == [1720.0, 90.0, 50.0, 30.0]
+    assert run_seconds(runs, gpu=False) == [1720.0, 90.0, 30.0] and run_seconds(runs, gpu=True) == [50.0]
 
 
-def test_progress_eta_counts_the_unfinished_part_of_started_runs_and_keeps_finished_runs(tmp_path):
-    from highway_repro.runner.progress import Progress
+def test_a_time_limit_is_the_estimate_with_its_margin(tmp_path):
+    from highway_repro.runner.estimate import MARGIN, time_limit_min
+
+    assert time_limit_min(3600.0) == 60 * (1 + MARGIN) + 5 and time_limit_min(7200.0, threads=2) == 80
+    assert time_limit_min(None, default=30) == 30
+
+
+def test_the_eta_follows_wall_time_and_ticks_keep_finished_runs(tmp_path, monkeypatch):
+    """Before a run of this command finishes: the plan's wall time less the time gone; then the pace of the runs
+    it finished (not of those done before it started)."""
+    from highway_repro.runner import progress
     from highway_repro.runner.keep import keep
 
     sweep, kept = tmp_path / "sweep", tmp_path / "kept"
-    _fake_run(sweep / "a", "done", wall=100.0)  # finished before this sweep: not used for the pace
-    _fake_run(sweep / "b", "running")
-    (sweep / "b" / "metrics.jsonl").write_text('{"step": 0}\n{"step": 50}\n{"step": 75, "tr')  # cut last line
-    names = ["a", "b", "c", "d"]  # c, d not started
-    p = Progress("t", sweep, names, jobs=2, est=60.0, max_steps=100, on_tick=lambda: keep(sweep, kept))
-    # work left: b half done (last complete step 50 of 100): 30 s, then c and d, 60 s each, on 2 jobs: c on the
-    # second job (0-60 s), d on the first once b is done (30-90 s): 90 s
-    assert "1/4 runs done, 3 to go; ETA 1.5 min" in p.line()
-    assert Progress("t", sweep, names, jobs=1, est=600.0, max_steps=100).line().count("ETA 25.0 min") == 1
-    assert "ETA 3.0 min" in Progress("t", sweep, names, jobs=2, est=60.0, max_steps=100, speed=2.0).line()  # 2x 90 s
+    _fake_run(sweep / "a", "done", wall=100.0)  # finished before this command: not its pace
+    names = ["a", "b", "c", "d"]
+    now = [1000.0]
+    monkeypatch.setattr(progress.time, "time", lambda: now[0])
+    p = progress.Progress("t", sweep, names, planned=600.0, on_tick=lambda: keep(sweep, kept))
+    p.started = 1000.0
+    now[0] = 1120.0
+    assert "1/4 runs done, 3 to go; ETA 8.0 min" in p.line()
+    now[0] = 1900.0
+    assert "ETA 0 s" in p.line() or "ETA 0.0" in p.line(), p.line()
+    _fake_run(sweep / "b", "done", wall=5.0)  # one run of this command in 900 s: 2 left, 30 min
+    assert "2/4 runs done, 2 to go; ETA 30.0 min" in p.line(), p.line()
     p.on_tick()
-    assert (kept / "a" / "metrics.json").exists() and not (kept / "b").exists()
-    # a last line longer than 4 KB (gate statistics of a deep net) still counts; a single-run table's folder
-    (sweep / "b" / "metrics.jsonl").write_text('{"step": 50}\n{"step": 75, "g": "' + "x" * 20000 + '"}\n')
-    assert "ETA 1.2 min" in Progress("t", sweep, names, jobs=2, est=60.0, max_steps=100).line()  # 15 + 60 s: 75 s
-    single = Progress("t", sweep / "b", ["run"], jobs=1, est=600.0, max_steps=100, sweep=False)
-    assert "0/1 runs done, 1 to go; ETA 2.5 min" in single.line()  # a quarter of 600 s
-
+    assert (kept / "a" / "metrics.json").exists() and (kept / "b" / "metrics.json").exists()
+    assert "ETA unknown" in progress.Progress("t", sweep, names).line()
+    single = progress.Progress("t", sweep / "b", ["run"], sweep=False)
+    assert "1/1 runs done, 0 to go; finished" in single.line()
 
 
 def test_a_queue_of_tables_has_one_line_for_all_their_runs(tmp_path):
-    """Tables in one queue share its jobs: the queue's line counts every table's runs and prices the work left of
-    all of them on those jobs, where each table's own line would give its runs every job."""
+    """Tables in one queue: the queue's line counts every table's runs and its ETA is the plans' wall time summed."""
     from types import SimpleNamespace
 
     from highway_repro.runner.progress import Progress, queue_line
 
     _fake_run(tmp_path / "a" / "x", "done", wall=100.0)
-    plans = [SimpleNamespace(progress=Progress("a", tmp_path / "a", ["x", "y", "z"], jobs=2, est=60.0)),
-             SimpleNamespace(progress=Progress("b", tmp_path / "b", ["u", "v"], jobs=2, est=120.0))]
-    assert "ETA 1.0 min" in plans[0].progress.line() and "ETA 2.0 min" in plans[1].progress.line()
-    # y, z (60 s each), then u, v (120 s each) on 2 jobs: 60 + 120 = 180 s
-    assert "[queue of 2 tables] 1/5 runs done, 4 to go; ETA 3.0 min" in queue_line(plans, 2)
-
-
-def test_without_an_estimate_a_cell_with_no_finished_run_goes_at_this_sweeps_pace(tmp_path):
-    """No kept runs and no est_step_s: the ETA prices the cells no run has finished at the mean of the runs this
-    sweep finished (not of the runs done before it started), and is unknown until one has."""
-    from highway_repro.runner.progress import Progress
-
-    sweep = tmp_path / "sweep"
-    _fake_run(sweep / "model.depth=10,trial=0", wall=600.0)  # done before the sweep started: not its pace
-    names = ["model.depth=10,trial=0", "model.depth=20,trial=0", "model.depth=50,trial=0"]
-    p = Progress("t", sweep, names, jobs=1, est=None)
-    assert "1/3 runs done, 2 to go; ETA unknown" in p.line()
-    _fake_run(sweep / "model.depth=20,trial=0", wall=120.0)
-    assert "2/3 runs done, 1 to go; ETA 2.0 min" in p.line()
-
-
-def test_runs_are_priced_by_the_finished_runs_of_their_own_cell(tmp_path):
-    """A depth-100 net is not priced at the mean of the depth-10 runs that happened to finish first."""
-    from highway_repro.runner.progress import Progress
-    from highway_repro.runner.estimate import per_run_s
-
-    sweep = tmp_path / "sweep"
-    _fake_run(sweep / "model.depth=10,trial=0", wall=60.0)
-    _fake_run(sweep / "model.depth=10,trial=1", wall=120.0)
-    _fake_run(sweep / "model.depth=100,trial=0", wall=600.0)
-    _fake_run(sweep / "model.depth=100,trial=1", "diverged", wall=2.0)  # stopped early: what the cell may cost
-    _fake_run(sweep / "model.depth=100,trial=3", "failed", wall=5.0)  # a crash: not a price
-    finished = sorted(sweep.iterdir())
-    todo = ["model.depth=10,trial=2", "model.depth=100,trial=2", "model.depth=50,trial=0"]
-    assert per_run_s(todo, finished, 300.0) == [90.0, 301.0, 300.0]
-    names = [p.name for p in finished] + todo
-    # 90 + 301 + 300 (no depth-50 run finished: the estimate) = 691 s on 1 job
-    assert "4/8 runs done, 1 failed, 3 to go; ETA 11.5 min" in Progress("t", sweep, names, jobs=1, est=300.0).line()
+    plans = [SimpleNamespace(progress=Progress("a", tmp_path / "a", ["x", "y", "z"], planned=60.0)),
+             SimpleNamespace(progress=Progress("b", tmp_path / "b", ["u", "v"], planned=120.0))]
+    assert "[queue of 2 tables] 1/5 runs done, 4 to go; ETA 3.0 min" in queue_line(plans)
 
 
 def test_wall_time_counts_rounds_of_jobs():
@@ -424,7 +381,7 @@ def test_the_record_holds_the_time_so_far_while_a_table_runs(tmp_path):
     a.kept.mkdir(parents=True)
     (a.kept / "reproduce.json").write_text(json.dumps({"commands": ["make a"], "wall_s": 100.0,
                                                        "intervals": [[0.0, 100.0]]}))
-    a.progress = Progress("a", a.sweep_dir, [], jobs=1, est=None, every=0.2, on_tick=lambda: tick(a))
+    a.progress = Progress("a", a.sweep_dir, [], every=0.2, on_tick=lambda: tick(a))
     seen = []
 
     def read_while_it_runs():
@@ -764,143 +721,10 @@ def test_the_kernel_counts_oom_kills_here():
     assert 0 < mem_available_gb() < 2**20
 
 
-def test_the_estimate_follows_the_machine_through_its_calibration(tmp_path, monkeypatch):
-    """A probe of this machine twice as slow a step as the kept runs of the same cell logged doubles the estimate;
-    without kept step costs it compares with the scale file's est_step_s; a study takes its experiment's table's probe;
-    another machine's probe changes nothing."""
-    from omegaconf import OmegaConf
-
-    from highway_repro.runner import estimate
-
-    key = estimate.machine_key  # a run's machine as run_info.json names it (these have none: not this one)
-    monkeypatch.setattr(estimate, "machine_key", lambda info=None: key(info) if info is not None else "CPU X, 2 cores")
-    monkeypatch.setattr(estimate, "CALIBRATION", None)  # the file given below, not the fixture's
-    monkeypatch.setattr(estimate, "probe", lambda name, scale, workdir: {"cell": "seed=0,variant=baseline",
-                                                                          "cpu_s_per_step": 0.8})
-    cal = tmp_path / "calibration.json"
-    estimate.calibrate(["t"], "cpu", tmp_path, cal)
-    kept = tmp_path / "kept"
-    for name, cost in (("seed=1,variant=baseline", 0.4), ("seed=0,variant=sdu_tanh", 9.9)):
-        (kept / name).mkdir(parents=True)
-        (kept / name / "metrics.json").write_text("{}")
-        (kept / name / "metrics.jsonl").write_text(json.dumps({"step": 50, "perf/cpu_s_per_step": cost}) + "\n")
-    cfg = OmegaConf.create({"est_step_s": 0.5})
-    ratio, how = estimate.speed_ratio("t", "cpu", cfg, kept, cal)
-    assert ratio == pytest.approx(2.0) and "1 kept runs' 0.400" in how  # the baseline cell only, any seed
-    assert estimate.speed_ratio("t", "cpu", cfg, None, cal)[0] == pytest.approx(1.6)  # vs est_step_s
-    estimate.calibrate(["ht_enwik8_l6"], "cpu", tmp_path, cal)  # a study without a probe: its experiment's table's
-    assert estimate.speed_ratio("ht_placement_scan", "cpu", cfg, kept, cal)[0] == pytest.approx(2.0)
-    assert estimate.speed_ratio("ht_char_ptb", "cpu", cfg, kept, cal) == (1.0, "")  # another table: none
-    monkeypatch.setattr(estimate, "machine_key", lambda info=None: key(info) if info is not None else "CPU Y, 8 cores")
-    assert estimate.speed_ratio("t", "cpu", cfg, kept, cal) == (1.0, "")
-
-
-def test_runs_made_on_this_machine_price_the_others_before_its_probe(tmp_path, monkeypatch):
-    """Kept CPU runs made here (their run_info.json names this CPU and core count) and elsewhere in the same cells set
-    the ratio for the runs made elsewhere: the geometric mean of each cell's mean here over its mean elsewhere, 600 /
-    400 and 1200 / 800: 1.5, not the probe's x 2 (nor any ratio when the runs go to a GPU); the estimate then prices
-    each kept run made elsewhere at 1.5x and each made here as it took; a GPU run made here sets nothing; with no cell
-    measured on both, the probe against the probe cell's runs made elsewhere."""
-    from omegaconf import OmegaConf
-
-    from highway_repro.runner import estimate
-
-    key = estimate.machine_key  # a run's machine as run_info.json names it
-    monkeypatch.setattr(estimate, "machine_key", lambda info=None: key(info) if info is not None else "CPU X, 2 cores")
-    monkeypatch.setattr(estimate, "CALIBRATION", None)
-    monkeypatch.setattr(estimate, "probe", lambda name, scale, workdir: {"cell": "seed=0,variant=baseline",
-                                                                          "cpu_s_per_step": 1.0})
-    cal = tmp_path / "calibration.json"
-    estimate.calibrate(["t"], "cpu", tmp_path, cal)
-    here = {"cpu_model": "CPU X", "cpu_count": 2, "cuda_device": None}
-    kept = tmp_path / "kept"
-    for name, cost, info in (("seed=0,variant=baseline", 0.6, here), ("seed=1,variant=baseline", 0.4,
-                                                                         {"cpu_model": "Other CPU", "cpu_count": 64}),
-                             ("seed=0,variant=sdu_tanh", 1.2, here), ("seed=1,variant=sdu_tanh", 0.8, {}),
-                             ("seed=2,variant=sdu_tanh", 0.1, {**here, "cuda_device": "NVIDIA H200"})):
-        (kept / name).mkdir(parents=True)
-        (kept / name / "metrics.json").write_text(json.dumps({"status": "done", "time/cpu_s": 2000 * cost,
-                                                               "time/wall_s": 2000 * cost}))
-        (kept / name / "metrics.jsonl").write_text(json.dumps({"step": 50, "perf/cpu_s_per_step": cost}) + "\n")
-        (kept / name / "run_info.json").write_text(json.dumps({"threads": 2, **info}))
-    cfg = OmegaConf.create({"est_step_s": 0.5})
-    ratio, how = estimate.speed_ratio("t", "cpu", cfg, kept, cal)
-    assert ratio == pytest.approx(1.5) and "2 kept runs made here" in how
-    runs = sorted(kept.glob("*variant=baseline"))  # seed 0 here (600 s), seed 1 elsewhere (400 s)
-    assert estimate.run_seconds(runs, True, None, ratio) == pytest.approx([600.0, 600.0])
-    gpu = OmegaConf.create({"est_step_s": 0.5, "trainer": {"device": "cuda"}})
-    assert estimate.speed_ratio("t", "cpu", gpu, kept, cal) == (1.0, "")
-    for name in ("seed=1,variant=baseline", "seed=1,variant=sdu_tanh"):  # all CPU runs made here: the probe vs
-        (kept / name / "run_info.json").write_text(json.dumps(here))  # est_step_s (no baseline run elsewhere)
-    cfg = OmegaConf.create({"est_step_s": 0.25})
-    assert estimate.speed_ratio("t", "cpu", cfg, kept, cal)[0] == pytest.approx(4.0)
-    for name in ("seed=0,variant=baseline", "seed=1,variant=baseline"):  # the probe's cell made elsewhere only
-        (kept / name / "run_info.json").write_text(json.dumps({"threads": 2, "cpu_model": "Other CPU"}))
-    assert estimate.speed_ratio("t", "cpu", cfg, kept, cal)[0] == pytest.approx(2.0)  # 1.0 / the mean 0.5
-    for name in ("seed=0,variant=baseline", "seed=1,variant=baseline"):  # grouped: a share of 0.5, alone 1.0
-        (kept / name / "run_info.json").write_text(json.dumps({"threads": 2, "cpu_model": "Other CPU",
-                                                               "group": {"size": 8}}))
-    assert estimate.speed_ratio("t", "cpu", cfg, kept, cal, speedup=2.0)[0] == pytest.approx(1.0)
-
-
-def test_the_eta_prices_runs_made_here_as_they_took_and_grouped_ones_alone(tmp_path, monkeypatch):
-    """A run finished in this sweep was made here: the next run of its cell costs what it took, not x the ratio of
-    the machines that made the kept runs; a grouped run's logged share (x the benchmark's speedup: alone) is divided
-    back when the plan groups."""
-    from highway_repro.runner import estimate
-    from highway_repro.runner.progress import Progress
-
-    key = estimate.machine_key
-    monkeypatch.setattr(estimate, "machine_key", lambda info=None: key(info) if info is not None else "CPU X, 2 cores")
-    here = {"threads": 1, "cpu_model": "CPU X", "cpu_count": 2}
-    sweep = tmp_path / "sweep"
-    _fake_run(sweep / "seed=0", wall=100.0, cpu=100.0, info=here)
-    eta = Progress("t", sweep, ["seed=0", "seed=1"], jobs=1, est=185.0, elsewhere=1.85).line()
-    assert "ETA 1.7 min" in eta, eta  # 100 s
-    _fake_run(sweep / "seed=2", wall=100.0, cpu=100.0, info={**here, "cpu_model": "CPU Y"})  # kept, made elsewhere
-    eta = Progress("t", sweep, ["seed=0", "seed=1", "seed=2"], jobs=1, est=185.0, elsewhere=3.0).line()
-    assert "ETA 3.3 min" in eta, eta  # the cell's mean of 100 s and 300 s
-    _fake_run(sweep / "seed=3", wall=1.0, info={**here, "cuda_device": "NVIDIA H200"})  # runs to a CPU: no price
-    eta = Progress("t", sweep, [f"seed={i}" for i in range(4)], jobs=1, est=185.0, elsewhere=3.0, cpu_only=True)
-    assert "ETA 3.3 min" in eta.line(), eta.line()
-    (sweep / "seed=0" / "run_info.json").write_text(json.dumps({**here, "group": {"size": 8}}))
-    eta = Progress("t", sweep, ["seed=0", "seed=1"], jobs=1, est=185.0, speedup=2.5, speed=1 / 2.5).line()
-    assert "ETA 1.7 min" in eta, eta  # 100 s x 2.5 / 2.5
-
-
-def test_the_machine_ratio_leaves_out_diverged_runs_and_two_machines_get_reciprocal_ratios(tmp_path, monkeypatch):
-    """A diverged run's few seconds price its cell, not the machine: two machines as fast as each other give x 1.00
-    (x 1.96 with it). Over cells, the geometric mean of the cells' ratios: cell a 1.0, cell b 600 / 100 = 6, so
-    x sqrt(6) on one machine and 1 / sqrt(6) on the other."""
-    from highway_repro.runner import estimate
-
-    me = ["CPU X"]
-    key = estimate.machine_key
-    monkeypatch.setattr(estimate, "machine_key", lambda info=None: f"{me[0]}, 2 cores" if info is None else key(info))
-    kept = tmp_path / "kept"
-
-    def run(name, status, cpu, model):
-        (kept / name).mkdir(parents=True)
-        (kept / name / "metrics.json").write_text(json.dumps({"status": status, "time/cpu_s": cpu}))
-        (kept / name / "run_info.json").write_text(json.dumps({"threads": 1, "cpu_model": model, "cpu_count": 2}))
-
-    run("variant=a,seed=0", "done", 100.0, "CPU X")
-    run("variant=a,seed=1", "done", 100.0, "CPU Y")
-    run("variant=a,seed=2", "diverged", 2.0, "CPU Y")
-    assert estimate.made_here(kept)[0] == pytest.approx(1.0)
-    run("variant=b,seed=0", "done", 300.0, "CPU X")
-    run("variant=b,seed=1", "done", 900.0, "CPU X")
-    run("variant=b,seed=2", "done", 100.0, "CPU Y")
-    x, how = estimate.made_here(kept)
-    assert x == pytest.approx(6 ** 0.5) and "3 kept runs made here" in how and "2 cells" in how, how
-    me[0] = "CPU Y"
-    assert estimate.made_here(kept)[0] == pytest.approx(1 / x)
-
-
-def test_the_plan_and_its_progress_line_price_a_run_alike_when_the_kept_runs_are_not_restored(tmp_path):
+def test_the_plan_prices_a_run_alike_when_the_kept_runs_are_not_restored(tmp_path):
     """`seed=0` plans only seed 0, whose cells' other seeds stay kept and are not restored into the sweep folder, and
-    --fresh restores nothing: the progress line prices each run with the same kept runs as the plan (width 16 at
-    its kept runs' 30 s, width 32 at est_step_s x max_steps, 2,520 s)."""
+    --fresh restores nothing: the kept runs price each run all the same (width 16 at its kept runs' 30 s, width 32
+    at est_step_s x max_steps, 2,520 s)."""
     from highway_repro.runner.table import plan_table
 
     results = tmp_path / "results"
@@ -908,34 +732,10 @@ def test_the_plan_and_its_progress_line_price_a_run_alike_when_the_kept_runs_are
         _fake_run(results / "highway_networks" / "runs" / "hn_table1-cpu" / f"model.width=16,seed={seed}", wall=30.0)
     for extra, fresh in ((["seed=0"], False), ([], True)):
         p = plan_table("hn_table1", "cpu", 1, extra, tmp_path / "runs", results, fresh=fresh)
-        assert sorted(set(p.secs)) == [30.0, 2520.0] and p.progress.state()[2] == pytest.approx(p.secs), p.secs
+        assert sorted(set(p.secs)) == [30.0, 2520.0], p.secs
     # an override the run folder's name leaves out but that changes the cost: no kept run prices it
     p = plan_table("hn_table1", "cpu", 1, ["seed=0", "trainer.compile=default"], tmp_path / "runs", results)
-    assert p.secs == [2520.0, 2520.0] and p.progress.state()[2] == pytest.approx(p.secs), p.secs
-
-
-def test_a_single_run_tables_probe_compares_with_its_kept_run(tmp_path, monkeypatch):
-    """hn_analysis keeps its one run as `run`: this machine's probe (1.0 CPU-s a step) against that run's logged 0.5,
-    made elsewhere: x 2 (not the scale file's est_step_s, 0.06); the same for a table whose grid varies the seed
-    only."""
-    from omegaconf import OmegaConf
-
-    from highway_repro.runner import estimate
-
-    monkeypatch.setattr(estimate, "probe", lambda name, scale, workdir: {"cell": "", "cpu_s_per_step": 1.0})
-    cal = tmp_path / "calibration.json"
-    estimate.calibrate(["hn_analysis"], "cpu", tmp_path, cal)
-    monkeypatch.setattr(estimate, "CALIBRATION", cal)
-    kept = tmp_path / "kept"
-    _fake_run(kept / "run", cpu=100.0, info={"threads": 1, "cpu_model": "Other CPU", "cpu_count": 64})
-    (kept / "run" / "metrics.jsonl").write_text(json.dumps({"step": 50, "perf/cpu_s_per_step": 0.5}) + "\n")
-    ratio, how = estimate.speed_ratio("hn_analysis", "cpu", OmegaConf.create({"est_step_s": 0.06}), kept, cal)
-    assert ratio == pytest.approx(2.0) and "1 kept runs' 0.500" in how, how
-    # a grid of seeds only: its cell is "" on both sides (the probe's seed=0, the kept seed=1)
-    monkeypatch.setattr(estimate, "probe", lambda name, scale, workdir: {"cell": "seed=0", "cpu_s_per_step": 1.0})
-    estimate.calibrate(["t"], "cpu", tmp_path, cal)
-    (kept / "run").rename(kept / "seed=1")
-    assert estimate.speed_ratio("t", "cpu", OmegaConf.create({"est_step_s": 0.06}), kept, cal)[0] == pytest.approx(2.0)
+    assert p.secs == [2520.0, 2520.0], p.secs
 
 
 def test_runs_go_to_a_cpu_unless_a_gpu_is_asked_for_or_auto_finds_one(monkeypatch):

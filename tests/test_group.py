@@ -298,7 +298,8 @@ def test_the_runner_trains_a_table_in_one_grouped_command_per_row_and_size():
     cfg, fgs = plan_grids("hn_fig1", "cpu", [])
     files, gs = [f for f, _ in fgs], [g for _, g in fgs]
     names = job_names(cfg, gs)
-    commands = group_commands(cfg, files, gs, names, 32)
+    commands, members = zip(*group_commands(cfg, files, gs, names, 32))
+    assert sorted(n for m in members for n in m) == sorted(names)
     assert all("hydra/launcher=grouped" in c and "hydra.launcher.size=32" in c for c in commands)
     trials = [c[-1].split("=", 1)[1].split(",") for c in commands]
     assert sum(map(len, trials)) == len(names) == 460 and max(map(len, trials)) == 32

@@ -87,7 +87,9 @@ def write_run_info(out_dir: Path, **extra) -> dict:
     """Write (or update) `<run>/run_info.json`: the machine and software a run trained on, for the reports.
 
     Fields: machine, cpu_model (/proc/cpuinfo, else null), cpu_count, torch, python, cuda_device (null without
-    CUDA), threads (torch.get_num_threads()), git_commit (null when unknown), plus `extra` (`highway_repro.train` passes
+    CUDA), threads (torch.get_num_threads()), git_commit (null when unknown), host, slurm_job (SLURM's job id, with
+    `_<array index>` in an array; null outside SLURM), world_size (processes, torchrun's WORLD_SIZE), plus `extra`
+    (`highway_repro.train` passes
     start_time at the start, end_time and peak_rss_gb at the end). An existing file is updated: a resumed run keeps
     its first start_time and records the machine of its latest segment.
     """
@@ -104,9 +106,16 @@ def write_run_info(out_dir: Path, **extra) -> dict:
         "machine": platform.machine(), "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
         "torch": torch.__version__, "python": platform.python_version(),
         "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "threads": torch.get_num_threads(), "git_commit": _git_commit(), **extra})
+        "threads": torch.get_num_threads(), "git_commit": _git_commit(), "host": platform.node(),
+        "slurm_job": _slurm_job(), "world_size": int(os.environ.get("WORLD_SIZE") or 1), **extra})
     write_json_atomic(path, info)
     return info
+
+
+def _slurm_job() -> str | None:
+    """SLURM's id of the job this process runs in (`<array job>_<index>` in an array), None outside SLURM."""
+    array, index = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    return f"{array}_{index}" if array and index else os.environ.get("SLURM_JOB_ID")
 
 
 def now() -> str:

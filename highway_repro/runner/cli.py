@@ -36,7 +36,7 @@ from highway_repro.errors import ArgumentParser, BusyError, ConfigError, Highway
 from highway_repro.lock import take
 from highway_repro.report.header import duration
 from highway_repro.report.grids import kept_folders
-from highway_repro.runner.estimate import CALIBRATION_FILE, PROBE_STEPS, calibrate, run_seconds, wall_s
+from highway_repro.runner.estimate import MARGIN, run_seconds, wall_s
 from highway_repro.runner.keep import other_recipe, read_record, table_runs, wall_of
 from highway_repro.runner.plan import grid_names
 from highway_repro.runner.queue import FOLLOW_UPS, exit_code, run_queue
@@ -92,7 +92,7 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path, echo: bo
         reused = {results / runs_folder(o, scale) for o in TARGETS[part].reuse}  # not the runs of those tables
         own += [r.path for r in part_runs if r.path.name not in other and r.path.parent not in reused]
     if scale == "cpu":  # the budget's measure: the runs' CPU time per thread, on 2 jobs in grid order (CPU runs)
-        secs = run_seconds(own, cpu_only=True)
+        secs = run_seconds(own, gpu=False)
         meta["budget"] = (wall_s(secs, CPU_BUDGET_JOBS), len(secs), CPU_BUDGET_JOBS) if secs else None
     if not runs:
         print(f"[{name}] no runs under {kept} or {sweep_dir}", file=sys.stderr)
@@ -159,6 +159,11 @@ def train(names: list[str], args, results: Path, runs_root: Path) -> int:
     study) waits for it: it is planned, and its runs queued, once that table ends, so that runs of the same folder
     name are restored, not trained twice."""
     tables = list(dict.fromkeys(p for n in names for p in TARGETS[n].parts or (n,)))
+    args.backend = None
+    if args.cluster == "slurm" and not args.estimate:  # no SLURM, an unknown partition: one line, nothing planned
+        from highway_repro.runner.slurm import Cluster
+
+        args.backend = Cluster(args.partition, args.preset, runs_root / ".slurm")
     with ExitStack() if args.estimate else hold_tables(tables, args.scale, runs_root):
         return _train(names, tables, args, results, runs_root)
 
@@ -171,7 +176,7 @@ def _train(names: list[str], tables: list[str], args, results: Path, runs_root: 
     def plans_of(stage: list[str], estimate: bool, pending: dict) -> list[TablePlan]:
         return [plan_table(n, args.scale, args.jobs, args.extra, runs_root, results, args.fresh, estimate,
                            {r for o in TARGETS[n].reuse for r in pending.get(o, ())},
-                           args.group or TARGETS[n].group) for n in stage]
+                           args.group or TARGETS[n].group, split=args.cluster is not None) for n in stage]
 
     plans = plans_of(stages[0], args.estimate, {})
     pending = {p.name: set(p.todo) for p in plans}  # what the first stage trains (an estimate counts it as reused)
@@ -182,7 +187,8 @@ def _train(names: list[str], tables: list[str], args, results: Path, runs_root: 
         wall = wall_s([s for p in every for s in p.secs], args.jobs)
         unknown = [p.name for p in every if p.todo and not p.secs]
         print(f"[{'all' if args.all else 'queue'}] scale={args.scale}: estimated {cpu_s / 3600:.1f} CPU-hours, "
-              f"{duration(wall)} wall with {args.jobs} job(s), the runs of every table in one queue"
+              f"{duration(wall)} wall with {args.jobs} job(s) ± {MARGIN * 100:.0f} % across machines, the runs of "
+              "every table in one queue"
               + (f" (without {', '.join(unknown)}: no estimate)" if unknown else ""), flush=True)
     if args.estimate:
         return 0
@@ -201,7 +207,7 @@ def _train(names: list[str], tables: list[str], args, results: Path, runs_root: 
                 for p in plans:
                     if not p.commands:
                         report(p)
-                status = run_queue(plans, args.jobs, on_table_end=report) or status
+                status = run_queue(plans, args.jobs, on_table_end=report, cluster=args.backend) or status
         except SystemExit:  # stopped: the reports not yet begun are dropped
             reporter.shutdown(wait=False, cancel_futures=True)
             raise
@@ -231,8 +237,11 @@ def main(argv=None) -> int:
     ap.add_argument("--allow-damaged", action="store_true", help="with --report-only: exit 0 even when a kept "
                     "run's metrics.json cannot be parsed (it is named, counted as damaged, left out of the tables)")
     ap.add_argument("--estimate", action="store_true", help="print the plan and its cost; train nothing")
-    ap.add_argument("--calibrate", action="store_true", help=f"time {PROBE_STEPS} steps of each table here (seconds "
-                    "to a minute each), record them in <results>/calibration.json, then estimate with them")
+    ap.add_argument("--cluster", choices=["slurm"], default=None, help="each run a SLURM job (through submitit), "
+                    "--jobs of them in flight; default: local processes")
+    ap.add_argument("--partition", default=None, help="with --cluster slurm: the partition")
+    ap.add_argument("--preset", choices=["cpu", "gpu"], default="cpu", help="with --cluster slurm: the job request "
+                    "to start from (configs/hydra/launcher/submitit_cluster.yaml, submitit_cluster_gpu.yaml)")
     args = ap.parse_intermixed_args(argv)
     if args.jobs < 1:
         ap.error(f"--jobs={args.jobs}: runs at once, at least 1")
@@ -285,10 +294,6 @@ def _run(names: list[str], args, results: Path, runs_root: Path) -> int:
                 status = _report(name, args.scale, runs_root, results, echo=not args.all) or status
         status = _damaged(results, args.scale, args.allow_damaged) or status
     else:
-        if args.calibrate:
-            calibrate([p for n in names for p in TARGETS[n].parts or (n,)], args.scale, runs_root / "calibration",
-                      results / CALIBRATION_FILE)
-            args.estimate = True
         status = train(names, args, results, runs_root)
     if not args.estimate:
         from highway_repro.report import write_summary

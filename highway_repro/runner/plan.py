@@ -89,9 +89,17 @@ def jobs_of(grid: list[str]) -> list[list[str]]:
     return [list(job) for job in itertools.product(*choices.values())]
 
 
+def hydra_key(o: str) -> bool:
+    """Whether an override is Hydra's own (`hydra/launcher=...`, `hydra.launcher.partition=...`): never part of
+    a job's `override_dirname`, nor of its recipe."""
+    key = override_key(o)
+    return key == "hydra" or key.startswith(("hydra/", "hydra."))
+
+
 def dirname(job: list[str], exclude: list[str]) -> str:
-    """The job's folder name: Hydra's `override_dirname` (sorted key=value, excluded keys left out)."""
-    return ",".join(sorted(o for o in job if override_key(o) not in exclude))
+    """The job's folder name: Hydra's `override_dirname` (sorted key=value, excluded keys and Hydra's own
+    overrides left out)."""
+    return ",".join(sorted(o for o in job if override_key(o) not in exclude and not hydra_key(o)))
 
 
 def plan_grids(name: str, scale: str, extra: list[str]) -> tuple[object, list[tuple[str | None, list[str]]]]:

@@ -99,30 +99,33 @@ def exit_code(rc: int) -> int:
 
 
 QUEUE_LINE_EVERY_S = 60.0
+LOST_TRIES = 3  # a cluster job lost without a result (a failed node, an admin's scancel) is submitted again
 
 
-def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None) -> int:
+def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None, cluster=None) -> int:
     """Run the commands of every plan, in order, `jobs` at a time: a job that frees up takes the next command,
     of the same table or the next one. Each command runs in its own process group. A table ends when its last
     command ends: its runs are kept and `on_table_end(plan)` is called. A failed command does not stop the
     others. With several tables it prints one line a minute for the whole queue (`queue_line`), beside each
     table's own. On SIGINT/SIGTERM/SIGHUP every running command is stopped (`stop_sweep`), nothing more starts, the
     finished runs of every started table are kept, and the runner exits 128 + signal; on any other error the
-    running commands are stopped too. Returns the first non-zero exit status, else 0."""
-    queue = [(p, cmd) for p in plans for cmd in p.commands]
+    running commands are stopped too. `cluster` (`slurm.Cluster`): each command a SLURM job instead, `jobs` of
+    them in flight, a job lost without a result submitted again (resume=auto continues it), up to LOST_TRIES
+    times. Returns the first non-zero exit status, else 0."""
+    queue = [(p, cmd, s, 0) for p in plans for cmd, s in zip(p.commands, p.costs or [None] * len(p.commands))]
     for p in plans:
         p.left = len(p.commands)
     live: list[tuple[TablePlan, subprocess.Popen]] = []
-    status, stop, shown = 0, StopRequest(), time.time()
-    budget, held, kills_at = mem_available_gb(), set(), {}  # GiB for the queue's jobs; tables told they wait
-    gpus, gpu_of = gpu_ids() if jobs > 1 else [], {}  # one GPU per job: {pid: its GPU}
+    status, stop, shown, tries_of = 0, StopRequest(), time.time(), {}
+    budget, held, kills_at = mem_available_gb() if cluster is None else None, set(), {}  # GiB for its jobs
+    gpus, gpu_of = gpu_ids() if jobs > 1 and cluster is None else [], {}  # one GPU per job: {pid: its GPU}
     old = on_stop_signals(stop)
     try:
         while (queue or live) and not stop.signum:
             while queue and len(live) < jobs and not stop.signum:
                 reserved = [q.peak_gb for q, _ in live]
                 # the first command that fits beside the running ones; a later, smaller one may pass a larger one
-                i = next((k for k, (q, _) in enumerate(queue) if _fits(q.peak_gb, reserved, budget)), None)
+                i = next((k for k, (q, *_) in enumerate(queue) if _fits(q.peak_gb, reserved, budget)), None)
                 if i is None:
                     q = queue[0][0]
                     if q.name not in held:
@@ -131,7 +134,7 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None) -> int:
                               f"{sum(reserved):.1f} of the {budget:.1f} GB available are reserved for "
                               f"{len(live)} running job(s)", flush=True)
                     break
-                p, cmd = queue.pop(i)
+                p, cmd, secs, tries = queue.pop(i)
                 if not live and budget is not None and p.peak_gb > budget:
                     print(f"[{p.name}] warning: a run needs {p.peak_gb:.1f} GB at its peak, more than the "
                           f"{budget:.1f} GB available; it runs alone", file=sys.stderr, flush=True)
@@ -139,19 +142,30 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None) -> int:
                     p.start, p.base = time.time(), read_record(p.kept, p.fresh)
                     if p.progress is not None:
                         p.progress.start()
-                gpu = pick_gpu(gpus, [gpu_of.get(x.pid) for _, x in live])
-                env = None if gpu is None else {**os.environ, "CUDA_VISIBLE_DEVICES": gpu}
-                print("+", *([f"CUDA_VISIBLE_DEVICES={gpu}"] if gpu is not None else []), shlex.join(cmd), flush=True)
-                proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, env=env)  # stopped as a group
-                gpu_of[proc.pid] = gpu
+                if cluster is not None:
+                    proc = cluster.start(cmd, p.threads, p.peak_gb, secs, p.name)
+                    print(f"+ {proc.pid} ({proc.limit_min} min):", shlex.join(cmd), flush=True)
+                    tries_of[proc.pid] = (cmd, secs, tries)
+                else:
+                    gpu = pick_gpu(gpus, [gpu_of.get(x.pid) for _, x in live])
+                    env = None if gpu is None else {**os.environ, "CUDA_VISIBLE_DEVICES": gpu}
+                    print("+", *([f"CUDA_VISIBLE_DEVICES={gpu}"] if gpu is not None else []), shlex.join(cmd),
+                          flush=True)
+                    proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, env=env)  # stopped as a group
+                    gpu_of[proc.pid] = gpu
+                    kills_at[proc.pid] = oom_kills()
                 live.append((p, proc))
-                kills_at[proc.pid] = oom_kills()
             time.sleep(0.5)
             if len(plans) > 1 and time.time() - shown >= QUEUE_LINE_EVERY_S:
-                print(queue_line(plans, jobs), flush=True)
+                print(queue_line(plans), flush=True)
                 shown = time.time()
             for p, proc in [x for x in live if x[1].poll() is not None]:
                 live.remove((p, proc))
+                if getattr(proc, "lost", False) and tries_of[proc.pid][2] < LOST_TRIES:
+                    cmd, secs, tries = tries_of.pop(proc.pid)
+                    print(f"[{p.name}] {proc.pid} was lost without a result: submitted again", flush=True)
+                    queue.insert(0, (p, cmd, secs, tries + 1))
+                    continue
                 rc = exit_code(proc.returncode)
                 status = status or rc
                 before, now = kills_at.pop(proc.pid, None), oom_kills()
@@ -191,6 +205,9 @@ def stop_sweep(procs: list[subprocess.Popen], stop: StopRequest | None = None, g
     its step, saves a checkpoint and exits; a worker of a launcher such as joblib would otherwise take the next
     job handed to it), and after `grace_s` or a second signal to the runner (`stop.count`), SIGKILL to what is
     left. Signalling only a command's main process is not enough: its workers outlive it."""
+    for job in [p for p in procs if hasattr(p, "cancel")]:  # a cluster job: scancel (its trainer saves and exits)
+        job.cancel()
+    procs = [p for p in procs if not hasattr(p, "cancel")]
     deadline = time.time() + grace_s
     alive = list(procs)
     while alive and time.time() < deadline and (stop is None or stop.count < 2):

@@ -13,10 +13,10 @@ from pathlib import Path
 from highway_repro.engine.loggers import write_json_atomic
 from highway_repro.errors import ConfigError, make_folder
 from highway_repro.report.header import duration
-from highway_repro.runner.estimate import (CALIBRATION_FILE, DEFAULT_PEAK_GB, estimate_s, on_cpu, peak_gb, per_run_s,
-                                           speed_ratio, wall_s)
-from highway_repro.runner.keep import FINISHED, keep, refuse_other_recipe, restore, reused_names, run_status
-from highway_repro.runner.plan import REPEAT_KEYS, dirname, job_names, jobs_of, override_key, plan_grids
+from highway_repro.runner.estimate import DEFAULT_PEAK_GB, MARGIN, peak_gb, per_run_s, wall_s
+from highway_repro.runner.keep import (FINISHED, SINGLE_RUN, keep, refuse_other_recipe, restore, reused_names,
+                                       run_status)
+from highway_repro.runner.plan import REPEAT_KEYS, dirname, job_names, jobs_of, hydra_key, override_key, plan_grids
 from highway_repro.runner.progress import Progress
 from highway_repro.targets import TARGETS, kept_apart, make_target, runs_folder
 
@@ -34,6 +34,7 @@ class TablePlan:
     todo: list = field(default_factory=list)  # folder names of the runs to train
     commands: list = field(default_factory=list)
     secs: list = field(default_factory=list)  # one-thread seconds of each run to train
+    costs: list = field(default_factory=list)  # one-thread seconds of each command (None: unknown)
     threads: int = 1
     peak_gb: float = DEFAULT_PEAK_GB  # GiB one of its runs holds at its peak (`peak_gb`)
     progress: Progress | None = None
@@ -46,10 +47,11 @@ class TablePlan:
 
 def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Path, results: Path,
                fresh: bool = False, estimate_only: bool = False, pending: set = frozenset(),
-               group: str = "1") -> TablePlan:
+               group: str = "1", split: bool = False) -> TablePlan:
     """Print the plan of table `name` and its cost; put its kept runs back into its sweep folder (not for an
     estimate, which writes and deletes nothing) and return what is left to train. `pending`: run folder names
-    that a table before it in the queue trains and it reuses (an estimate counts them as restored)."""
+    that a table before it in the queue trains and it reuses (an estimate counts them as restored). `split`: one
+    command per run (or per group) even on one job, as a cluster takes them."""
     t = TARGETS[name]
     sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
     cfg, fgs = plan_grids(name, scale, extra)
@@ -75,45 +77,23 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
             or not (fresh and estimate_only) and run_status(sweep_dir / n if t.sweep else sweep_dir) in FINISHED]
     if not fresh:
         refuse_other_recipe(name, scale, [n for n in done if n not in queued], sweep_dir, results)
-    own_recipe = all(override_key(o) in REPEAT_KEYS for o in extra)  # else kept runs price nothing
-    # each run priced alone on this machine: a kept run trained in a group at its share times the grouped
-    # benchmark's speedup, one made on another machine (and the scale file's est_step_s) times this machine's ratio
-    speedup = group_speedup(cfg, results)
-    ratio, calibrated = speed_ratio(name, scale, cfg, kept if own_recipe else None, results / CALIBRATION_FILE,
-                                    speedup)
-    per, how = estimate_s(cfg, kept if own_recipe else None, speedup, ratio)
+    own_recipe = all(override_key(o) in REPEAT_KEYS or hydra_key(o) for o in extra)  # else kept runs price nothing
+    priced = [p.parent for p in kept.glob("*/metrics.json")] if own_recipe else []  # the runs that price cells
     peak, peak_how = peak_gb(cfg, kept if own_recipe else None)
     todo = [n for n in names if n not in done]
     threads = int(cfg.get("threads") or 1)
-    # a cell with no kept run: the scale file's grid-wide pace where it has one (the runs kept first, e.g. of a
-    # partial table, are often of the cheap cells: a depth-100 net is not priced at the depth-10 runs), else `per`
-    unkept, unkept_how = estimate_s(cfg, None, None, ratio)
-    unkept = unkept or per
-    priced = [p.parent for p in kept.glob("*/metrics.json")] if own_recipe else []  # the runs that price cells
-    if t.sweep and per:  # each run at the mean of the kept runs of its cell, where it has some
-        secs = per_run_s(todo, priced, unkept, on_cpu(cfg), speedup, ratio)
-        if secs.count(unkept) < len(todo):
-            how += "; each cell's own kept runs where it has some" + (
-                f", else {unkept_how}" if unkept != per and unkept in secs else "")
-    else:
-        secs = [per] * len(todo) if per else []
-    if calibrated:
-        how += f"; {calibrated}"
+    cells = (lambda ns: ns) if t.sweep else (lambda ns: [SINGLE_RUN] * len(ns))  # a single run's kept folder
+    secs, how = per_run_s(cells(todo), priced, cfg)
+    whole, _ = per_run_s(cells(names), priced, cfg)  # what --fresh would train
     size = group_of(cfg, group) if t.sweep else 1
     grouped = group_commands(cfg, files, gs, todo, size) if size > 1 and todo else []  # each without the command
     if size > 1 and todo and not grouped:
         size, how = 1, how + "; not grouped (a cell has no single repeat key, e.g. seed and trial both given)"
-    speed = 1.0 / speedup if size > 1 and speedup else 1.0  # grouped runs' factor, for the progress lines too
-    if size > 1:
-        if secs and speedup:
-            secs, how = [s / speedup for s in secs], (f"{how}; grouped (up to {size} runs), each run {speedup:.2f}x "
-                                                      f"faster than alone ({BENCH_GROUPED})")
-        else:
-            how += f"; grouped (up to {size} runs), priced as alone (no grouped benchmark of this model on this device)"
-    total, wall = (sum(secs), wall_s(secs, jobs)) if secs else (None, None)
-    cost = (f"estimated {len(todo)} x {duration(total / len(todo))} = {total * threads / 3600:.1f} CPU-hours, "
-            f"{duration(wall)} wall with {jobs} job(s) ({how})" if total and todo
-            else how if todo else "nothing to train")
+    known = None not in secs
+    cost = (f"estimated {cost_of(secs, threads, jobs)} ({how})" if todo and known
+            else f"no estimate ({how})" if todo else "nothing to train")
+    if None not in whole and whole and len(todo) < len(names):
+        cost += f"; the whole table: {cost_of(whole, threads, jobs)}"
     source = str(kept) + "".join(f", {results / runs_folder(o, scale)}" for o in t.reuse)
     queued_from = f", {len(queued)} to come from {', '.join(t.reuse)} before it in this queue" if queued else ""
     print(f"[{name}] scale={scale}: {len(names)} runs, {len(done)} finished ({len(restored)} restored from {source}"
@@ -124,7 +104,7 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     if todo and peak_how != "default":
         print(f"[{name}] memory: {peak:.1f} GB a run at its peak ({peak_how})", flush=True)
     apart = results / runs_folder(name, scale, apart=True) if kept_apart(scale) else None
-    p = TablePlan(name, sweep_dir, kept, not t.sweep, fresh, shown, secs=secs if total else [], threads=threads,
+    p = TablePlan(name, sweep_dir, kept, not t.sweep, fresh, shown, secs=secs if known else [], threads=threads,
                   todo=todo, peak_gb=peak, apart=apart,
                   reused=frozenset() if fresh else reused_names(name, scale, results))
     if not todo and not estimate_only and sweep_dir.exists():
@@ -134,15 +114,17 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     base = [sys.executable, "-m", "highway_repro.train", f"experiment={t.experiment}", f"scale={scale}",
             "resume=auto", "trainer.progress=false"]
     if not t.sweep:
-        p.commands = [base + [f"hydra.run.dir={sweep_dir}"] + gs[0]]
+        p.commands, p.costs = [base + [f"hydra.run.dir={sweep_dir}"] + gs[0]], secs if known else []
     else:
         base[3:3] = ["-m"]
         base += [f"hydra.sweep.dir={sweep_dir}"]
+        cost = dict(zip(todo, secs))
         if grouped:  # a multirun of the grouped launcher per cell (up to `size` runs of it)
-            p.commands, p.peak_gb = [base + g for g in grouped], p.peak_gb * GROUP_PEAK
+            p.commands, p.peak_gb = [base + g for g, _ in grouped], p.peak_gb * GROUP_PEAK
+            p.costs = [sum(cost[n] for n in ns) if known else None for _, ns in grouped]
             print(f"[{name}] {len(todo)} runs in {len(grouped)} grouped command(s) (hydra/launcher=grouped, up to "
                   f"{size} runs each)", flush=True)
-        elif jobs == 1:  # a whole sweep file's grid in one multirun
+        elif jobs == 1 and not split:  # a whole sweep file's grid in one multirun
             p.commands = [base + [f"sweep={f}"] + g for f, g in zip(files, gs)]
         else:  # one multirun of one job per run to train, in the grid's order
             exclude = list(cfg.hydra.job.config.override_dirname.exclude_keys)
@@ -150,27 +132,17 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
             for f, g in zip(files, gs):
                 for j in jobs_of(g):
                     jobs_by_name.setdefault(dirname(j, exclude), [f"sweep={f}"] + j)
-            p.commands = [base + jobs_by_name[n] for n in todo]
-    p.progress = Progress(name, sweep_dir, names, jobs, unkept, max_steps=int(cfg.trainer.max_steps),
-                          on_tick=lambda: tick(p), sweep=t.sweep, speed=speed, speedup=speedup, elsewhere=ratio,
-                          cpu_only=on_cpu(cfg), priced=priced)
+            p.commands, p.costs = [base + jobs_by_name[n] for n in todo], secs if known else []
+    p.progress = Progress(name, sweep_dir, names, wall_s(secs, jobs) if known else None, on_tick=lambda: tick(p),
+                          sweep=t.sweep)
     return p
 
 
-BENCH_GROUPED = "results/bench_grouped.csv"  # the grouped benchmark (make bench-grouped) that prices groups
-
-
-def group_speedup(cfg, results: Path) -> float | None:
-    """The mean CPU-time ratio alone / grouped per run of the table's model in the grouped benchmark
-    (`make bench-grouped`, Fig. 1's MLPs, on a CPU), None where it has no row of that model or the runs go to a GPU."""
-    import csv
-
-    path = results / Path(BENCH_GROUPED).name
-    if str(cfg.model._target_).rsplit(".", 1)[-1] != "MLP" or not on_cpu(cfg) or not path.exists():
-        return None
-    with path.open() as f:
-        ratios = [float(r["value"]) for r in csv.DictReader(f) if r["metric"] == "alone_over_grouped"]
-    return sum(ratios) / len(ratios) if ratios else None
+def cost_of(secs: list[float], threads: int, jobs: int) -> str:
+    """`N x <a run> = C CPU-hours, W wall with J job(s) ± M % across machines` of runs taking `secs` each."""
+    total = sum(secs)
+    return (f"{len(secs)} x {duration(total / len(secs))} = {total * threads / 3600:.1f} CPU-hours, "
+            f"{duration(wall_s(secs, jobs))} wall with {jobs} job(s) ± {MARGIN * 100:.0f} % across machines")
 
 
 GROUP_PEAK = 3.0  # a group's peak memory against a lone run's (Fig. 1, 11 members of MNIST: 1.03 GB, lone 0.43)
@@ -184,9 +156,11 @@ def group_of(cfg, group: str) -> int:
     return size if str(cfg.model._target_).rsplit(".", 1)[-1] in GROUPABLE else 1
 
 
-def group_commands(cfg, files: list[str], gs: list[list[str]], todo: list[str], size: int) -> list[list[str]]:
-    """The overrides of one grouped multirun per cell (a row's runs, which differ in their seed or trial only), at
-    most `size` runs each, to follow the train command; [] where a run's cell has no single repeat key."""
+def group_commands(cfg, files: list[str], gs: list[list[str]], todo: list[str],
+                   size: int) -> list[tuple[list[str], list[str]]]:
+    """(the overrides, the run names) of one grouped multirun per cell (a row's runs, which differ in their seed or
+    trial only), at most `size` runs each, to follow the train command; [] where a run's cell has no single repeat
+    key."""
     exclude = list(cfg.hydra.job.config.override_dirname.exclude_keys)
     cells, left = {}, set(todo)
     for f, g in zip(files, gs):
@@ -197,12 +171,13 @@ def group_commands(cfg, files: list[str], gs: list[list[str]], todo: list[str], 
                 continue
             left.discard(name)
             key = (f, tuple(o for o in j if o not in repeat), override_key(repeat[0]))
-            cells.setdefault(key, []).append(repeat[0].split("=", 1)[1])
+            cells.setdefault(key, []).append((repeat[0].split("=", 1)[1], name))
     out = []
     for (f, cell, key), values in cells.items():
         for i in range(0, len(values), size):
-            out.append([f"sweep={f}", "hydra/launcher=grouped", f"hydra.launcher.size={size}", *cell,
-                        f"{key}={','.join(values[i:i + size])}"])
+            chunk = values[i:i + size]
+            out.append(([f"sweep={f}", "hydra/launcher=grouped", f"hydra.launcher.size={size}", *cell,
+                         f"{key}={','.join(v for v, _ in chunk)}"], [n for _, n in chunk]))
     return out if not left else []
 
 
