@@ -70,6 +70,14 @@ def cpu_bf16_features() -> list[str]:
         return ["mkldnn_bf16"] if torch.ops.mkldnn._is_mkldnn_bf16_supported() else []
 
 
+def cuda_device() -> str | None:
+    """The name of the machine's first CUDA device (None without one): run_info.json's `cuda_device`, which says
+    whether a run was made on a GPU (kept apart at the reduced scales, `targets.runs_folder`)."""
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+
+
 @functools.cache
 def _git_commit() -> str | None:
     """The commit of the code that runs (None outside a git checkout or without git): the checkout's HEAD when this
@@ -103,7 +111,7 @@ def write_run_info(out_dir: Path, **extra) -> dict:
     info.update({
         "machine": platform.machine(), "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
         "torch": torch.__version__, "python": platform.python_version(),
-        "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "cuda_device": cuda_device(),
         "threads": torch.get_num_threads(), "git_commit": _git_commit(), **extra})
     write_json_atomic(path, info)
     return info
@@ -154,24 +162,35 @@ class JsonlLogger:
 
 class WandbLogger(JsonlLogger):
     """metrics.jsonl plus a W&B run (offline by default: works without a network;
-    `wandb sync <run>/wandb/offline-run-*` uploads it later)."""
+    `wandb sync <run>/wandb/offline-run-*` uploads it later).
+
+    The W&B run is the one `make wandb-export` gives the run folder once it is kept (`report.identity`): its id,
+    name, group, job type, config, and tags (each report that will read it, its scale, its device), from the folder's
+    `.hydra/overrides.yaml`, the config and the machine, never from Hydra's state of the process (a group's members
+    are set up by other jobs). `name`: another job name (the id follows it); `group`: another group; `tags`: more
+    tags; `silent`: no W&B lines on the console."""
 
     def __init__(self, out_dir: Path, project: str = "highway-repro", group: str | None = None,
-                 name: str | None = None, tags=(), mode: str = "offline", config: dict | None = None,
-                 resume_id: str | None = None, **_):
+                 name: str | None = None, tags=(), mode: str = "offline", silent: bool = True,
+                 config: dict | None = None, resume_id: str | None = None, **_):
         super().__init__(out_dir)
         import wandb
 
-        from highway_repro.engine.identity import identity
+        from highway_repro.report import identity as who_is
+        from highway_repro.targets import kept_apart
 
-        self.wandb = wandb
-        import torch
-
-        on_gpu = torch.cuda.is_available() and str((config or {}).get("trainer", {}).get("device", "auto")) != "cpu"
-        who = identity(config or {}, name or "", on_gpu)  # the id, name and config columns the export gives it
-        self.run = wandb.init(project=project, group=group or who["group"], name=who["name"], tags=list(tags or ()),
+        self.wandb, config = wandb, config or {}
+        job, overrides = who_is.job_of(Path(out_dir))
+        job = job if name is None else name
+        device, scale = cuda_device(), str(config.get("scale_name", ""))
+        table = who_is.table_of(overrides, str(config.get("name", "")), job)
+        who = who_is.identity(config, job, device,
+                              who_is.readers(table, scale, job, apart=bool(device) and kept_apart(scale)))
+        more = [t for t in tags or () if t not in who["tags"]]
+        self.run = wandb.init(project=project, group=group or who["group"], name=who["name"],
+                              job_type=who["job_type"], tags=who["tags"] + more,
                               mode=mode, dir=str(out_dir), config=who["config"], id=resume_id or who["id"],
-                              resume="allow" if resume_id else None,
+                              resume="allow" if resume_id else None, settings=wandb.Settings(silent=silent),
                               reinit="create_new")  # its own run: a group's members log into theirs at once
         self.run_id = self.run.id
 
