@@ -111,7 +111,7 @@ def test_three_kept_runs_export_as_their_folders_say(exported):
     same run, a tag per table that reads it plus scale and device, metrics.jsonl as the history at its own steps,
     metrics.json as the summary."""
     from highway_repro.report.identity import excluded_keys, identity, job_name
-    from highway_repro.report.runs import read_yaml
+    from highway_repro.report.runs import read_yaml, renamed
 
     out, summary = exported
     index = json.loads((out / "exported.json").read_text())
@@ -132,8 +132,9 @@ def test_three_kept_runs_export_as_their_folders_say(exported):
         assert sorted(got["history"]) == sorted({line["step"] for line in lines})
         for line in lines:
             assert all(same(got["history"][line["step"]][k], v) for k, v in line.items() if k != "step")
-        final = json.loads((folder / "metrics.json").read_text())
+        final = renamed(json.loads((folder / "metrics.json").read_text()))
         assert all(got["summary"][k] == v for k, v in final.items() if isinstance(v, (int, float, str)))
+        assert "best/val_loss" not in got["summary"] and ("val/best_loss" in got["summary"]) == ("val/loss" in final)
     assert tags == {"ht_char_ptb-cpu": {"table:ht_char_ptb", "table:ht_zoo_char_ptb", "table:ht_gate_zoo"},
                     "hn_fig1-cpu": {"table:hn_fig1"}, "hn_analysis-cpu": {"table:hn_analysis"}}
     assert run.display_name == "hn_analysis" and run.config.update  # the single run: named by its experiment
@@ -179,6 +180,18 @@ def test_the_run_id_is_one_deterministic_rule():
     assert row_of("model.gate_layers=[3,4],seed=2,variant=x") == "model.gate_layers=[3,4],variant=x"
     assert row_of("model.depth=10,model.kind=plain,trial=3") == "model.depth=10,model.kind=plain"
     assert row_of("") == "default"
+
+
+def test_a_kept_run_s_best_validation_loss_has_one_name():
+    """Older metrics.json files hold `best/val_loss` (null without a validation split); every reader of a kept run
+    (`report.runs.load_run`: the reports, the export) sees it as `val/best_loss`, the name the history logs."""
+    from highway_repro.report.runs import load_run, renamed
+
+    assert renamed({"step": 3, "best/val_loss": 1.5}) == {"step": 3, "val/best_loss": 1.5}
+    assert renamed({"best/val_loss": None, "test/acc": 0.9}) == {"test/acc": 0.9}
+    assert renamed({"best/val_loss": 1.5, "val/best_loss": 1.25}) == {"val/best_loss": 1.25}
+    old = json.loads((THREE[0] / "metrics.json").read_text())
+    assert "best/val_loss" in old and load_run(THREE[0]).final == renamed(old) and "best/val_loss" not in renamed(old)
 
 
 def test_every_kept_job_is_named_as_hydra_named_its_folder():

@@ -36,7 +36,7 @@ from highway_repro.targets import KEPT_FILES, REPORTS, ROOT, SCALES
 
 EXPORT_DIR = ROOT / "runs" / "wandb_export"
 PROJECT = "highway-repro"  # the project of configs/logger/wandb.yaml; WANDB_PROJECT chooses another
-FORMAT = 1  # in every digest: a change to what an exported run holds makes the next export write every run anew
+FORMAT = 2  # in every digest: a change to what an exported run holds makes the next export write every run anew
 CHUNK = 16  # runs per worker task; the record is saved after each
 
 
