@@ -198,11 +198,83 @@ class WandbLogger(JsonlLogger):
         super().log(metrics, step)
         self.run.log({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step)
 
+    def truncate_to(self, position: int) -> None:
+        super().truncate_to(position)
+        self.catch_up()
+
+    def truncate_after(self, step: int) -> None:
+        super().truncate_after(step)
+        self.catch_up()
+
+    def catch_up(self) -> int:
+        """On resume, once metrics.jsonl is cut back to the checkpoint: log again the lines W&B lacks, those beyond
+        the last step that this W&B run's earlier segments in `<run>/wandb/` hold on disk (a process killed with
+        kill -9 loses what W&B had not yet written), so that the W&B history goes on whole. Returns the lines
+        logged."""
+        last = wandb_last_step(self.path.parent / "wandb", self.run.id, Path(self.run.dir).parent)
+        n = 0
+        for line in self.path.read_text().splitlines() if self.path.exists() else ():
+            try:
+                record = json.loads(line)
+                step = int(record.pop("step"))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                continue
+            if last is None or step > last:
+                values = {k: float(v) if v in ("nan", "inf", "-inf") else v for k, v in record.items()}
+                self.run.log({k: v for k, v in values.items() if isinstance(v, (int, float))}, step=step)
+                n += 1
+        return n
+
     def finish(self, final: dict) -> None:
         for k, v in final.items():
             if isinstance(v, (int, float, str)):
                 self.run.summary[k] = v
         self.run.finish()
+
+
+def wandb_records(blob: bytes):
+    """The records of a W&B run file (`run-<id>.wandb`, W&B's LevelDB-style log: a 7-byte header, then 32 KiB
+    blocks of chunks, each with a 7-byte header: checksum, length, type 1 full, 2 first, 3 middle, 4 last), as
+    W&B's protobuf `Record`s, up to the first cut or damaged one (a file its writer was killed in the middle of)."""
+    import struct
+
+    from google.protobuf.message import DecodeError
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    block, pos, buf = 32768, 7, b""
+    if blob[:4] != b":W&B":
+        return
+    while pos + 7 <= len(blob):
+        if block - pos % block < 7:  # a block's tail too short for a header is padding
+            pos += block - pos % block
+            continue
+        _, n, kind = struct.unpack("<IHB", blob[pos:pos + 7])
+        if kind == 0 or pos + 7 + n > len(blob):
+            return
+        buf, pos = buf + blob[pos + 7:pos + 7 + n], pos + 7 + n
+        if kind in (1, 4):
+            record = pb.Record()
+            try:
+                record.ParseFromString(buf)
+            except DecodeError:
+                return
+            yield record
+            buf = b""
+
+
+def wandb_last_step(folder: Path, run_id: str, current: Path | None = None) -> int | None:
+    """The last history step that the segments of W&B run `run_id` under `folder` (`<run>/wandb/`: one
+    `offline-run-*-<id>` or `run-*-<id>` folder per start of the run) hold on disk, the segment `current` left out;
+    None when none holds a step."""
+    steps = []
+    for f in sorted(Path(folder).glob(f"*run-*-{run_id}*/run-{run_id}.wandb")):
+        if f.parent == current:
+            continue
+        for record in wandb_records(f.read_bytes()):
+            if record.WhichOneof("record_type") == "history":
+                steps += [int(json.loads(i.value_json)) for i in record.history.item
+                          if (i.key or "/".join(i.nested_key)) == "_step"]
+    return max(steps, default=None)
 
 
 LOGGERS = {"jsonl": JsonlLogger, "wandb": WandbLogger}
