@@ -188,7 +188,7 @@ def test_best_checkpoint_is_chosen_on_the_evaluation_subset_at_every_step(tmp_pa
     trainer.evaluate = evaluate
     final = trainer.fit()
     best, last = (ck.load(tmp_path / "ckpt" / f"{n}.pt") for n in ("best", "last"))
-    assert best["step"] == 2 and final["best/val_loss"] == 2.0
+    assert best["step"] == 2 and final["val/best_loss"] == 2.0
     # the final val/test numbers come from the step-2 weights; last.pt keeps the last step's (trained on from there)
     assert torch.equal(seen["test"], best["model"]["weight"]) and torch.equal(seen["val"], best["model"]["weight"])
     assert not torch.equal(best["model"]["weight"], last["model"]["weight"])
@@ -196,7 +196,7 @@ def test_best_checkpoint_is_chosen_on_the_evaluation_subset_at_every_step(tmp_pa
     # uncapped intermediate evaluations: the final full pass is the same measurement and may win
     trainer.cfg = TrainerConfig(**{**cfg.__dict__, "eval_max_batches": None, "max_steps": 6})
     scripted.update({(6, None): 1.5})
-    assert trainer.fit()["best/val_loss"] == 1.5 and ck.load(tmp_path / "ckpt" / "best.pt")["step"] == 6
+    assert trainer.fit()["val/best_loss"] == 1.5 and ck.load(tmp_path / "ckpt" / "best.pt")["step"] == 6
 
 
 def test_run_times_include_the_final_evaluation(tmp_path):

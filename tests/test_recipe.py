@@ -84,3 +84,26 @@ def test_the_migration_rewrites_a_table_record_to_the_runners_module_and_no_kept
                                                                  "make reproduce-t SCALE=cpu"]}
     kept = sorted((REPO / "results").glob("*/runs/*/reproduce.json"))
     assert len(kept) > 5 and not [p for p in kept if "highway_repro.reproduce" in p.read_text()]
+
+
+def test_a_run_trained_with_the_wandb_logger_is_its_table_s_recipe(tmp_path):
+    """A kept run's folder as `logger=wandb` leaves it (the logger override, its `${hydra:...}` names resolved in the
+    saved config): the runner's guard takes it as its job's run, so the report reads it; an override that changes the
+    recipe is still seen."""
+    import shutil
+
+    from highway_repro.runner.keep import other_recipe
+
+    kept = REPO / "results" / "highway_transformer" / "runs" / "ht_char_ptb-cpu" / "seed=0,variant=baseline"
+    run = tmp_path / kept.name
+    shutil.copytree(kept, run)
+    config = yaml.safe_load((run / "config_resolved.yaml").read_text())
+    config["logger"] = {"kind": "wandb", "project": "highway-repro", "group": "ht_char_ptb", "name": kept.name,
+                        "tags": ["ht_char_ptb", "cpu"], "mode": "offline"}
+    (run / "config_resolved.yaml").write_text(yaml.safe_dump(config))
+    overrides = run / ".hydra" / "overrides.yaml"
+    lines = yaml.safe_load(overrides.read_text())
+    overrides.write_text(yaml.safe_dump(lines + ["logger=wandb", "logger.mode=offline", "threads=1"]))
+    assert other_recipe("ht_char_ptb", "cpu", [run]) == {}
+    overrides.write_text(yaml.safe_dump(lines + ["logger=wandb", "trainer.max_steps=7"]))
+    assert other_recipe("ht_char_ptb", "cpu", [run])[kept.name].startswith("trainer.max_steps: ")

@@ -281,8 +281,9 @@ def test_a_signal_during_the_final_evaluation_stops_cleanly_and_resumes_exactly(
     with pytest.raises(SystemExit) as e:
         run_job(compose(overrides), out, False, run)
     assert e.value.code == 128 + sig
-    assert capsys.readouterr().out.strip() == f"[interrupted] step 8 (signal {sig}; resume=auto continues it)"
-    first = _final(out)
+    first = _final(out)  # (the best validation loss of the evaluations before the stop: its last line says it)
+    assert capsys.readouterr().out.strip() == \
+        f"[interrupted] step 8: val/best_loss={first['val/best_loss']:.4f} (signal {sig}; resume=auto continues it)"
     assert first["status"] == "interrupted" and first["signal"] == sig and first["step"] == 8
     assert "test/acc" not in first and not list((out / "ckpt").glob(".*.tmp*"))
     last = ck.load(out / "ckpt" / "last.pt")

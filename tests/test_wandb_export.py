@@ -110,9 +110,8 @@ def test_three_kept_runs_export_as_their_folders_say(exported):
     """Each exported run, read back from its .wandb file: the id, group, name and config `logger=wandb` gives the
     same run, a tag per table that reads it plus scale and device, metrics.jsonl as the history at its own steps,
     metrics.json as the summary."""
-    from highway_repro.dashboards.export import excluded_keys
-    from highway_repro.engine.identity import identity, job_name
-    from highway_repro.report.runs import read_yaml
+    from highway_repro.report.identity import excluded_keys, identity, job_name
+    from highway_repro.report.runs import read_yaml, renamed
 
     out, summary = exported
     index = json.loads((out / "exported.json").read_text())
@@ -133,8 +132,9 @@ def test_three_kept_runs_export_as_their_folders_say(exported):
         assert sorted(got["history"]) == sorted({line["step"] for line in lines})
         for line in lines:
             assert all(same(got["history"][line["step"]][k], v) for k, v in line.items() if k != "step")
-        final = json.loads((folder / "metrics.json").read_text())
+        final = renamed(json.loads((folder / "metrics.json").read_text()))
         assert all(got["summary"][k] == v for k, v in final.items() if isinstance(v, (int, float, str)))
+        assert "best/val_loss" not in got["summary"] and ("val/best_loss" in got["summary"]) == ("val/loss" in final)
     assert tags == {"ht_char_ptb-cpu": {"table:ht_char_ptb", "table:ht_zoo_char_ptb", "table:ht_gate_zoo"},
                     "hn_fig1-cpu": {"table:hn_fig1"}, "hn_analysis-cpu": {"table:hn_analysis"}}
     assert run.display_name == "hn_analysis" and run.config.update  # the single run: named by its experiment
@@ -167,7 +167,7 @@ def test_a_table_report_run_holds_the_paper_lines_and_the_claims_table(tmp_path,
 
 
 def test_the_run_id_is_one_deterministic_rule():
-    from highway_repro.engine.identity import REPEAT_KEYS, identity, row_of, run_id
+    from highway_repro.report.identity import REPEAT_KEYS, identity, row_of, run_id
     from highway_repro.runner.plan import REPEAT_KEYS as GRID_REPEAT_KEYS
 
     assert REPEAT_KEYS == GRID_REPEAT_KEYS
@@ -182,11 +182,22 @@ def test_the_run_id_is_one_deterministic_rule():
     assert row_of("") == "default"
 
 
+def test_a_kept_run_s_best_validation_loss_has_one_name():
+    """Older metrics.json files hold `best/val_loss` (null without a validation split); every reader of a kept run
+    (`report.runs.load_run`: the reports, the export) sees it as `val/best_loss`, the name the history logs."""
+    from highway_repro.report.runs import load_run, renamed
+
+    assert renamed({"step": 3, "best/val_loss": 1.5}) == {"step": 3, "val/best_loss": 1.5}
+    assert renamed({"best/val_loss": None, "test/acc": 0.9}) == {"test/acc": 0.9}
+    assert renamed({"best/val_loss": 1.5, "val/best_loss": 1.25}) == {"val/best_loss": 1.25}
+    old = json.loads((THREE[0] / "metrics.json").read_text())
+    assert "best/val_loss" in old and load_run(THREE[0]).final == renamed(old) and "best/val_loss" not in renamed(old)
+
+
 def test_every_kept_job_is_named_as_hydra_named_its_folder():
     """The job name from a kept run's overrides is its folder's name (Hydra's override_dirname), for every kept
     sweep job: the id the export derives is the one the training job had."""
-    from highway_repro.dashboards.export import excluded_keys
-    from highway_repro.engine.identity import job_name
+    from highway_repro.report.identity import excluded_keys, job_name
     from highway_repro.report.runs import read_yaml
 
     exclude = excluded_keys()
@@ -221,41 +232,53 @@ def test_every_table_spec_names_only_keys_its_runs_log(specs):
     assert next(s for s in specs if s["table"] == "ht_gate_zoo")["group_by"] == ["name", "row"]
 
 
-def test_a_sweep_job_lands_in_the_group_and_columns_the_export_gives(tmp_path, monkeypatch):
-    """A multirun job with logger=wandb, composed as Hydra composes it (its override_dirname resolved): the W&B run
-    WandbLogger starts has the export's id, group, name and config columns for the same kept run."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
+def test_the_logger_in_a_kept_run_s_folder_starts_the_run_the_export_gives(tmp_path, monkeypatch, exported):
+    """WandbLogger started in a copy of a kept sweep job's folder (its .hydra/overrides.yaml, as the job's callback
+    writes it) with its saved config: the id, name, group, job type, tags (the three tables that read the run) and
+    config columns of the export's run of the kept folder."""
+    import shutil
 
-    from highway_repro.dashboards.export import excluded_keys, run_item
+    from highway_repro.dashboards.export import kept_items
     from highway_repro.engine.loggers import WandbLogger
-    from highway_repro.report.runs import load_run, read_yaml
+    from highway_repro.report.runs import read_yaml
 
     offline(monkeypatch, tmp_path)
-    folder = RUNS / "ht_char_ptb-cpu" / "seed=1,variant=sdu_tanh"
-    job = [o for o in read_yaml(folder / ".hydra" / "overrides.yaml") if not o.startswith("sweep=")]
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        cfg = compose("train", overrides=job + ["sweep=ht_char_ptb/cpu", "logger=wandb"], return_hydra_config=True)
-    HydraConfig.instance().set_config(cfg)
-    try:  # as train.run resolves them inside the job
-        kwargs = OmegaConf.to_container(cfg.logger, resolve=True)
-        resolved = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True)
-    finally:
-        HydraConfig.instance().cfg = None
-    kwargs.pop("kind")
-    logger = WandbLogger(tmp_path, config=resolved, **kwargs)
+    folder = THREE[0]
+    run_dir = tmp_path / "sweep" / folder.name
+    shutil.copytree(folder / ".hydra", run_dir / ".hydra")
+    config = read_yaml(folder / "config_resolved.yaml")
+    logger = WandbLogger(run_dir, config={**config, "logger": {"kind": "wandb"}})
     try:
-        run, config = logger.run, dict(logger.run.config)
-        item = run_item(load_run(folder), excluded_keys())
-        assert (run.id, run.group, run.name) == (item.id, item.group, item.name)
-        assert item.name == "seed=1,variant=sdu_tanh" and item.group == "ht_char_ptb"
-        for key in ("row", "seed", "variant", "name", "scale_name"):
-            assert config[key] == item.config[key], key
-        assert config["row"] == "variant=sdu_tanh" and "logger" not in config and "logger" not in item.config
+        run = logger.run
+        (item,) = kept_items(RESULTS, [folder])
+        assert (run.id, run.name, run.group, run.job_type) == (item.id, item.name, item.group, "train")
+        assert sorted(run.tags) == item.tags == ["device:cpu", "scale:cpu", "table:ht_char_ptb", "table:ht_gate_zoo",
+                                                 "table:ht_zoo_char_ptb"]
+        assert dict(run.config) == json.loads(json.dumps(item.config)) and run.config["row"] == "variant=baseline"
     finally:
-        logger.run.finish()
-    assert [p.name.split("-")[3] for p in (tmp_path / "wandb").glob("offline-run-*")] == [item.id]
+        run.finish()
+    assert [p.name.split("-")[3] for p in (run_dir / "wandb").glob("offline-run-*")] == [item.id]
+
+
+def test_the_tables_a_live_run_names_are_those_that_read_it_once_kept():
+    """`identity.readers` of each kept run (the table of its sweep override, its job, its device) is the set of
+    reports whose `kept_folders` hold it: the table tags of a live run are those the export gives its kept copy."""
+    from highway_repro.report.grids import kept_folders
+    from highway_repro.report.identity import job_of, readers, table_of
+    from highway_repro.targets import REPORTS, kept_apart
+    from highway_repro.report.runs import read_yaml
+
+    read_by: dict = {}
+    for name in REPORTS:
+        for scale in ("cpu", "paper", "smoke"):
+            for folder in kept_folders(name, scale, RESULTS):
+                read_by.setdefault((folder, scale), []).append(name)
+    assert len(read_by) > 650 and max(map(len, read_by.values())) == 4  # enwik8 L6: 2 studies, the zoo
+    for (folder, scale), tables in read_by.items():
+        job, overrides = job_of(folder)
+        experiment = read_yaml(folder / "config_resolved.yaml")["name"]
+        apart = bool(json.loads((folder / "run_info.json").read_text()).get("cuda_device")) and kept_apart(scale)
+        assert readers(table_of(overrides, experiment, job), scale, job, apart) == tables, folder
 
 
 def test_the_dashboards_command_offline_writes_the_specs_in_one_line(tmp_path, monkeypatch, capsys, specs):

@@ -7,7 +7,7 @@
 | `publish.py` | the specs as W&B saved views (`wandb-workspaces`, the `wandb` extra), made only when publishing |
 | `__main__.py` | `python -m highway_repro.dashboards export|dashboards` |
 
-A run's W&B id, name, group and `row` column come from `engine/identity.py`, the one rule that `logger=wandb`
-follows too. Tables are built from the run folders, never from W&B: this package only mirrors them. It reads files
-only (no torch).
+A run's W&B id, name, group, job type, tags and `row` column come from `report/identity.py`, the one rule that
+`logger=wandb` follows too. Tables are built from the run folders, never from W&B: this package only mirrors them. It
+reads files only (no torch).
 """

@@ -1,10 +1,10 @@
 """`make wandb-export`: the kept runs as offline W&B runs, for `wandb sync`.
 
 Every distinct kept run of every table (`report.grids.kept_folders`: a study's reused cells and a target's parts
-included) becomes one offline run under `<out>/wandb/offline-run-<time>-<id>/`, with the id, group, name and config that
-`logger=wandb` gives the same run (`engine/identity.py`; a run that several tables read is exported once and tagged with
-each of them), the history of its metrics.jsonl at its own steps, the summary of its metrics.json, and tags
-`table:<name>` (each table that reads it), `scale:<scale>` and `device:<cpu or the GPU's name>` (run_info.json). Each
+included) becomes one offline run under `<out>/wandb/offline-run-<time>-<id>/`, with the id, group, name, job type,
+tags and config that `logger=wandb` gave the same run (`report/identity.py`: `table:<name>` for each table that reads
+it, `scale:<scale>`, `device:<cpu or the GPU's name>`; a run that several tables read is exported once), the history
+of its metrics.jsonl at its own steps and the summary of its metrics.json. Each
 table also gets one report run (`report: <table>`): the paper's numbers as flat lines and the report's rows,
 intervals and verdicts as a W&B Table (what its dashboard spec names, `spec.py`).
 
@@ -27,16 +27,16 @@ from pathlib import Path
 
 from highway_repro.errors import make_folder
 from highway_repro import files
-from highway_repro.engine.identity import identity, job_name, run_id
+from highway_repro.report.identity import JOB_TYPE, identity, job_of, run_id
 from highway_repro.dashboards.spec import DAMAGED, build_specs, sound_runs
 from highway_repro.files import KeptFileError
 from highway_repro.report.grids import kept_folders
-from highway_repro.report.runs import Run, load_run, read_overrides, read_yaml
-from highway_repro.targets import CONFIG_DIR, KEPT_FILES, REPORTS, ROOT, SCALES
+from highway_repro.report.runs import Run, load_run
+from highway_repro.targets import KEPT_FILES, REPORTS, ROOT, SCALES
 
 EXPORT_DIR = ROOT / "runs" / "wandb_export"
 PROJECT = "highway-repro"  # the project of configs/logger/wandb.yaml; WANDB_PROJECT chooses another
-FORMAT = 1  # in every digest: a change to what an exported run holds makes the next export write every run anew
+FORMAT = 2  # in every digest: a change to what an exported run holds makes the next export write every run anew
 CHUNK = 16  # runs per worker task; the record is saved after each
 
 
@@ -66,28 +66,20 @@ def shown(path: Path) -> str:
     return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
 
 
-def excluded_keys() -> list[str]:
-    """The keys Hydra leaves out of a job's name (configs/train.yaml, `override_dirname.exclude_keys`)."""
-    return list(read_yaml(CONFIG_DIR / "train.yaml")["hydra"]["job"]["config"]["override_dirname"]["exclude_keys"])
-
-
-def run_item(run: Run, exclude: list[str]) -> Item:
+def run_item(run: Run) -> Item:
     """The W&B run of one sound kept run (`spec.sound_runs`; no table tags yet)."""
     folder, config, info = run.path, run.config, run.run_info
-    overrides = read_overrides(folder / ".hydra" / "overrides.yaml", run.root)
-    who = identity(config, job_name(overrides, exclude) if overrides is not None else folder.name,
-                   on_gpu=bool(info.get("cuda_device")))
+    who = identity(config, job_of(folder, run.root)[0], info.get("cuda_device"))
     device = info.get("cuda_device") or "cpu"
     notes = (f"kept run {shown(folder)}: trained on {device} ({info.get('cpu_model')}, {info.get('threads')} "
              f"threads), commit {str(info.get('git_commit'))[:12]}, {info.get('start_time')} to {info.get('end_time')}")
-    return Item(who["id"], who["name"], who["group"], who["config"],
-                [f"scale:{config.get('scale_name')}", f"device:{device}"], notes, str(folder))
+    return Item(who["id"], who["name"], who["group"], who["config"], who["tags"], notes, str(folder))
 
 
 def kept_items(results: Path, folders: list[Path] | None = None) -> list[Item]:
     """One item per distinct kept run, tagged with every table that reads it (`folders`: only the runs of these)."""
-    exclude, items, seen = excluded_keys(), {}, {}
-    wanted = None if folders is None else {run_item(r, exclude).id for r in sound_runs(list(map(Path, folders)))}
+    items, seen = {}, {}
+    wanted = None if folders is None else {run_item(r).id for r in sound_runs(list(map(Path, folders)))}
     names = None if folders is None else {Path(f).name for f in folders}  # another job name is another run
     for name in REPORTS:
         for scale in SCALES:
@@ -96,7 +88,7 @@ def kept_items(results: Path, folders: list[Path] | None = None) -> list[Item]:
                 if names is not None and folder.name not in names:
                     continue
                 if folder not in seen:
-                    item = run_item(run, exclude)
+                    item = run_item(run)
                     first = items.setdefault(item.id, item)
                     if first is not item and load_run(Path(first.folder)).final != run.final:
                         print(f"warning: {folder} and {first.folder} are one W&B run ({item.id}) but differ; "
@@ -137,7 +129,7 @@ def write_run(wandb, item: Item, out: Path, project: str) -> str:
     settings = wandb.Settings(console="off", disable_git=True, save_code=False, x_disable_stats=True,
                               x_disable_meta=True, x_disable_machine_info=True)
     run = wandb.init(project=project, id=item.id, name=item.name, group=item.group, tags=item.tags,
-                     notes=item.notes, config=item.config, job_type="report" if item.report else "train",
+                     notes=item.notes, config=item.config, job_type="report" if item.report else JOB_TYPE,
                      dir=str(out), mode="offline", settings=settings, reinit="finish_previous")
     if item.folder:
         kept = load_run(Path(item.folder))

@@ -12,7 +12,7 @@ import netrc
 import os
 from urllib.parse import urlparse
 
-from highway_repro.engine.identity import run_id
+from highway_repro.report.identity import run_id
 
 
 def offline_reason() -> str | None:

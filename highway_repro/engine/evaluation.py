@@ -130,7 +130,7 @@ class Evaluation:
         same_data = cap == sub  # the final val pass sees exactly what the intermediate ones saw
         if self.cfg.final_eval == "best" and not same_data and "val" in self.data.splits:
             self._keep_if_best(self.evaluate("val", sub)["val/loss"])  # the last step, judged like the others
-        # (with final_eval=last and a capped subset, best.pt and best/val_loss cover the intermediate evaluations)
+        # (with final_eval=last and a capped subset, best.pt and val/best_loss cover the intermediate evaluations)
         final = {**self.last_train, **self._validate(cap, select=same_data)}
         if self.cfg.final_eval == "best" and (self.ckpt_dir / "best.pt").exists():
             best = ckpt_lib.load(self.ckpt_dir / "best.pt", map_location=self.device)

@@ -70,6 +70,14 @@ def cpu_bf16_features() -> list[str]:
         return ["mkldnn_bf16"] if torch.ops.mkldnn._is_mkldnn_bf16_supported() else []
 
 
+def cuda_device() -> str | None:
+    """The name of the machine's first CUDA device (None without one): run_info.json's `cuda_device`, which says
+    whether a run was made on a GPU (kept apart at the reduced scales, `targets.runs_folder`)."""
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+
+
 @functools.cache
 def _git_commit() -> str | None:
     """The commit of the code that runs (None outside a git checkout or without git): the checkout's HEAD when this
@@ -105,7 +113,7 @@ def write_run_info(out_dir: Path, **extra) -> dict:
     info.update({
         "machine": platform.machine(), "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
         "torch": torch.__version__, "python": platform.python_version(),
-        "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "cuda_device": cuda_device(),
         "threads": torch.get_num_threads(), "git_commit": _git_commit(), "host": platform.node(),
         "slurm_job": _slurm_job(), "world_size": int(os.environ.get("WORLD_SIZE") or 1), **extra})
     write_json_atomic(path, info)
@@ -163,24 +171,35 @@ class JsonlLogger:
 
 class WandbLogger(JsonlLogger):
     """metrics.jsonl plus a W&B run (offline by default: works without a network;
-    `wandb sync <run>/wandb/offline-run-*` uploads it later)."""
+    `wandb sync <run>/wandb/offline-run-*` uploads it later).
+
+    The W&B run is the one `make wandb-export` gives the run folder once it is kept (`report.identity`): its id,
+    name, group, job type, config, and tags (each report that will read it, its scale, its device), from the folder's
+    `.hydra/overrides.yaml`, the config and the machine, never from Hydra's state of the process (a group's members
+    are set up by other jobs). `name`: another job name (the id follows it); `group`: another group; `tags`: more
+    tags; `silent`: no W&B lines on the console."""
 
     def __init__(self, out_dir: Path, project: str = "highway-repro", group: str | None = None,
-                 name: str | None = None, tags=(), mode: str = "offline", config: dict | None = None,
-                 resume_id: str | None = None, **_):
+                 name: str | None = None, tags=(), mode: str = "offline", silent: bool = True,
+                 config: dict | None = None, resume_id: str | None = None, **_):
         super().__init__(out_dir)
         import wandb
 
-        from highway_repro.engine.identity import identity
+        from highway_repro.report import identity as who_is
+        from highway_repro.targets import kept_apart
 
-        self.wandb = wandb
-        import torch
-
-        on_gpu = torch.cuda.is_available() and str((config or {}).get("trainer", {}).get("device", "auto")) != "cpu"
-        who = identity(config or {}, name or "", on_gpu)  # the id, name and config columns the export gives it
-        self.run = wandb.init(project=project, group=group or who["group"], name=who["name"], tags=list(tags or ()),
+        self.wandb, config = wandb, config or {}
+        job, overrides = who_is.job_of(Path(out_dir))
+        job = job if name is None else name
+        device, scale = cuda_device(), str(config.get("scale_name", ""))
+        table = who_is.table_of(overrides, str(config.get("name", "")), job)
+        who = who_is.identity(config, job, device,
+                              who_is.readers(table, scale, job, apart=bool(device) and kept_apart(scale)))
+        more = [t for t in tags or () if t not in who["tags"]]
+        self.run = wandb.init(project=project, group=group or who["group"], name=who["name"],
+                              job_type=who["job_type"], tags=who["tags"] + more,
                               mode=mode, dir=str(out_dir), config=who["config"], id=resume_id or who["id"],
-                              resume="allow" if resume_id else None,
+                              resume="allow" if resume_id else None, settings=wandb.Settings(silent=silent),
                               reinit="create_new")  # its own run: a group's members log into theirs at once
         self.run_id = self.run.id
 
@@ -188,11 +207,83 @@ class WandbLogger(JsonlLogger):
         super().log(metrics, step)
         self.run.log({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step)
 
+    def truncate_to(self, position: int) -> None:
+        super().truncate_to(position)
+        self.catch_up()
+
+    def truncate_after(self, step: int) -> None:
+        super().truncate_after(step)
+        self.catch_up()
+
+    def catch_up(self) -> int:
+        """On resume, once metrics.jsonl is cut back to the checkpoint: log again the lines W&B lacks, those beyond
+        the last step that this W&B run's earlier segments in `<run>/wandb/` hold on disk (a process killed with
+        kill -9 loses what W&B had not yet written), so that the W&B history goes on whole. Returns the lines
+        logged."""
+        last = wandb_last_step(self.path.parent / "wandb", self.run.id, Path(self.run.dir).parent)
+        n = 0
+        for line in self.path.read_text().splitlines() if self.path.exists() else ():
+            try:
+                record = json.loads(line)
+                step = int(record.pop("step"))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                continue
+            if last is None or step > last:
+                values = {k: float(v) if v in ("nan", "inf", "-inf") else v for k, v in record.items()}
+                self.run.log({k: v for k, v in values.items() if isinstance(v, (int, float))}, step=step)
+                n += 1
+        return n
+
     def finish(self, final: dict) -> None:
         for k, v in final.items():
             if isinstance(v, (int, float, str)):
                 self.run.summary[k] = v
         self.run.finish()
+
+
+def wandb_records(blob: bytes):
+    """The records of a W&B run file (`run-<id>.wandb`, W&B's LevelDB-style log: a 7-byte header, then 32 KiB
+    blocks of chunks, each with a 7-byte header: checksum, length, type 1 full, 2 first, 3 middle, 4 last), as
+    W&B's protobuf `Record`s, up to the first cut or damaged one (a file its writer was killed in the middle of)."""
+    import struct
+
+    from google.protobuf.message import DecodeError
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    block, pos, buf = 32768, 7, b""
+    if blob[:4] != b":W&B":
+        return
+    while pos + 7 <= len(blob):
+        if block - pos % block < 7:  # a block's tail too short for a header is padding
+            pos += block - pos % block
+            continue
+        _, n, kind = struct.unpack("<IHB", blob[pos:pos + 7])
+        if kind == 0 or pos + 7 + n > len(blob):
+            return
+        buf, pos = buf + blob[pos + 7:pos + 7 + n], pos + 7 + n
+        if kind in (1, 4):
+            record = pb.Record()
+            try:
+                record.ParseFromString(buf)
+            except DecodeError:
+                return
+            yield record
+            buf = b""
+
+
+def wandb_last_step(folder: Path, run_id: str, current: Path | None = None) -> int | None:
+    """The last history step that the segments of W&B run `run_id` under `folder` (`<run>/wandb/`: one
+    `offline-run-*-<id>` or `run-*-<id>` folder per start of the run) hold on disk, the segment `current` left out;
+    None when none holds a step."""
+    steps = []
+    for f in sorted(Path(folder).glob(f"*run-*-{run_id}*/run-{run_id}.wandb")):
+        if f.parent == current:
+            continue
+        for record in wandb_records(f.read_bytes()):
+            if record.WhichOneof("record_type") == "history":
+                steps += [int(json.loads(i.value_json)) for i in record.history.item
+                          if (i.key or "/".join(i.nested_key)) == "_step"]
+    return max(steps, default=None)
 
 
 LOGGERS = {"jsonl": JsonlLogger, "wandb": WandbLogger}

@@ -438,8 +438,8 @@ class Trainer(Evaluation):
             self.logger.log(metrics, self.step)
 
     def _finish(self, final: dict) -> dict:
-        best = self.best_val if math.isfinite(self.best_val) else None
-        out = {"status": self.status, "step": self.step, "best/val_loss": best,
+        best = {"val/best_loss": self.best_val} if math.isfinite(self.best_val) else {}  # (also if it stopped early)
+        out = {"status": self.status, "step": self.step, **best,
                "model/params": sum(p.numel() for p in self.raw_model.parameters()),
                "time/wall_s": round(self.wall_time, 2), "time/cpu_s": round(self.cpu_time, 2), **final}
         if self.is_main:

@@ -28,6 +28,9 @@ from highway_repro.files import KeptFileError, read_config
 PLAIN_OVERRIDE = re.compile(r"[A-Za-z_][A-Za-z0-9_./]*=(?!/)[A-Za-z0-9_.,:/+-]*")
 
 RunFolderError = KeptFileError  # a run folder's file that is not plain data, a link, or too large
+# metrics.json keys of older runs under their present name: a run's best validation loss is `val/best_loss`, as its
+# history logs it at every evaluation
+RENAMED_METRICS = {"best/val_loss": "val/best_loss"}
 
 
 def _root(path: Path) -> Path:
@@ -195,7 +198,7 @@ def load_run(path: Path, root: Path | None = None) -> Run:
     config = read(lambda: read_config(path / "config_resolved.yaml", root)
                   or read_yaml(path / ".hydra" / "config.yaml", root=root) or {}, {})
     config = config if isinstance(config, dict) else {}
-    final = read(lambda: _read_object(path / "metrics.json", root), {})
+    final = renamed(read(lambda: _read_object(path / "metrics.json", root), {}))
     info = read(lambda: _read_object(path / "run_info.json", root), {})
     read(history, None)
     status = "damaged" if damage else str(final.get("status", "unknown")) if final else "missing"
@@ -206,6 +209,17 @@ def load_run(path: Path, root: Path | None = None) -> Run:
     elif error is None and status != "done":
         error = f"status {status} at step {final.get('step')}"
     return Run(path, overrides, config, final, status, error, info, root=root)
+
+
+def renamed(final: dict) -> dict:
+    """A metrics.json object with the keys of `RENAMED_METRICS` under their present names (an old key's null, a run
+    without a validation split, dropped); a run that has both keeps the present one."""
+    out = dict(final)
+    for old, new in RENAMED_METRICS.items():
+        value = out.pop(old, None)
+        if value is not None:
+            out.setdefault(new, value)
+    return out
 
 
 def device(r: Run) -> str:

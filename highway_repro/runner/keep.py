@@ -160,7 +160,7 @@ def other_recipe(part: str, scale: str, folders: list[Path]) -> dict[str, str]:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from highway_repro.train.recipe import recipe_diff
+    from highway_repro.train.recipe import in_recipe, recipe_diff
     from highway_repro.files import read_config
     from highway_repro.report.runs import read_overrides
     out, cells = {}, {}  # one composition per grid cell; a run's seed / trial is set on a copy of it
@@ -173,8 +173,10 @@ def other_recipe(part: str, scale: str, folders: list[Path]) -> dict[str, str]:
         except KeptFileError as e:  # a damaged run is no recipe's: never counted as done
             out[folder.name] = str(e)
             continue
-        job = [o for o in lines or []
-               if override_key(o) not in ("experiment", "scale", "sweep") and not override_key(o).startswith("hydra")]
+        # composed without the overrides of keys that are no part of the recipe (`logger=wandb` and its
+        # `${hydra:...}` names, `threads`, `trainer.device`): the comparison leaves those keys out anyway
+        job = [o for o in lines or [] if override_key(o) not in ("experiment", "scale", "sweep")
+               and not override_key(o).startswith("hydra") and in_recipe(override_key(o))]
         repeat = [o for o in job if override_key(o) in REPEAT_KEYS]
         cell = tuple(o for o in job if o not in repeat)
         if cell not in cells:

@@ -32,6 +32,12 @@ NOT_RECIPE = ("resume", "threads", "logger", "est_step_s", "est_peak_gb", "extra
               "trainer.compile", "trainer.compile_backend", "model.flex_attention")
 
 
+def in_recipe(key: str) -> bool:
+    """Whether a config key (or an override's key: `logger.tags`, `trainer.device`) is part of a run's recipe: not a
+    key of NOT_RECIPE nor below one."""
+    return not any(key == s or key.startswith(s + ".") for s in NOT_RECIPE)
+
+
 def flat(d: dict, prefix: str = "") -> dict:
     """{"model": {"d_ff": 512}} -> {"model.d_ff": 512}."""
     out = {}
@@ -55,8 +61,7 @@ def recipe_diff(there: dict, here: dict) -> list[str]:
     absent here'). Keys of NOT_RECIPE, and keys only `here` has, are not compared; with `match_params` set, neither
     is model.d_ff (the saved config holds the widened width)."""
     a, b = flat(there if isinstance(there, dict) else {}), flat(here)
-    skip = NOT_RECIPE + (("model.d_ff",) if here.get("match_params") else ())
-    compared = [k for k in sorted(a) if not any(k == s or k.startswith(s + ".") for s in skip)]
+    compared = [k for k in sorted(a) if in_recipe(k) and not (k == "model.d_ff" and here.get("match_params"))]
     return [f"{k}: {a[k]!r} there, {repr(b[k]) if k in b else 'absent'} here{'' if k in b else _absent(k)}"
             for k in compared if k not in b or a[k] != b[k]]
 
