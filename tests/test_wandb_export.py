@@ -9,6 +9,7 @@ import json
 import math
 import struct
 import time
+from pathlib import Path
 
 import pytest
 
@@ -219,13 +220,13 @@ def test_every_table_spec_names_only_keys_its_runs_log(specs):
             logged |= set(json.loads((f / "metrics.json").read_text()))
             for line in (f / "metrics.jsonl").read_text().splitlines():
                 logged |= set(json.loads(line))
-        reported = {r["key"] for r in spec["references"]} | {spec["claims"]["key"]}
+        reported = {r["key"] for r in spec["references"] + spec["quantiles"]} | {spec["claims"]["key"]}
         keys = [k for p in spec["panels"] for k in p.get("y", []) + [p[x] for x in ("metric", "key") if x in p]]
         assert any(p["kind"] == "line" for p in spec["panels"]), spec["table"]
         assert set(keys) <= logged | reported, (spec["table"], set(keys) - logged - reported)
         assert all(k in logged for k in keys if not k.startswith(("paper/", "report/"))), spec["table"]
         assert {c.split(":", 1)[1] for c in spec["columns"] if c.startswith("summary:")} <= logged
-        assert set(spec["group_by"]) <= {"name", "row"} and spec["runs"] == len(folders)
+        assert set(spec["group_by"]) <= {"name", "row"} and 0 < spec["runs"] <= len(folders)
         json.dumps(spec)
     char = next(s for s in specs if s["table"] == "ht_char_ptb")
     assert {r["key"]: r["value"] for r in char["references"]}["paper/test_bpc/sdu_tanh"] == 1.364
@@ -317,3 +318,42 @@ def test_the_whole_export_is_one_run_per_distinct_kept_run(tmp_path, monkeypatch
     assert first["written"] == first["runs"] == distinct + len(specs)
     assert len(list((tmp_path / "wandb").glob("offline-run-*"))) == first["runs"]
     assert export(RESULTS, tmp_path, jobs=2)["written"] == 0
+
+
+def test_each_dashboard_shows_the_rows_of_its_table(specs):
+    """Each dashboard's filter, applied to the tags the export gives every kept run, selects the runs its table
+    counts (summary.csv's `runs`: one device's, the GPU-made runs of a cpu-scale table left out); the mean of the
+    end metric over each of its groups (W&B's bar: the runs that have it in their summary) is a row mean of the table
+    in results/summary.csv, row for row; Fig. 1's bar holds the quantile of each row's trials, diverged trials
+    counted, that its claims in summary.csv test."""
+    import csv
+
+    from highway_repro.dashboards.export import kept_items
+
+    items = kept_items(RESULTS)
+    lines = list(csv.DictReader((RESULTS / "summary.csv").open()))
+    for spec in specs:
+        mine = [line for line in lines if line["table"] == spec["table"] and line["scale"] == spec["scale"]]
+        tags, devices = set(spec["filter"]["tags"]), set(spec["filter"]["devices"])
+        chosen = [i for i in items if tags <= set(i.tags) and devices & set(i.tags)]
+        assert len(chosen) == spec["runs"] == int(mine[0]["runs"]), spec["table"]
+        bar = next((p for p in spec["panels"] if p["kind"] == "bar"), None)
+        if spec["quantiles"]:
+            tested = {(c["row"], c["n_seeds"]): float(c["mean"]) for c in mine if c["kind"] == "claim"}
+            shown = {(q["row"], str(q["trials"])): q["value"] for q in spec["quantiles"]}
+            assert bar["y"] == [q["key"] for q in spec["quantiles"]] and len(shown) == 12
+            assert all(math.isclose(shown[k] if c["metric"] == "loss" else math.log10(shown[k]), v, rel_tol=1e-5)
+                       for k, v in tested.items() for c in mine if (c["row"], c["n_seeds"]) == k), tested
+            continue
+        if bar is None:
+            continue
+        groups: dict = {}
+        for i in chosen:
+            value = json.loads((Path(i.folder) / "metrics.json").read_text()).get(bar["y"][0])
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                groups.setdefault(tuple(i.config[k] for k in spec["group_by"]), []).append(value)
+        percent = 100 if bar["y"][0].endswith("/acc") else 1  # the tables give accuracy in %
+        means = sorted(percent * sum(v) / len(v) for v in groups.values())
+        table = sorted(float(line["mean"]) for line in mine if line["kind"] == "row")
+        assert len(means) == len(table), spec["table"]
+        assert all(math.isclose(a, b, rel_tol=1e-5) for a, b in zip(means, table)), (spec["table"], means, table)

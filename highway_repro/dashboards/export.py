@@ -4,9 +4,9 @@ Every distinct kept run of every table (`report.grids.kept_folders`: a study's r
 included) becomes one offline run under `<out>/wandb/offline-run-<time>-<id>/`, with the id, group, name, job type,
 tags and config that `logger=wandb` gave the same run (`report/identity.py`: `table:<name>` for each table that reads
 it, `scale:<scale>`, `device:<cpu or the GPU's name>`; a run that several tables read is exported once), the history
-of its metrics.jsonl at its own steps and the summary of its metrics.json. Each
-table also gets one report run (`report: <table>`): the paper's numbers as flat lines and the report's rows,
-intervals and verdicts as a W&B Table (what its dashboard spec names, `spec.py`).
+of its metrics.jsonl at its own steps and the summary of its metrics.json. Each table also gets one report run
+(`report: <table>`): the paper's numbers as flat lines, the quantile of each row's trials that a random search's
+claims test, and the report's rows, intervals and verdicts as a W&B Table (what its dashboard spec names, `spec.py`).
 
 `<out>/exported.json` records each exported run's folder and a digest of what it was made from: a second export
 skips a run whose inputs are unchanged, writes a changed one anew (its old folder removed) and removes the runs of
@@ -104,7 +104,8 @@ def report_items(specs: list[dict]) -> list[Item]:
     return [Item(run_id("report", s["scale"], s["table"]), f"report: {s['table']}", "report",
                  {"name": "report", "row": "paper", "table": s["table"], "scale_name": s["scale"]},
                  sorted([f"table:{s['table']}", f"scale:{s['scale']}", "report"]), s["description"],
-                 report={"references": s["references"], "claims": s["claims"]}) for s in specs]
+                 report={"references": s["references"], "quantiles": s.get("quantiles", []),
+                         "claims": s["claims"]}) for s in specs]
 
 
 def _number(v):
@@ -141,8 +142,9 @@ def write_run(wandb, item: Item, out: Path, project: str) -> str:
         refs, claims = item.report["references"], item.report["claims"]
         steps = refs[0]["steps"] if refs else [0]
         table = wandb.Table(columns=claims["columns"], data=claims["rows"], allow_mixed_types=True)
+        at_end = {claims["key"]: table, **{q["key"]: q["value"] for q in item.report["quantiles"]}}
         for step in steps:
-            run.log({**{r["key"]: r["value"] for r in refs}, **({claims["key"]: table} if step == steps[-1] else {})},
+            run.log({**{r["key"]: r["value"] for r in refs}, **(at_end if step == steps[-1] else {})},
                     step=step, commit=True)
     where = Path(run.dir).parent.relative_to(out).as_posix()  # run.dir: <out>/wandb/offline-run-.../files
     run.finish()
