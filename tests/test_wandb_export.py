@@ -117,7 +117,7 @@ def test_three_kept_runs_export_as_their_folders_say(exported):
     out, summary = exported
     index = json.loads((out / "exported.json").read_text())
     assert summary["written"] == summary["runs"] == len(index) == 3
-    tags = {}
+    tags, summarised = {}, 0
     for folder in THREE:
         config = read_yaml(folder / "config_resolved.yaml")
         who = identity(config, job_name(read_yaml(folder / ".hydra" / "overrides.yaml"), excluded_keys()))
@@ -134,10 +134,15 @@ def test_three_kept_runs_export_as_their_folders_say(exported):
         for line in lines:
             assert all(same(got["history"][line["step"]][k], v) for k, v in line.items() if k != "step")
         final = renamed(json.loads((folder / "metrics.json").read_text()))
-        assert all(got["summary"][k] == v for k, v in final.items() if isinstance(v, (int, float, str)))
+        best = {k: min(line[k] for line in lines if k in line) for k in ("val/loss", "val/bpc", "val/ppl")
+                if k in final}
+        assert all(got["summary"][k] == ({"min": best[k], "last": v} if k in best else v)
+                   for k, v in final.items() if isinstance(v, (int, float, str))), got["summary"]
+        summarised += len(best)
         assert "best/val_loss" not in got["summary"] and ("val/best_loss" in got["summary"]) == ("val/loss" in final)
     assert tags == {"ht_char_ptb-cpu": {"table:ht_char_ptb", "table:ht_zoo_char_ptb", "table:ht_gate_zoo"},
                     "hn_fig1-cpu": {"table:hn_fig1"}, "hn_analysis-cpu": {"table:hn_analysis"}}
+    assert summarised >= 2  # val/loss and val/bpc of the char-PTB run: {"min": the best evaluation, "last": the final}
     assert run.display_name == "hn_analysis" and run.config.update  # the single run: named by its experiment
 
 
@@ -221,16 +226,19 @@ def test_every_table_spec_names_only_keys_its_runs_log(specs):
             for line in (f / "metrics.jsonl").read_text().splitlines():
                 logged |= set(json.loads(line))
         reported = {r["key"] for r in spec["references"] + spec["quantiles"]} | {spec["claims"]["key"]}
-        keys = [k for p in spec["panels"] for k in p.get("y", []) + [p[x] for x in ("metric", "key") if x in p]]
+        keys = [k.removesuffix(".last") for p in spec["panels"]  # val/bpc.last: W&B's last value of val/bpc
+                for k in p.get("y", []) + [p[x] for x in ("metric", "key") if x in p]]
         assert any(p["kind"] == "line" for p in spec["panels"]), spec["table"]
         assert set(keys) <= logged | reported, (spec["table"], set(keys) - logged - reported)
         assert all(k in logged for k in keys if not k.startswith(("paper/", "report/"))), spec["table"]
-        assert {c.split(":", 1)[1] for c in spec["columns"] if c.startswith("summary:")} <= logged
+        assert {c.split(":", 1)[1].removesuffix(".last") for c in spec["columns"] if c.startswith("summary:")} <= logged
         assert set(spec["group_by"]) <= {"name", "row"} and 0 < spec["runs"] <= len(folders)
         json.dumps(spec)
     char = next(s for s in specs if s["table"] == "ht_char_ptb")
     assert {r["key"]: r["value"] for r in char["references"]}["paper/test_bpc/sdu_tanh"] == 1.364
     assert next(s for s in specs if s["table"] == "ht_gate_zoo")["group_by"] == ["name", "row"]
+    anchor = next(s for s in specs if s["table"] == "ht_paper_anchor")  # its end metric is val/bpc: W&B's summary
+    assert "summary:val/bpc.last" in anchor["columns"]  # of a validation loss is its min and its last value
 
 
 def test_the_logger_in_a_kept_run_s_folder_starts_the_run_the_export_gives(tmp_path, monkeypatch, exported):
@@ -349,7 +357,7 @@ def test_each_dashboard_shows_the_rows_of_its_table(specs):
             continue
         groups: dict = {}
         for i in chosen:
-            value = json.loads((Path(i.folder) / "metrics.json").read_text()).get(bar["y"][0])
+            value = json.loads((Path(i.folder) / "metrics.json").read_text()).get(bar["y"][0].removesuffix(".last"))
             if isinstance(value, (int, float)) and math.isfinite(value):
                 groups.setdefault(tuple(i.config[k] for k in spec["group_by"]), []).append(value)
         percent = 100 if bar["y"][0].endswith("/acc") else 1  # the tables give accuracy in %

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from highway_repro import files
 from highway_repro.report.grids import kept_folders
+from highway_repro.report.identity import SUMMARIES
 from highway_repro.report.runs import Run, load_run, one_device
 from highway_repro.targets import REPORTS, SCALES, TARGETS
 
@@ -132,6 +133,7 @@ def table_spec(name: str, scale: str, runs: list[Run], lines: list[dict]) -> dic
     curves = [f"{s}/{metric}" for s in ("val", "train") if history.get(f"{s}/{metric}", 0) > 1]
     experiments = {TARGETS[p].experiment for p in TARGETS[name].parts or (name,)}
     end = f"{split}/{metric}"
+    last = f"{end}.last" if end in SUMMARIES else end  # W&B's name of the final value of a key with a summary
     qs = quantiles(name, runs, split, metric) if end in final else []
     panels = []
     for i, key in enumerate(curves):
@@ -150,7 +152,7 @@ def table_spec(name: str, scale: str, runs: list[Run], lines: list[dict]) -> dic
                        "y": [x["key"] for x in qs], "aggregate": "mean", "band": "none"})
     elif end in final:
         panels.append({"kind": "bar", "title": f"{end} at the end of each run: the mean of the row's runs "
-                       "(the report's intervals: the table below)", "y": [end], "aggregate": "mean",
+                       "(the report's intervals: the table below)", "y": [last], "aggregate": "mean",
                        "band": "none"})
     panels.append({"kind": "table", "title": "the report's rows, intervals and verdicts (results/summary.csv)",
                    "key": CLAIMS_KEY})
@@ -158,7 +160,7 @@ def table_spec(name: str, scale: str, runs: list[Run], lines: list[dict]) -> dic
             "filter": {"tags": [f"table:{name}"],  # a run has each of `tags` and one of `devices`
                        "devices": sorted({f"device:{r.run_info.get('cuda_device') or 'cpu'}" for r in runs})},
             "group_by": ["name", "row"] if len(experiments) > 1 else ["row"],
-            "columns": ["config:row", f"summary:{end}", "summary:status"], "runs": len(runs),
+            "columns": ["config:row", f"summary:{last}", "summary:status"], "runs": len(runs),
             "panels": panels, "references": references, "quantiles": qs, "claims": claims_table(lines)}
 
 

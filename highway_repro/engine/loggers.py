@@ -213,6 +213,8 @@ class WandbLogger(JsonlLogger):
                               mode=mode, dir=str(out_dir), config=who["config"], id=resume_id or who["id"],
                               resume="allow" if resume_id else None, settings=wandb.Settings(silent=silent),
                               reinit="create_new")  # its own run: a group's members log into theirs at once
+        who_is.define_summaries(self.run)
+        self.summaries = who_is.SUMMARIES
         self.run_id = self.run.id
 
     def log(self, metrics: dict, step: int) -> None:
@@ -248,7 +250,7 @@ class WandbLogger(JsonlLogger):
 
     def finish(self, final: dict) -> None:
         for k, v in final.items():
-            if isinstance(v, (int, float, str)):
+            if isinstance(v, (int, float, str)) and k not in self.summaries:  # (those: their lowest and last value)
                 self.run.summary[k] = v
         self.run.finish()
 
