@@ -157,13 +157,16 @@ def test_a_second_export_duplicates_nothing(exported, monkeypatch):
     assert sorted(p.name for p in (out / "wandb").glob("offline-run-*")) == before and len(before) == 3
 
 
-def test_a_table_report_run_holds_the_paper_lines_and_the_claims_table(tmp_path, monkeypatch, specs):
+def test_a_table_report_run_holds_the_paper_lines_the_quantiles_and_the_claims_table(tmp_path, monkeypatch, specs):
     from highway_repro.dashboards.export import report_items, write_chunk
 
     offline(monkeypatch, tmp_path)
-    spec = next(s for s in specs if s["table"] == "ht_char_ptb")
-    (item,) = report_items([spec])
-    got = read_offline_run(tmp_path / write_chunk([item], tmp_path, "highway-repro")[item.id]["run"])
+    spec, fig1 = (next(s for s in specs if s["table"] == name) for name in ("ht_char_ptb", "hn_fig1"))
+    item, search = report_items([spec, fig1])
+    written = write_chunk([item, search], tmp_path, "highway-repro")
+    got = read_offline_run(tmp_path / written[item.id]["run"])
+    quantiles = read_offline_run(tmp_path / written[search.id]["run"])["summary"]
+    assert len(fig1["quantiles"]) == 12 and all(quantiles[q["key"]] == q["value"] for q in fig1["quantiles"])
     assert got["run"].display_name == "report: ht_char_ptb" and "table:ht_char_ptb" in got["run"].tags
     assert sorted(got["history"]) == [0, 3000] and got["config"]["row"] == "paper"
     for ref in spec["references"]:
@@ -336,7 +339,7 @@ def test_each_dashboard_shows_the_rows_of_its_table(specs):
     counted, that its claims in summary.csv test."""
     import csv
 
-    from highway_repro.dashboards.export import kept_items
+    from highway_repro.dashboards.export import kept_items, report_items
 
     items = kept_items(RESULTS)
     lines = list(csv.DictReader((RESULTS / "summary.csv").open()))
@@ -345,6 +348,8 @@ def test_each_dashboard_shows_the_rows_of_its_table(specs):
         tags, devices = set(spec["filter"]["tags"]), set(spec["filter"]["devices"])
         chosen = [i for i in items if tags <= set(i.tags) and devices & set(i.tags)]
         assert len(chosen) == spec["runs"] == int(mine[0]["runs"]), spec["table"]
+        (report,) = report_items([spec])  # its paper lines, quantiles and claims: on the dashboard too
+        assert tags <= set(report.tags) and devices & set(report.tags), spec["table"]
         bar = next((p for p in spec["panels"] if p["kind"] == "bar"), None)
         if spec["quantiles"]:
             tested = {(c["row"], c["n_seeds"]): float(c["mean"]) for c in mine if c["kind"] == "claim"}

@@ -101,10 +101,12 @@ def kept_items(results: Path, folders: list[Path] | None = None) -> list[Item]:
 
 
 def report_items(specs: list[dict]) -> list[Item]:
-    """One report run per dashboard spec: the paper's flat lines and the report's W&B Table."""
+    """One report run per dashboard spec: the paper's flat lines, the quantiles and the report's W&B Table; tagged with
+    the device of the runs its table compares, so that its dashboard's filter selects it."""
     return [Item(run_id("report", s["scale"], s["table"]), f"report: {s['table']}", "report",
                  {"name": "report", "row": "paper", "table": s["table"], "scale_name": s["scale"]},
-                 sorted([f"table:{s['table']}", f"scale:{s['scale']}", "report"]), s["description"],
+                 sorted([f"table:{s['table']}", f"scale:{s['scale']}", "report", *s["filter"]["devices"]]),
+                 s["description"],
                  report={"references": s["references"], "quantiles": s.get("quantiles", []),
                          "claims": s["claims"]}) for s in specs]
 
