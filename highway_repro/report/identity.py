@@ -30,7 +30,9 @@ from highway_repro.targets import CONFIG_DIR, REPORTS, TARGETS, kept_apart
 REPEAT_KEYS = ("seed", "trial")  # the keys that repeat a grid cell, as runner.plan.REPEAT_KEYS (a test ties them)
 JOB_TYPE = "train"  # a table's report run: "report" (dashboards/export.py)
 # W&B's summary of the validation losses: {"min": the best evaluation, "last": the final one, metrics.json's}. W&B
-# (0.31) drops both for a key whose summary is also set by hand, keeping the last logged value: never set these.
+# (0.31) drops both for a key whose summary is also set by hand, keeping the last logged value: never set these. W&B
+# keeps no summary across the offline segments of a resumed run: a live run's `min` after a resume is over the steps
+# of its last segment (`val/best_loss`, logged from the checkpoint, is the whole run's); an exported run is one segment.
 SUMMARIES = {key: "min,last" for key in ("val/loss", "val/bpc", "val/ppl")}
 _NEXT_ITEM = re.compile(r",(?=[+~]?[A-Za-z_][\w.@/-]*=)")  # a comma that starts the next `key=value` of a job name
 
