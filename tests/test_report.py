@@ -537,9 +537,11 @@ def test_fig1_best_curves_keep_the_last_logged_training_loss(tmp_path, monkeypat
 
 def test_placement_scan_plots_the_trained_layers_against_lines_over_every_k(tmp_path):
     """The scan's k panels: a point per trained layer k (here only k = 2), the baseline and all-layers rows as flat
-    lines over every k of the grid (1-6 from the table's rows), not over the trained ones only."""
-    from highway_repro.report.spec import render
+    lines over every k of the grid (1-6 from the table's rows), not over the trained ones only; each mean over seeds
+    with the band of its 95 % t-interval, as the tables' learning curves."""
     from highway_repro.report.ht_tables import placement_panels
+    from highway_repro.report.plots import curve_panel
+    from highway_repro.report.spec import render
     from highway_repro.report.tables import registry
 
     for v, test in (("baseline", [2.20, 2.22]), ("sdu_tanh", [2.10, 2.12]), ("tanh_l2", [2.15, 2.19])):
@@ -555,6 +557,16 @@ def test_placement_scan_plots_the_trained_layers_against_lines_over_every_k(tmp_
     assert k_only == ([2], [pytest.approx(2.17)])  # the failed k = 5 is not a point
     assert base == ([1, 6], [pytest.approx(2.21)] * 2) and every == ([1, 6], [pytest.approx(2.11)] * 2)
     assert auc_panel.series["SDU tanh in layer k only"] == ([2], [pytest.approx(3.17)])
+    # each mean over two seeds has its 95 % t-interval as a band: mean ± t(0.975, 1) sd / sqrt(2), t = 12.7062
+    half = 12.706205 * 0.01  # seeds 2.20 and 2.22: sd / sqrt(2) = 0.01
+    assert test_panel.bands["baseline (no gate)"] == ([1, 6], [pytest.approx(2.21 - half)] * 2,
+                                                      [pytest.approx(2.21 + half)] * 2)
+    assert test_panel.bands["SDU tanh in layer k only"] == ([2], [pytest.approx(2.17 - 2 * half)],
+                                                            [pytest.approx(2.17 + 2 * half)])
+    curves = curve_panel(t.rows, "val/bpc", "", "val/bpc")  # the tables' learning curves: the same band
+    assert curves.bands[t.by_id[("baseline",)].label] == ([100], [pytest.approx(3.21 - half)],
+                                                          [pytest.approx(3.21 + half)])
+    assert "t-interval" in test_panel.band_label == curves.band_label
 
 
 def test_the_index_names_a_commit_that_holds_the_archive():

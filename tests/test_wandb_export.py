@@ -9,6 +9,7 @@ import json
 import math
 import struct
 import time
+from pathlib import Path
 
 import pytest
 
@@ -116,7 +117,7 @@ def test_three_kept_runs_export_as_their_folders_say(exported):
     out, summary = exported
     index = json.loads((out / "exported.json").read_text())
     assert summary["written"] == summary["runs"] == len(index) == 3
-    tags = {}
+    tags, summarised = {}, 0
     for folder in THREE:
         config = read_yaml(folder / "config_resolved.yaml")
         who = identity(config, job_name(read_yaml(folder / ".hydra" / "overrides.yaml"), excluded_keys()))
@@ -133,10 +134,15 @@ def test_three_kept_runs_export_as_their_folders_say(exported):
         for line in lines:
             assert all(same(got["history"][line["step"]][k], v) for k, v in line.items() if k != "step")
         final = renamed(json.loads((folder / "metrics.json").read_text()))
-        assert all(got["summary"][k] == v for k, v in final.items() if isinstance(v, (int, float, str)))
+        best = {k: min(line[k] for line in lines if k in line) for k in ("val/loss", "val/bpc", "val/ppl")
+                if k in final}
+        assert all(got["summary"][k] == ({"min": best[k], "last": v} if k in best else v)
+                   for k, v in final.items() if isinstance(v, (int, float, str))), got["summary"]
+        summarised += len(best)
         assert "best/val_loss" not in got["summary"] and ("val/best_loss" in got["summary"]) == ("val/loss" in final)
     assert tags == {"ht_char_ptb-cpu": {"table:ht_char_ptb", "table:ht_zoo_char_ptb", "table:ht_gate_zoo"},
                     "hn_fig1-cpu": {"table:hn_fig1"}, "hn_analysis-cpu": {"table:hn_analysis"}}
+    assert summarised >= 2  # val/loss and val/bpc of the char-PTB run: {"min": the best evaluation, "last": the final}
     assert run.display_name == "hn_analysis" and run.config.update  # the single run: named by its experiment
 
 
@@ -151,13 +157,16 @@ def test_a_second_export_duplicates_nothing(exported, monkeypatch):
     assert sorted(p.name for p in (out / "wandb").glob("offline-run-*")) == before and len(before) == 3
 
 
-def test_a_table_report_run_holds_the_paper_lines_and_the_claims_table(tmp_path, monkeypatch, specs):
+def test_a_table_report_run_holds_the_paper_lines_the_quantiles_and_the_claims_table(tmp_path, monkeypatch, specs):
     from highway_repro.dashboards.export import report_items, write_chunk
 
     offline(monkeypatch, tmp_path)
-    spec = next(s for s in specs if s["table"] == "ht_char_ptb")
-    (item,) = report_items([spec])
-    got = read_offline_run(tmp_path / write_chunk([item], tmp_path, "highway-repro")[item.id]["run"])
+    spec, fig1 = (next(s for s in specs if s["table"] == name) for name in ("ht_char_ptb", "hn_fig1"))
+    item, search = report_items([spec, fig1])
+    written = write_chunk([item, search], tmp_path, "highway-repro")
+    got = read_offline_run(tmp_path / written[item.id]["run"])
+    quantiles = read_offline_run(tmp_path / written[search.id]["run"])["summary"]
+    assert len(fig1["quantiles"]) == 12 and all(quantiles[q["key"]] == q["value"] for q in fig1["quantiles"])
     assert got["run"].display_name == "report: ht_char_ptb" and "table:ht_char_ptb" in got["run"].tags
     assert sorted(got["history"]) == [0, 3000] and got["config"]["row"] == "paper"
     for ref in spec["references"]:
@@ -219,17 +228,20 @@ def test_every_table_spec_names_only_keys_its_runs_log(specs):
             logged |= set(json.loads((f / "metrics.json").read_text()))
             for line in (f / "metrics.jsonl").read_text().splitlines():
                 logged |= set(json.loads(line))
-        reported = {r["key"] for r in spec["references"]} | {spec["claims"]["key"]}
-        keys = [k for p in spec["panels"] for k in p.get("y", []) + [p[x] for x in ("metric", "key") if x in p]]
+        reported = {r["key"] for r in spec["references"] + spec["quantiles"]} | {spec["claims"]["key"]}
+        keys = [k.removesuffix(".last") for p in spec["panels"]  # val/bpc.last: W&B's last value of val/bpc
+                for k in p.get("y", []) + [p[x] for x in ("metric", "key") if x in p]]
         assert any(p["kind"] == "line" for p in spec["panels"]), spec["table"]
         assert set(keys) <= logged | reported, (spec["table"], set(keys) - logged - reported)
         assert all(k in logged for k in keys if not k.startswith(("paper/", "report/"))), spec["table"]
-        assert {c.split(":", 1)[1] for c in spec["columns"] if c.startswith("summary:")} <= logged
-        assert set(spec["group_by"]) <= {"name", "row"} and spec["runs"] == len(folders)
+        assert {c.split(":", 1)[1].removesuffix(".last") for c in spec["columns"] if c.startswith("summary:")} <= logged
+        assert set(spec["group_by"]) <= {"name", "row"} and 0 < spec["runs"] <= len(folders)
         json.dumps(spec)
     char = next(s for s in specs if s["table"] == "ht_char_ptb")
     assert {r["key"]: r["value"] for r in char["references"]}["paper/test_bpc/sdu_tanh"] == 1.364
     assert next(s for s in specs if s["table"] == "ht_gate_zoo")["group_by"] == ["name", "row"]
+    anchor = next(s for s in specs if s["table"] == "ht_paper_anchor")  # its end metric is val/bpc: W&B's summary
+    assert "summary:val/bpc.last" in anchor["columns"]  # of a validation loss is its min and its last value
 
 
 def test_the_logger_in_a_kept_run_s_folder_starts_the_run_the_export_gives(tmp_path, monkeypatch, exported):
@@ -317,3 +329,44 @@ def test_the_whole_export_is_one_run_per_distinct_kept_run(tmp_path, monkeypatch
     assert first["written"] == first["runs"] == distinct + len(specs)
     assert len(list((tmp_path / "wandb").glob("offline-run-*"))) == first["runs"]
     assert export(RESULTS, tmp_path, jobs=2)["written"] == 0
+
+
+def test_each_dashboard_shows_the_rows_of_its_table(specs):
+    """Each dashboard's filter, applied to the tags the export gives every kept run, selects the runs its table
+    counts (summary.csv's `runs`: one device's, the GPU-made runs of a cpu-scale table left out); the mean of the
+    end metric over each of its groups (W&B's bar: the runs that have it in their summary) is a row mean of the table
+    in results/summary.csv, row for row; Fig. 1's bar holds the quantile of each row's trials, diverged trials
+    counted, that its claims in summary.csv test."""
+    import csv
+
+    from highway_repro.dashboards.export import kept_items, report_items
+
+    items = kept_items(RESULTS)
+    lines = list(csv.DictReader((RESULTS / "summary.csv").open()))
+    for spec in specs:
+        mine = [line for line in lines if line["table"] == spec["table"] and line["scale"] == spec["scale"]]
+        tags, devices = set(spec["filter"]["tags"]), set(spec["filter"]["devices"])
+        chosen = [i for i in items if tags <= set(i.tags) and devices & set(i.tags)]
+        assert len(chosen) == spec["runs"] == int(mine[0]["runs"]), spec["table"]
+        (report,) = report_items([spec])  # its paper lines, quantiles and claims: on the dashboard too
+        assert tags <= set(report.tags) and devices & set(report.tags), spec["table"]
+        bar = next((p for p in spec["panels"] if p["kind"] == "bar"), None)
+        if spec["quantiles"]:
+            tested = {(c["row"], c["n_seeds"]): float(c["mean"]) for c in mine if c["kind"] == "claim"}
+            shown = {(q["row"], str(q["trials"])): q["value"] for q in spec["quantiles"]}
+            assert bar["y"] == [q["key"] for q in spec["quantiles"]] and len(shown) == 12
+            assert all(math.isclose(shown[k] if c["metric"] == "loss" else math.log10(shown[k]), v, rel_tol=1e-5)
+                       for k, v in tested.items() for c in mine if (c["row"], c["n_seeds"]) == k), tested
+            continue
+        if bar is None:
+            continue
+        groups: dict = {}
+        for i in chosen:
+            value = json.loads((Path(i.folder) / "metrics.json").read_text()).get(bar["y"][0].removesuffix(".last"))
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                groups.setdefault(tuple(i.config[k] for k in spec["group_by"]), []).append(value)
+        percent = 100 if bar["y"][0].endswith("/acc") else 1  # the tables give accuracy in %
+        means = sorted(percent * sum(v) / len(v) for v in groups.values())
+        table = sorted(float(line["mean"]) for line in mine if line["kind"] == "row")
+        assert len(means) == len(table), spec["table"]
+        assert all(math.isclose(a, b, rel_tol=1e-5) for a, b in zip(means, table)), (spec["table"], means, table)

@@ -18,10 +18,15 @@ JOB = ["model.width=4", "seed=0"]  # hn_table1's smoke grid: one job
 SETTING = ["sweep=hn_table1/smoke", "experiment=hn_table1", "scale=smoke", "resume=auto", "logger=wandb", "threads=1"]
 
 
-def own_service(env) -> dict:
-    """An environment for a child process that starts its own W&B service (a test in this process may have started
-    one and named it in WANDB_SERVICE: a child killed with kill -9 would leave its run open in that one)."""
-    return {k: v for k, v in env.items() if k != "WANDB_SERVICE"}
+def parent_service(monkeypatch) -> dict:
+    """This process, offline, with a W&B service of its own (started here if no test has), named in WANDB_SERVICE,
+    which its child processes inherit, as from a notebook or a script that used W&B; its environment."""
+    import wandb
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    wandb.setup()
+    assert os.environ["WANDB_SERVICE"].split("-")[1] == str(os.getpid())
+    return dict(os.environ)
 
 
 def train_live(results):
@@ -67,11 +72,11 @@ def test_a_live_run_and_its_export_are_one_w_and_b_run(tmp_path, monkeypatch):
 
 @needs_mirror
 @pytest.mark.slow  # a table's four smoke runs and its report, twice: about 30 s on 2 cores
-def test_the_runner_with_the_wandb_logger_reports_as_without_it(tmp_path):
+def test_the_runner_with_the_wandb_logger_reports_as_without_it(tmp_path, monkeypatch):
     """`python -m highway_repro.runner demo logger=wandb` trains (through the grouped launcher, whose jobs are set up
     before any trains), reports every run and exits 0, W&B printing nothing; a later runner of the table (nothing
     left to train) and `--report-only` report it again."""
-    env = {**own_service(os.environ), "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)}
+    env = {**parent_service(monkeypatch), "WANDB_DIR": str(tmp_path)}
     base = [sys.executable, "-m", "highway_repro.runner", "demo", "--scale", "smoke", "--runs", str(tmp_path / "runs"),
             "--results", str(tmp_path / "results")]
     for extra in (["logger=wandb", "threads=1", "--group", "auto"], ["logger=wandb", "threads=1"], ["--report-only"]):
@@ -128,7 +133,8 @@ def test_a_resumed_w_and_b_run_logs_again_the_steps_its_earlier_segment_lacks(tm
 def test_after_kill_9_and_resume_the_w_and_b_history_is_metrics_jsonl(tmp_path, monkeypatch):
     """kill -9 of a run's processes (its W&B service too, as a crash of the machine) after a checkpoint and before W&B
     wrote the steps up to it (checked: the gap is not empty), then resume=auto to the end: the history of the run's
-    W&B segments together is metrics.jsonl, step by step and value by value."""
+    W&B segments together is metrics.jsonl, step by step and value by value. The training process is the child of one
+    with a W&B service of its own (WANDB_SERVICE), which outlives the kill: the run lives in a service of its own."""
     import signal
     import time
 
@@ -138,7 +144,8 @@ def test_after_kill_9_and_resume_the_w_and_b_history_is_metrics_jsonl(tmp_path, 
     out = tmp_path / "run"
     args = [o for o in IMAGE if not o.startswith("logger=")] + [
         "logger=wandb", "trainer.max_steps=30", "resume=auto", "threads=1", f"hydra.run.dir={out}"]
-    env = {**own_service(_env()), "WANDB_MODE": "offline"}
+    parent_service(monkeypatch)
+    env = _env()
 
     def logged() -> list[int]:
         text = (out / "metrics.jsonl").read_text() if (out / "metrics.jsonl").exists() else ""
@@ -174,3 +181,19 @@ def test_after_kill_9_and_resume_the_w_and_b_history_is_metrics_jsonl(tmp_path, 
     for step, values in lines.items():
         assert history[step].keys() == values.keys(), step
         assert all(same(history[step][k], v) for k, v in values.items()), (step, history[step], values)
+
+
+def test_a_run_never_logs_into_a_w_and_b_service_of_another_process(monkeypatch):
+    """WANDB_SERVICE names the process that started the service: a token of another process (inherited) is dropped
+    before a W&B run starts, one of this process kept, none left as none."""
+    from highway_repro.engine.loggers import own_wandb_service
+
+    me = os.getpid()
+    for token, kept in ((f"3-{me + 1}-unix-/tmp/wandb-1-2-3/socket", False), (f"3-{me}-unix-/tmp/wandb-1-2-3/socket",
+                        True), (f"3-{me}1-tcp-localhost-4242", False), (f"3-{me}-tcp-localhost-4242", True)):
+        env = {"WANDB_SERVICE": token, "PATH": "/bin"}
+        own_wandb_service(env)
+        assert env == ({"WANDB_SERVICE": token, "PATH": "/bin"} if kept else {"PATH": "/bin"}), token
+    env = {"PATH": "/bin"}
+    own_wandb_service(env)
+    assert env == {"PATH": "/bin"}

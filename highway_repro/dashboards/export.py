@@ -4,9 +4,10 @@ Every distinct kept run of every table (`report.grids.kept_folders`: a study's r
 included) becomes one offline run under `<out>/wandb/offline-run-<time>-<id>/`, with the id, group, name, job type,
 tags and config that `logger=wandb` gave the same run (`report/identity.py`: `table:<name>` for each table that reads
 it, `scale:<scale>`, `device:<cpu or the GPU's name>`; a run that several tables read is exported once), the history
-of its metrics.jsonl at its own steps and the summary of its metrics.json. Each
-table also gets one report run (`report: <table>`): the paper's numbers as flat lines and the report's rows,
-intervals and verdicts as a W&B Table (what its dashboard spec names, `spec.py`).
+of its metrics.jsonl at its own steps and the summary of its metrics.json (a validation loss: its lowest and its last
+value, `identity.SUMMARIES`). Each table also gets one report run
+(`report: <table>`): the paper's numbers as flat lines, the quantile of each row's trials that a random search's
+claims test, and the report's rows, intervals and verdicts as a W&B Table (what its dashboard spec names, `spec.py`).
 
 `<out>/exported.json` records each exported run's folder and a digest of what it was made from: a second export
 skips a run whose inputs are unchanged, writes a changed one anew (its old folder removed) and removes the runs of
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from highway_repro.errors import make_folder
 from highway_repro import files
-from highway_repro.report.identity import JOB_TYPE, identity, job_of, run_id
+from highway_repro.report.identity import JOB_TYPE, SUMMARIES, define_summaries, identity, job_of, run_id
 from highway_repro.dashboards.spec import DAMAGED, build_specs, sound_runs
 from highway_repro.files import KeptFileError
 from highway_repro.report.grids import kept_folders
@@ -36,7 +37,7 @@ from highway_repro.targets import KEPT_FILES, REPORTS, ROOT, SCALES
 
 EXPORT_DIR = ROOT / "runs" / "wandb_export"
 PROJECT = "highway-repro"  # the project of configs/logger/wandb.yaml; WANDB_PROJECT chooses another
-FORMAT = 2  # in every digest: a change to what an exported run holds makes the next export write every run anew
+FORMAT = 3  # in every digest: a change to what an exported run holds makes the next export write every run anew
 CHUNK = 16  # runs per worker task; the record is saved after each
 
 
@@ -100,11 +101,14 @@ def kept_items(results: Path, folders: list[Path] | None = None) -> list[Item]:
 
 
 def report_items(specs: list[dict]) -> list[Item]:
-    """One report run per dashboard spec: the paper's flat lines and the report's W&B Table."""
+    """One report run per dashboard spec: the paper's flat lines, the quantiles and the report's W&B Table; tagged with
+    the device of the runs its table compares, so that its dashboard's filter selects it."""
     return [Item(run_id("report", s["scale"], s["table"]), f"report: {s['table']}", "report",
                  {"name": "report", "row": "paper", "table": s["table"], "scale_name": s["scale"]},
-                 sorted([f"table:{s['table']}", f"scale:{s['scale']}", "report"]), s["description"],
-                 report={"references": s["references"], "claims": s["claims"]}) for s in specs]
+                 sorted([f"table:{s['table']}", f"scale:{s['scale']}", "report", *s["filter"]["devices"]]),
+                 s["description"],
+                 report={"references": s["references"], "quantiles": s.get("quantiles", []),
+                         "claims": s["claims"]}) for s in specs]
 
 
 def _number(v):
@@ -132,17 +136,20 @@ def write_run(wandb, item: Item, out: Path, project: str) -> str:
                      notes=item.notes, config=item.config, job_type="report" if item.report else JOB_TYPE,
                      dir=str(out), mode="offline", settings=settings, reinit="finish_previous")
     if item.folder:
+        define_summaries(run)
         kept = load_run(Path(item.folder))
         for step, values in history(kept).items():  # each step committed, so the summary below is the last word
             run.log(values, step=step, commit=True)
         final = kept.final
-        run.summary.update({k: _number(v) for k, v in final.items() if isinstance(v, (int, float, str))})
+        run.summary.update({k: _number(v) for k, v in final.items()
+                            if isinstance(v, (int, float, str)) and k not in SUMMARIES})  # those: lowest and last
     else:
         refs, claims = item.report["references"], item.report["claims"]
         steps = refs[0]["steps"] if refs else [0]
         table = wandb.Table(columns=claims["columns"], data=claims["rows"], allow_mixed_types=True)
+        at_end = {claims["key"]: table, **{q["key"]: q["value"] for q in item.report["quantiles"]}}
         for step in steps:
-            run.log({**{r["key"]: r["value"] for r in refs}, **({claims["key"]: table} if step == steps[-1] else {})},
+            run.log({**{r["key"]: r["value"] for r in refs}, **(at_end if step == steps[-1] else {})},
                     step=step, commit=True)
     where = Path(run.dir).parent.relative_to(out).as_posix()  # run.dir: <out>/wandb/offline-run-.../files
     run.finish()

@@ -1,9 +1,10 @@
 """Dashboard specs (`spec.py`) as W&B saved views, with `wandb-workspaces` (the `wandb` extra: pip install -e
 ".[wandb]"), imported only here and only when publishing.
 
-One saved view per table: its runs (tag `table:<name>`) grouped by `row`, the line panels with the row's mean and a
-min-max band, the bar panel of the end metric, the report's W&B Table. Each view has a fixed internal name (from the
-table and scale), so publishing again updates it instead of adding another.
+One saved view per table: the runs it compares (tag `table:<name>` and one of the spec's device tags) grouped by
+`row`, the line panels (the row's mean and a min-max band; a random search: its lowest trial), the bar panel of the
+end metric (a random search: the quantile its claims test, logged by the report run), the report's W&B Table.
+Each view has a fixed internal name (from the table and scale), so publishing again updates it instead of adding one.
 """
 
 from __future__ import annotations
@@ -53,14 +54,15 @@ def workspace(spec: dict, entity: str, project: str):
                                       groupby_aggfunc=p["aggregate"], groupby_rangefunc=p["band"], aggregate=True,
                                       smoothing_type="none", layout=wr.Layout(w=12, h=8)))
         elif p["kind"] == "bar":
-            panels.append(wr.BarPlot(title=p["title"], metrics=[p["metric"]], groupby_aggfunc=p["aggregate"],
+            panels.append(wr.BarPlot(title=p["title"], metrics=p["y"], groupby_aggfunc=p["aggregate"],
                                      groupby_rangefunc=p["band"], aggregate=True, layout=wr.Layout(w=12, h=8)))
         else:
             panels.append(wr.WeavePanelSummaryTable(table_name=p["key"], layout=wr.Layout(w=24, h=12)))
     view = ws.Workspace(
         entity=entity, project=project, name=spec["name"],
         sections=[ws.Section(name=spec["description"], panels=panels, is_open=True)],
-        runset_settings=ws.RunsetSettings(filters=ws.And(ws.Tags().isin(spec["filter"]["tags"])),
+        runset_settings=ws.RunsetSettings(filters=ws.And(*(ws.Tags().isin([t]) for t in spec["filter"]["tags"]),
+                                                         ws.Tags().isin(spec["filter"]["devices"])),
                                           groupby=[ws.Config(k) for k in spec["group_by"]],
                                           pinned_columns=spec["columns"]))
     view._internal_name = view_name(spec)

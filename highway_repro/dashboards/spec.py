@@ -2,15 +2,21 @@
 
 One spec per table and scale (every report of `targets.REPORTS` that has kept runs):
 
-- `filter`: the runs tagged `table:<name>` (the export tags each run with every table that reads it), grouped by
+- `filter`: the runs the table compares: tagged `table:<name>` (the export tags each run with every table that reads
+  it) and `device:<d>` for a device `d` of those runs (the report compares one device's runs, `report.runs.one_device`:
+  the runs of the table made on the other device, kept apart, are on no dashboard), grouped by
   the config column `row` (`identity.row_of`; the gate zoo, whose rows repeat across its models: by `name`, the
   experiment, then `row`);
 - `panels`: the table's metric over the steps (validation, then training), each row's mean with a band from the
   lowest to the highest of its runs (no standard deviation band: the report's intervals are in the table panel), with
   the paper's number of each row it reports as a flat line (`paper/<split>_<metric>/<row>`, logged by the table's
   report run); the metric at the end of each run, the row's mean; the report's rows, intervals and verdicts
-  (`report/claims`, a W&B Table of the table's lines of results/summary.csv);
-- `references` and `claims`: what the table's report run logs (`export.py` writes it from the spec).
+  (`report/claims`, a W&B Table of the table's lines of results/summary.csv). A random search whose claims test a
+  quantile of its trials (Fig. 1): the curves of each row's lowest trial (the figure's best trial), and at the end
+  the quantile itself, per row, over all of its trials, a diverged one counted at the worst final value a finished
+  trial of its depth reached, as the figure counts it (`quantiles`, logged by the report run: W&B's groups have no
+  quantile and drop a run without the metric);
+- `references`, `quantiles` and `claims`: what the table's report run logs (`export.py` writes it from the spec).
 
 No wandb import here: `publish.py` turns a spec into W&B objects, and only when publishing.
 """
@@ -19,12 +25,14 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 from pathlib import Path
 
 from highway_repro import files
 from highway_repro.report.grids import kept_folders
-from highway_repro.report.runs import Run, load_run
+from highway_repro.report.identity import SUMMARIES
+from highway_repro.report.runs import Run, load_run, one_device
 from highway_repro.targets import REPORTS, SCALES, TARGETS
 
 METRICS = ("acc", "bpc", "ppl", "loss")  # a summary.csv metric names one of these (`mean bpc over evaluations`)
@@ -88,8 +96,32 @@ def _slug(row: str) -> str:
     return named.group(1) if named else re.sub(r"[^\w.-]+", "_", row).strip("_")
 
 
+def quantiles(name: str, runs: list[Run], split: str, metric: str) -> list[dict]:
+    """The quantile that `name`'s claims test of each row's trials ([] for a table whose claims test no quantile):
+    [{"row", "key", "value", "trials"}], failures at the worst finished value of the row's depth (the first key)."""
+    from highway_repro.report.spec import claims_of, group, trials
+    from highway_repro.report.stats import quantile
+    from highway_repro.report.tables import registry
+
+    spec = registry()[name]
+    rows = group(spec, runs)
+    q = next((c.q for c in claims_of(spec, {r.id: r for r in rows}) if c.pick == "quantile"), None)
+    if q is None:
+        return []
+    out = []
+    for row in rows:
+        worst = max((v for other in rows if other.id[0] == row.id[0] for v in other.values(spec.primary)),
+                    default=math.nan)
+        xs = trials(row, spec.primary, worst)
+        if xs:
+            out.append({"row": row.label, "key": f"report/{split}_{metric}_q{q * 100:g}/{_slug(row.label)}",
+                        "value": quantile(xs, q), "trials": len(xs)})
+    return out
+
+
 def table_spec(name: str, scale: str, runs: list[Run], lines: list[dict]) -> dict:
-    """The dashboard of table `name` at `scale` from its kept runs and its lines of summary.csv."""
+    """The dashboard of table `name` at `scale` from the kept runs it compares (one device's) and its lines of
+    summary.csv."""
     history, final = logged_keys(runs)
     main = next(line for line in lines if line["kind"] == "row")
     metric = next((m for m in METRICS if re.search(rf"\b{m}\b", main["metric"])), main["metric"])
@@ -100,26 +132,36 @@ def table_spec(name: str, scale: str, runs: list[Run], lines: list[dict]) -> dic
                   for line in lines if line["kind"] == "row" and line["paper"]]
     curves = [f"{s}/{metric}" for s in ("val", "train") if history.get(f"{s}/{metric}", 0) > 1]
     experiments = {TARGETS[p].experiment for p in TARGETS[name].parts or (name,)}
+    end = f"{split}/{metric}"
+    last = f"{end}.last" if end in SUMMARIES else end  # W&B's name of the final value of a key with a summary
+    qs = quantiles(name, runs, split, metric) if end in final else []
     panels = []
     for i, key in enumerate(curves):
         refs = references if i == 0 else []
-        title = f"{key} by row: the mean of the row's runs, band from its lowest to its highest run"
+        title = (f"{key} by row: the lowest of the row's trials at each step (the figure's best trial)" if qs else
+                 f"{key} by row: the mean of the row's runs, band from its lowest to its highest run")
         if refs:
             title += f"; flat lines: the paper's {split} {metric} of the rows it reports"
         panels.append({"kind": "line", "title": title, "x": "Step", "y": [key] + [r["key"] for r in refs],
-                       "aggregate": "mean", "band": "minmax", "log_y": metric == "loss"})
-    end = f"{split}/{metric}"
-    if end in final:
+                       "aggregate": "min" if qs else "mean", "band": "none" if qs else "minmax",
+                       "log_y": metric == "loss"})
+    if qs:
+        panels.append({"kind": "bar", "title": f"{end}: the {qs[0]['key'].split('/')[1].rsplit('_q', 1)[1]} % "
+                       "quantile of each row's trials that the claims test, a diverged trial counted at the worst "
+                       "final value of its depth (the report run; the intervals: the table below)",
+                       "y": [x["key"] for x in qs], "aggregate": "mean", "band": "none"})
+    elif end in final:
         panels.append({"kind": "bar", "title": f"{end} at the end of each run: the mean of the row's runs "
-                       "(the report's intervals: the table below)", "metric": end, "aggregate": "mean",
+                       "(the report's intervals: the table below)", "y": [last], "aggregate": "mean",
                        "band": "none"})
     panels.append({"kind": "table", "title": "the report's rows, intervals and verdicts (results/summary.csv)",
                    "key": CLAIMS_KEY})
     return {"table": name, "scale": scale, "name": f"{name} ({scale})", "description": TARGETS[name].help,
-            "filter": {"tags": [f"table:{name}"]},
+            "filter": {"tags": [f"table:{name}"],  # a run has each of `tags` and one of `devices`
+                       "devices": sorted({f"device:{r.run_info.get('cuda_device') or 'cpu'}" for r in runs})},
             "group_by": ["name", "row"] if len(experiments) > 1 else ["row"],
-            "columns": ["config:row", f"summary:{end}", "summary:status"], "runs": len(runs),
-            "panels": panels, "references": references, "claims": claims_table(lines)}
+            "columns": ["config:row", f"summary:{last}", "summary:status"], "runs": len(runs),
+            "panels": panels, "references": references, "quantiles": qs, "claims": claims_table(lines)}
 
 
 def build_specs(results: Path) -> list[dict]:
@@ -129,7 +171,7 @@ def build_specs(results: Path) -> list[dict]:
     for name in REPORTS:
         for scale in SCALES:
             mine = [line for line in lines if line["table"] == name and line["scale"] == scale]
-            runs = sound_runs(kept_folders(name, scale, results), results)
+            runs = one_device(sound_runs(kept_folders(name, scale, results), results))[0]
             if runs and any(line.get("kind") == "row" for line in mine):
                 try:
                     specs.append(table_spec(name, scale, runs, mine))

@@ -169,6 +169,17 @@ class JsonlLogger:
         pass
 
 
+def own_wandb_service(env) -> None:
+    """Drop from `env` (os.environ) a W&B service that another process started: W&B names its service in
+    WANDB_SERVICE (`<version>-<pid of the process that started it>-unix-<socket>` or `...-tcp-localhost-<port>`) and a
+    child process inherits it, so a run started there would live in its parent's service, where a kill -9 of the
+    run's process leaves it open and its resume fails ("run ID ... in use"). Without it, the first W&B run of this
+    process starts a service of its own, which dies with it; a service this process started is kept."""
+    token = env.get("WANDB_SERVICE")
+    if token and token.split("-")[1:2] != [str(os.getpid())]:
+        env.pop("WANDB_SERVICE")
+
+
 class WandbLogger(JsonlLogger):
     """metrics.jsonl plus a W&B run (offline by default: works without a network;
     `wandb sync <run>/wandb/offline-run-*` uploads it later).
@@ -188,6 +199,7 @@ class WandbLogger(JsonlLogger):
         from highway_repro.report import identity as who_is
         from highway_repro.targets import kept_apart
 
+        own_wandb_service(os.environ)
         self.wandb, config = wandb, config or {}
         job, overrides = who_is.job_of(Path(out_dir))
         job = job if name is None else name
@@ -201,6 +213,8 @@ class WandbLogger(JsonlLogger):
                               mode=mode, dir=str(out_dir), config=who["config"], id=resume_id or who["id"],
                               resume="allow" if resume_id else None, settings=wandb.Settings(silent=silent),
                               reinit="create_new")  # its own run: a group's members log into theirs at once
+        who_is.define_summaries(self.run)
+        self.summaries = who_is.SUMMARIES
         self.run_id = self.run.id
 
     def log(self, metrics: dict, step: int) -> None:
@@ -236,7 +250,7 @@ class WandbLogger(JsonlLogger):
 
     def finish(self, final: dict) -> None:
         for k, v in final.items():
-            if isinstance(v, (int, float, str)):
+            if isinstance(v, (int, float, str)) and k not in self.summaries:  # (those: their lowest and last value)
                 self.run.summary[k] = v
         self.run.finish()
 

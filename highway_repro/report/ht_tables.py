@@ -10,7 +10,7 @@ import statistics
 
 from highway_repro.report import papers, stats
 from highway_repro.report.grids import SWEEP_DIR, grid_of
-from highway_repro.report.plots import Panel, curve_panel, plot
+from highway_repro.report.plots import T_BAND, Panel, curve_panel, plot, t_band
 from highway_repro.report.runs import Run
 from highway_repro.report.spec import (NA, Claim, Column, Measure, TableSpec, count, mean_pm, params, paper,
                                        pct, ratio_to_baseline, rel_change, stat, steps_to_reach, test_claim)
@@ -202,7 +202,7 @@ def ht_table(name: str, title: str, metric: str, time_column: bool = False,
 
 def placement_panels(t) -> list[Panel]:
     """Final test bpc and mean val bpc over the run (AUC) against the gated layer k, with the baseline and the
-    all-layers row as flat lines; mean over seeds (the error is in the table)."""
+    all-layers row as flat lines; mean over seeds, with the band of its 95 % t-interval (`plots.t_band`)."""
     test, auc = Measure("test/bpc", "test bpc"), Measure("val/bpc", "", how="auc")
 
     def layer(v: str) -> int | None:
@@ -218,14 +218,17 @@ def placement_panels(t) -> list[Panel]:
     panels = []
     for m, title in ((test, "final test bpc vs the one gated layer k"),
                      (auc, "mean val bpc over the run (AUC) vs k")):
-        series = {}
+        series, bands = {}, {}
         if ks:
             series[k_only] = (ks, [t.by_id[(f"tanh_l{k}",)].mean(m) for k in ks])
+            bands[k_only] = t_band(ks, [t.by_id[(f"tanh_l{k}",)].values(m) for k in ks])
         for rid, label in flat.items():
             row = t.by_id.get((rid,))
             if row and row.done and ks:
                 series[label] = (span, [row.mean(m)] * 2)
-        panels.append(Panel(title, series, "bpc", xlabel="gated layer k", colors=colors, styles=styles))
+                bands[label] = t_band(span, [row.values(m)] * 2)
+        panels.append(Panel(title, series, "bpc", xlabel="gated layer k", colors=colors, styles=styles,
+                            bands={k: b for k, b in bands.items() if b}, band_label=T_BAND))
     return panels
 
 

@@ -9,7 +9,8 @@ apart: `targets.runs_folder`). Group = the experiment, name = the job, job type 
 own (less `logger`, which says where a run is mirrored, not what it is) plus one column, `row`: the job without its
 repeat keys, so that W&B groups a table's runs by row (and by `seed` or `trial`, config keys already) out of the
 box. Tags: `table:<name>` for each report that reads the run (the dashboards' filter), `scale:<scale>`,
-`device:<cpu or the GPU's name>` (run_info.json's `cuda_device`).
+`device:<cpu or the GPU's name>` (run_info.json's `cuda_device`). Summary: the validation losses' lowest and last
+value (`SUMMARIES`, W&B's `define_metric`), every other key of metrics.json as it is.
 
 Reads files only (no torch): the engine's logger and the export (`highway_repro.dashboards`) import it.
 """
@@ -28,6 +29,11 @@ from highway_repro.targets import CONFIG_DIR, REPORTS, TARGETS, kept_apart
 
 REPEAT_KEYS = ("seed", "trial")  # the keys that repeat a grid cell, as runner.plan.REPEAT_KEYS (a test ties them)
 JOB_TYPE = "train"  # a table's report run: "report" (dashboards/export.py)
+# W&B's summary of the validation losses: {"min": the best evaluation, "last": the final one, metrics.json's}. W&B
+# (0.31) drops both for a key whose summary is also set by hand, keeping the last logged value: never set these. W&B
+# keeps no summary across the offline segments of a resumed run: a live run's `min` after a resume is over the steps
+# of its last segment (`val/best_loss`, logged from the checkpoint, is the whole run's); an exported run is one segment.
+SUMMARIES = {key: "min,last" for key in ("val/loss", "val/bpc", "val/ppl")}
 _NEXT_ITEM = re.compile(r",(?=[+~]?[A-Za-z_][\w.@/-]*=)")  # a comma that starts the next `key=value` of a job name
 
 
@@ -106,3 +112,9 @@ def identity(config: dict, job: str, cuda_device: str | None = None, tables=()) 
     return {"id": run_id(experiment, scale, job), "group": experiment, "name": job or experiment,
             "job_type": JOB_TYPE, "tags": sorted(tags),
             "config": {**{k: v for k, v in config.items() if k != "logger"}, "row": row_of(job)}}
+
+
+def define_summaries(run) -> None:
+    """Give W&B run `run` the summaries of `SUMMARIES` (before anything is logged)."""
+    for key, how in SUMMARIES.items():
+        run.define_metric(key, summary=how)

@@ -1,5 +1,6 @@
 """The one plotting helper: curves (against step, or another x), in one or more panels, to a PNG; `pyplot` and
-`save` for the figures drawn by hand (the claims forest)."""
+`save` for the figures drawn by hand (the claims forest). A curve that is a mean over seeds has a band: the 95 %
+t-interval of that mean (`T_BAND`, named in the legend), where at least two seeds have a value."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from pathlib import Path
 
 from highway_repro import files
 from highway_repro.report.spec import mean_curve
+from highway_repro.report.stats import mean_interval
+
+T_BAND = "band: 95 % t-interval of the mean over seeds"
 
 
 @dataclass
@@ -23,6 +27,7 @@ class Panel:
     styles: dict = field(default_factory=dict)  # label -> extra matplotlib line style, e.g. {"marker": "o"}
     bands: dict = field(default_factory=dict)  # label -> (xs, low, high): a shaded band in the series' colour
     vlines: dict = field(default_factory=dict)  # x -> legend text: a dotted vertical line
+    band_label: str = ""  # what the bands are, in the legend
 
 
 def pyplot():
@@ -50,12 +55,15 @@ def plot(path, panels: list[Panel], ncols: int | None = None, panel_size=(7.0, 4
     nrows = -(-len(panels) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows), squeeze=False)
     for ax, p in zip(axes.flat, panels):
+        drawn = {}  # label -> the colour its line was drawn in
         for label, (xs, ys) in p.series.items():
             style = {"ls": "--", "marker": "o", "ms": 3, "alpha": 0.7} if p.dashed else {"lw": 1.5}
             style |= p.styles.get(label, {})
-            ax.plot(xs, ys, label=label, color=p.colors.get(label), **style)
+            drawn[label] = ax.plot(xs, ys, label=label, color=p.colors.get(label), **style)[0].get_color()
         for label, (xs, lo, hi) in p.bands.items():
-            ax.fill_between(xs, lo, hi, color=p.colors.get(label), alpha=0.2, lw=0)
+            ax.fill_between(xs, lo, hi, color=p.colors.get(label) or drawn.get(label), alpha=0.2, lw=0)
+        if p.bands and p.band_label:
+            ax.fill_between([], [], [], color="0.5", alpha=0.2, lw=0, label=p.band_label)
         for x, text in p.vlines.items():
             ax.axvline(x, color="0.4", ls=":", lw=1, label=text)
         ax.set_xlabel(p.xlabel)
@@ -72,12 +80,24 @@ def plot(path, panels: list[Panel], ncols: int | None = None, panel_size=(7.0, 4
     return save(fig, path)
 
 
+def t_band(xs: list, samples: list[list[float]]) -> tuple[list, list, list] | None:
+    """(xs, low, high): the 95 % t-interval of the mean of each x's sample, at the xs with two values or more
+    (None: at none)."""
+    ends = [(x, ci) for x, sample in zip(xs, samples) if (ci := mean_interval(sample))]
+    return ([x for x, _ in ends], [ci[0] for _, ci in ends], [ci[1] for _, ci in ends]) if ends else None
+
+
 def curve_panel(rows, key: str, title: str, ylabel: str, logy=False) -> Panel:
     """One panel: each row's mean curve of `key` over its finished runs (`spec.mean_curve`; a row without a label:
-    "run")."""
-    series = {}
+    "run"), with the band of that mean's 95 % t-interval over the runs (`t_band`)."""
+    series, bands = {}, {}
     for row in rows:
         xs, ys = mean_curve(row.done, key)
         if xs:
-            series[row.label or "run"] = (xs, ys)
-    return Panel(title, series, ylabel, logy=logy)
+            label = row.label or "run"
+            series[label] = (xs, ys)
+            curves = [dict(r.curve(key)) for r in row.done]
+            band = t_band(xs, [[c[x] for c in curves if x in c] for x in xs])
+            if band:
+                bands[label] = band
+    return Panel(title, series, ylabel, logy=logy, bands=bands, band_label=T_BAND)
