@@ -34,8 +34,8 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed ## create .venv and install the package (torch pinned to a CPU wheel here)
 
-test: setup ## fast test suite (pytest -m "not slow"; set HIGHWAY_DATA_MIRROR for the data tests)
-	$(BIN)/python -m pytest -m "not slow" -q $(PYTEST_ARGS)
+test: setup ## fast test suite (pytest -m "not slow", on every core: pytest-xdist; set HIGHWAY_DATA_MIRROR for the data tests)
+	$(BIN)/python -m pytest -m "not slow" -q -n auto $(PYTEST_ARGS)
 
 lint: setup ## ruff (unused imports and names, undefined names, lines over 120), import-linter (the import layers: pyproject.toml), the length rules (scripts/check_lengths.py)
 	$(BIN)/ruff check highway_repro scripts bench hydra_plugins tests
