@@ -1,16 +1,14 @@
-"""Config validation before any work: one-line errors naming the field, the value and what is allowed.
-
-`validate(cfg)` runs on the composed config before data or model are built, before torch is imported (this
-module, `highway_repro.options`, `highway_repro.models.placement` and `engine.trainer_config` are pure Python at
-import), so a bad value fails in about a second with exit code 2 instead of a deep traceback.
-It holds no rules of its own: the model, data and gate-placement rules are those of `highway_repro.options`
-and `models.placement`, which the model constructors call too; the trainer's are those of
-`engine.trainer_config.TrainerConfig` plus `options.TRAINER`.
-`validate_against_data` checks the built data exactly.
-"""
+"""The checks of a composed config before anything is built and before torch is imported: one line naming the
+field, the value and what is allowed. The rules are those of `highway_repro.options`, `models.placement` and
+`engine.trainer_config` (pure Python), which the constructors call too; `validate_against_data` checks the built
+data."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
+import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
@@ -20,10 +18,8 @@ from highway_repro.errors import ConfigError  # noqa: F401  (the entry point and
 GATE_OPTIONS = ("gate_kind", "gate_layers", "gate_sublayers")
 
 
-# Every callable a config may name in a `_target_`, by the node that holds it: the project's builders and torch's
-# optimizers. A `_target_` anywhere else, or naming anything else (a run folder's YAML asking for `torch.load` of a
-# pickle, say), is refused before anything is built: a config is data, never a way to run code. Hydra's own node
-# (its callbacks) is the command line's and the config files', not a run folder's.
+# The callables a config may name in a `_target_`, by node; anything else (`torch.load` of a pickle, say) is refused
+# before anything is built: a config is data. Hydra's own node is the command line's and the config files'.
 TARGETS: dict[str, tuple[str, ...]] = {
     "data": ("highway_repro.data.build",),
     "model": ("highway_repro.models.mlp.MLP", "highway_repro.models.convnets.MnistHighwayNet",
@@ -37,9 +33,8 @@ TARGETS: dict[str, tuple[str, ...]] = {
 
 
 def check_targets(cfg, where: str = "the config", at: str = "") -> None:
-    """ConfigError (one line) for a `_target_` that `TARGETS` does not allow at its place, at any depth of `cfg`
-    (a DictConfig or the plain dict of a saved config; `hydra` left out; `at`: the place of `cfg` itself, e.g.
-    `model`). Nothing is resolved: an interpolated `_target_` is refused as it stands."""
+    """ConfigError for a `_target_` that `TARGETS` does not allow at its place, at any depth of `cfg` (a DictConfig
+    or a saved config's dict, found at `at`), `hydra` left out; nothing is resolved."""
     def walk(node, path: str) -> None:
         keys = list(node.keys()) if isinstance(node, (dict, DictConfig)) else range(len(node))
         for k in keys:
@@ -86,11 +81,8 @@ def validate(cfg: DictConfig) -> None:
     """Raise ConfigError (one line: field, value, what is allowed) for a config that cannot run."""
     try:
         _validate(cfg)
-    except ConfigError:
-        raise
     except OmegaConfBaseException as e:  # an interpolation elsewhere that cannot be resolved
-        key = getattr(e, "full_key", None) or "config"
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        key, msg = getattr(e, "full_key", None) or "config", str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ConfigError(f"{key} cannot be resolved ({type(e).__name__}: {msg})") from None
 
 
@@ -126,7 +118,7 @@ def _validate(cfg: DictConfig) -> None:
 
 
 def _check_match_params(kind: str, model: dict) -> None:
-    """`match_params: <gate kind>` widens an ungated model's integer model.d_ff (`train.match_params`)."""
+    """`match_params: <gate kind>` widens an ungated model's integer model.d_ff."""
     from highway_repro.models.placement import GATE_KINDS, is_gated  # pure Python, no torch
 
     if kind not in GATE_KINDS or not is_gated(kind):
@@ -138,8 +130,7 @@ def _check_match_params(kind: str, model: dict) -> None:
 
 
 def _check_trainer(trainer) -> None:
-    """Unknown keys and types from TrainerConfig's fields, the bounds of options.TRAINER, then TrainerConfig's own
-    checks."""
+    """TrainerConfig's keys and types, the bounds of options.TRAINER, then TrainerConfig's own checks."""
     if trainer is None:
         return
     import dataclasses
@@ -174,11 +165,8 @@ def validate_against_data(cfg: DictConfig, data, world_size: int = 1) -> None:
 
 
 def check_scale_file(config_dir, experiment: str | None, scale: str | None) -> None:
-    """Every experiment has a file per scale (configs/experiment_scale/<experiment>/<scale>.yaml): a missing or
-    misspelt scale is an error, not a silent run at the paper's sizes (the defaults list marks it `optional`
-    only so that runs without an experiment compose)."""
-    from pathlib import Path
-
+    """configs/experiment_scale/<experiment>/<scale>.yaml must exist (the defaults list marks it `optional` only so
+    that runs without an experiment compose): a misspelt scale is no silent run at the paper's sizes."""
     if not experiment or experiment == "null" or not scale:
         return
     folder = Path(config_dir) / "experiment_scale" / experiment
@@ -189,13 +177,8 @@ def check_scale_file(config_dir, experiment: str | None, scale: str | None) -> N
 
 
 def check_group_choices(overrides: list[str], config_dir) -> None:
-    """A command-line choice of a config group (`experiment=ht_char_pt`, `variant=sdu_tan,sdu_tanh`) that has no
-    file: ConfigError naming it and the valid choices, before Hydra composes (its own message spans a line per
-    choice and exits 1). Sweep functions (`range(...)`), interpolations and Hydra's own groups are left to Hydra,
-    and so is every choice when the command adds config folders (`--config-dir`, `hydra.searchpath`: `job.prepare`)."""
-    import re
-    from pathlib import Path
-
+    """ConfigError for a command-line group choice with no file (`experiment=ht_char_pt`, `variant=a,b`), before
+    Hydra composes; sweep functions, interpolations and Hydra's own groups are left to Hydra."""
     for arg in overrides:
         m = re.fullmatch(r"[+]{0,2}([a-z_]+)=([\w.,/-]*)", arg)
         if m is None or m[1] == "hydra" or not (Path(config_dir) / m[1]).is_dir():
@@ -209,14 +192,9 @@ def check_group_choices(overrides: list[str], config_dir) -> None:
 
 
 def check_added_keys(cfg: DictConfig, overrides: list[str], config_dir) -> None:
-    """A key added on the command line (`+data.train_limit_tokens=4000`) is an argument of a constructor: it must go
-    into a node with a `_target_` (model, data, optim.optimizer, ...), whose constructor checks it; anywhere else
-    (`+optim.lrr=1`) nothing would read it. ConfigError naming it and the nodes that take added keys. `++` (set or
-    add) follows the same rule where it adds: `++seed=3` sets the seed, `++seedd=3` is refused (the config composed
-    without the `++` overrides tells which keys exist). Config group choices (`+experiment=x`) and Hydra's own keys
-    are left alone."""
-    from pathlib import Path
-
+    """A key added with `+` (or added by `++`) is a constructor's argument: it goes into a node with a `_target_`
+    (its constructor checks it); elsewhere (`+optim.lrr=1`, `++seedd=3`) nothing reads it: ConfigError. Group choices
+    and Hydra's keys are left alone."""
     forced = [a for a in overrides if a.startswith("++")]
     base = _compose_without(overrides, forced, config_dir) if forced else None
 
@@ -250,8 +228,7 @@ def check_added_keys(cfg: DictConfig, overrides: list[str], config_dir) -> None:
 
 
 def _compose_without(overrides: list[str], left_out: list[str], config_dir) -> DictConfig:
-    """The config the command composes without the overrides `left_out` (Hydra's public compose API, inside the
-    running app or in a context of its own)."""
+    """The config composed without the overrides `left_out` (Hydra's public compose API)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -263,9 +240,8 @@ def _compose_without(overrides: list[str], left_out: list[str], config_dir) -> D
 
 
 def check_command(cfg: DictConfig, config_dir, choices: dict, overrides: list[str]) -> None:
-    """Every check of a config composed from the command line (Hydra's group `choices` and the `overrides` given),
-    before torch is imported: the scale file, the variant row and gate options (`settle_variant`), keys added with
-    `+` (`check_added_keys`), then `validate`."""
+    """Every check of a config composed from the command line (its group `choices`, the `overrides`), before
+    torch is imported."""
     check_scale_file(config_dir, choices.get("experiment"), choices.get("scale"))
     settle_variant(cfg, config_dir, any(o.lstrip("+~").startswith("variant=") for o in overrides))
     check_added_keys(cfg, overrides, config_dir)
@@ -274,15 +250,8 @@ def check_command(cfg: DictConfig, config_dir, choices: dict, overrides: list[st
 
 
 def settle_variant(cfg: DictConfig, config_dir, given: bool) -> None:
-    """A Highway Transformer row (`variant`: configs/variant/<name>.yaml) sets the gate options; options set by
-    hand after it (model.gate_kind=...) would leave the run filed, and labelled, under that row (a report groups
-    the runs by `variant`). With `variant=` given by hand as well (`given`) the two contradict: ConfigError.
-    Otherwise (the experiment's default row) the run's `variant` and `variant_label` become the options that
-    differ from it, e.g. `gate_kind=sdu_tanh`, so that a report files the run under what it trained."""
-    from pathlib import Path
-
-    import yaml
-
+    """Gate options set by hand over a `variant` row: with `variant=` given too (`given`), ConfigError; else the run's
+    `variant` and `variant_label` become those options (`gate_kind=sdu_tanh`), so a report files it as trained."""
     name = cfg.get("variant")
     path = Path(config_dir) / "variant" / f"{name}.yaml"
     if name is None or not path.exists():
