@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import logging
 import os
 import shutil
@@ -67,27 +66,35 @@ def user_failure(e: Exception, done: Path | None, multirun: bool, is_main: bool 
             if done is not None:
                 write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {msg}"})
         if os.environ.get(MULTIRUN_ENV):
-            errors = Path(os.environ[MULTIRUN_ENV])
-            errors.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(errors / f"{os.getpid()}-{time.time_ns()}.json", {"job": job})
+            files.write_atomic(Path(os.environ[MULTIRUN_ENV]) / f"{os.getpid()}-{time.time_ns()}", job)
         print(f"error: [{job}] {msg}" if job else f"error: {msg}", file=sys.stderr, flush=True)
     return None
 
 
+def user_error(e: Exception) -> Exception | None:
+    """The user's error that `e` is (USER_ERRORS, Hydra's composition errors as one line: `hydra_line`) or stands for
+    (a write the user can fix, a run folder that cannot be made: StorageError), else None: a bug."""
+    if isinstance(e, USER_ERRORS):
+        return e
+    if isinstance(e, (ConfigCompositionException, MissingConfigException, OverrideParseException)):
+        return ConfigError(hydra_line(e))
+    run_dir = HydraConfig.get().runtime.output_dir if HydraConfig.initialized() else RunFolder.folder
+    cause = unwritable(e) or unmade(e, run_dir)
+    return None if cause is None else storage_error(cause, cause.filename if cause.filename is not None else run_dir)
+
+
 @contextlib.contextmanager
 def failures(done: Path | None, multirun: bool, is_main: bool = True):
-    """A job's failure policy: a user error (or a write the user can fix) is `user_failure`; a bug marks `done`
-    failed and keeps its traceback."""
+    """The failure policy of a job: the user's error is `user_failure`; a bug marks `done` failed and keeps its
+    traceback."""
     try:
         yield
     except Exception as e:
-        cause = None if isinstance(e, USER_ERRORS) else unwritable(e)
-        if isinstance(e, USER_ERRORS) or cause is not None:
-            user_failure(e if cause is None else storage_error(cause), done, multirun, is_main)
-            return
-        if is_main and done is not None:
-            write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {e}"})
-        raise
+        if user_error(e) is None:
+            if is_main and done is not None:
+                write_json_atomic(done, {"status": "failed", "error": f"{type(e).__name__}: {e}"})
+            raise
+        user_failure(user_error(e), done, multirun, is_main)
 
 
 class SweepEnd(Callback):
@@ -103,12 +110,7 @@ class SweepEnd(Callback):
         folder = os.environ.pop(MULTIRUN_ENV, None)
         if folder is None or not Path(folder).is_dir():
             return
-        jobs = []
-        for f in sorted(Path(folder).glob("*.json")):
-            try:
-                jobs.append(json.loads(f.read_text())["job"] or "?")
-            except (OSError, ValueError, KeyError, TypeError):
-                jobs.append("?")
+        jobs = [f.read_text(errors="replace") or "?" for f in sorted(Path(folder).glob("[!.]*"))]
         shutil.rmtree(folder, ignore_errors=True)
         if not any(Path(folder).parent.iterdir()):
             Path(folder).parent.rmdir()
@@ -342,28 +344,18 @@ def hydra_line(e: Exception) -> str:
 
 @contextlib.contextmanager
 def one_line_errors():
-    """The command's failure policy around Hydra: its composition errors (`hydra_line`), a run folder it cannot
-    write and the project's errors are one line and exit 2; a bug keeps its traceback. Hydra raises them under its
-    documented HYDRA_FULL_ERROR=1, set here; the user's own keeps every traceback. Locks no job took are released."""
+    """The command's failure policy around Hydra (`user_error`: one line, exit 2; a bug keeps its traceback). Hydra
+    raises its errors under its documented HYDRA_FULL_ERROR=1, set here; the user's own keeps every traceback. At
+    the end, the locks no job took over are released."""
     before = {k: os.environ.get(k) for k in (USER_FULL_ERROR, "HYDRA_FULL_ERROR")}
     os.environ.setdefault(USER_FULL_ERROR, os.environ.get("HYDRA_FULL_ERROR", "0"))
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         yield
     except Exception as e:
-        run_dir = HydraConfig.get().runtime.output_dir if HydraConfig.initialized() else RunFolder.folder
-        cause = unwritable(e) or unmade(e, run_dir)
-        if full_error() or not (isinstance(e, (ConfigCompositionException, MissingConfigException,
-                                               OverrideParseException, *USER_ERRORS)) or cause is not None):
+        if full_error() or user_error(e) is None:
             raise
-        if isinstance(e, (ConfigCompositionException, MissingConfigException, OverrideParseException)):
-            line = hydra_line(e)
-        elif cause is not None:  # the run folder, or a file in .hydra/
-            line = str(storage_error(cause, cause.filename if cause.filename is not None else run_dir))
-        else:
-            line = str(e).splitlines()[0] if str(e) else type(e).__name__
-        print(f"error: {line}", file=sys.stderr)
-        sys.exit(2)
+        user_failure(user_error(e), None, multirun=False)
     finally:
         for k, v in before.items():  # as the command found them
             if v is None:
