@@ -66,4 +66,4 @@ def check_same_recipe(cfg: DictConfig, out_dir: Path) -> None:
         more = f"; and {len(diff) - 3} more" if len(diff) > 3 else ""
         raise ConfigError(f"resume=auto: the run folder {out_dir} holds a run of another recipe ({'; '.join(diff[:3])}"
                           f"{more}) (valid: the same recipe; move that folder away or pick another hydra.run.dir / "
-                          f"reproduce --fresh; resume=<checkpoint path> continues it on purpose)")
+                          f"the runner's --fresh; resume=<checkpoint path> continues it on purpose)")
