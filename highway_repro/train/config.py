@@ -55,66 +55,51 @@ def check_targets(cfg, where: str = "the config", at: str = "") -> None:
     walk(cfg, at)
 
 
-def _get(node, section: str, key: str):
-    """node[key] (None when absent); an interpolation that cannot be resolved is a ConfigError naming the field."""
-    if node is None or key not in node:
-        return None
+def resolved(node) -> dict:
+    """`node`'s keys (`hydra` left out) as plain values, every interpolation resolved; one that cannot be is a
+    ConfigError naming its key."""
+    plain = {}
     try:
-        return node[key]
+        for k in (k for k in node if k != "hydra"):
+            v = node[k]
+            plain[k] = OmegaConf.to_container(v, resolve=True, throw_on_missing=True) if isinstance(
+                v, (DictConfig, ListConfig)) else v
+        return plain
     except OmegaConfBaseException as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ConfigError(f"{section + '.' if section else ''}{key} cannot be resolved ({type(e).__name__}: {msg})") \
-            from None
-
-
-def _plain(v):
-    """A DictConfig / ListConfig as plain Python (for messages and for the checkers)."""
-    return OmegaConf.to_container(v, resolve=True) if isinstance(v, (DictConfig, ListConfig)) else v
-
-
-def _values(node, section: str) -> dict:
-    """The node's keys as plain Python values, each resolved on its own (so a bad interpolation names its key)."""
-    return {k: _plain(_get(node, section, k)) for k in node}
+        raise ConfigError(f"{e.full_key or 'config'} cannot be resolved ({type(e).__name__}: {msg})") from None
 
 
 def validate(cfg: DictConfig) -> None:
     """Raise ConfigError (one line: field, value, what is allowed) for a config that cannot run."""
-    try:
-        _validate(cfg)
-    except OmegaConfBaseException as e:  # an interpolation elsewhere that cannot be resolved
-        key, msg = getattr(e, "full_key", None) or "config", str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ConfigError(f"{key} cannot be resolved ({type(e).__name__}: {msg})") from None
-
-
-def _validate(cfg: DictConfig) -> None:
+    plain = resolved(cfg)
     for key, rule in options.RUN.items():
-        if key in cfg:
-            rule.check(key, _plain(_get(cfg, "", key)))
-    model, data = _get(cfg, "", "model"), _get(cfg, "", "data")
-    if not isinstance(model, DictConfig) or "_target_" not in model:
+        if key in plain:
+            rule.check(key, plain[key])
+    model, data, optim = plain.get("model"), plain.get("data"), plain.get("optim")
+    if not isinstance(model, dict) or "_target_" not in model:
         raise ConfigError("model is not set (choose one with model=<name>, e.g. model=mlp)")
-    if data is not None and not isinstance(data, DictConfig):
-        raise ConfigError(f"data={_plain(data)!r} is not allowed (choose a data set with data=<name>, e.g. data=mnist)")
-    name = str(model._target_).rsplit(".", 1)[-1]
-    values = _values(model, "model")
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"data={data!r} is not allowed (choose a data set with data=<name>, e.g. data=mnist)")
+    name = str(model["_target_"]).rsplit(".", 1)[-1]
     if name in options.MODELS:  # a model of this package (another _target_ is checked by its own constructor)
-        options.check_model(name, values)
-        if "gate_kind" in options.MODELS[name] and "n_layers" in values:
+        options.check_model(name, model)
+        if "gate_kind" in options.MODELS[name] and "n_layers" in model:
             from highway_repro.models.placement import check_placement  # pure Python, no torch
 
-            check_placement(values["n_layers"], *(values.get(k, d) for k, d in zip(GATE_OPTIONS,
-                                                                                   ("none", "all", "both"))))
+            defaults = ("none", "all", "both")
+            check_placement(model["n_layers"], *(model.get(k, d) for k, d in zip(GATE_OPTIONS, defaults)))
     if data is not None:
-        options.check_data(_values(data, "data"))
-    optimizer = _get(_get(cfg, "", "optim"), "optim", "optimizer")
-    if isinstance(optimizer, DictConfig) and "lr" in optimizer:
-        options.LEARNING_RATE.check("optim.optimizer.lr", _plain(_get(optimizer, "optim.optimizer", "lr")))
-    if _get(cfg, "", "match_params") is not None:
-        _check_match_params(str(cfg.match_params), values)
-    _check_trainer(_get(cfg, "", "trainer"))
-    resume = _get(cfg, "", "resume")
-    if resume is not None and not isinstance(resume, str):
-        raise ConfigError(f"resume={_plain(resume)!r} is not allowed (valid: null, auto, or a checkpoint path)")
+        options.check_data(data)
+    optimizer = optim.get("optimizer") if isinstance(optim, dict) else None
+    if isinstance(optimizer, dict) and "lr" in optimizer:
+        options.LEARNING_RATE.check("optim.optimizer.lr", optimizer["lr"])
+    if plain.get("match_params") is not None:
+        _check_match_params(str(plain["match_params"]), model)
+    if isinstance(plain.get("trainer"), dict):
+        _check_trainer(plain["trainer"])
+    if plain.get("resume") is not None and not isinstance(plain["resume"], str):
+        raise ConfigError(f"resume={plain['resume']!r} is not allowed (valid: null, auto, or a checkpoint path)")
 
 
 def _check_match_params(kind: str, model: dict) -> None:
@@ -129,16 +114,13 @@ def _check_match_params(kind: str, model: dict) -> None:
                           f"model.gate_kind=none; got gate_kind={model.get('gate_kind')}, d_ff={model.get('d_ff')})")
 
 
-def _check_trainer(trainer) -> None:
+def _check_trainer(values: dict) -> None:
     """TrainerConfig's keys and types, the bounds of options.TRAINER, then TrainerConfig's own checks."""
-    if trainer is None:
-        return
     import dataclasses
 
     from highway_repro.engine.trainer_config import TrainerConfig
 
     fields = {f.name: f for f in dataclasses.fields(TrainerConfig)}
-    values = _values(trainer, "trainer")
     for k, v in values.items():
         if k not in fields:
             raise ConfigError(f"trainer.{k} is not a trainer option (valid: {', '.join(fields)})")
@@ -257,7 +239,7 @@ def settle_variant(cfg: DictConfig, config_dir, given: bool) -> None:
     if name is None or not path.exists():
         return
     row = (yaml.safe_load(path.read_text()) or {}).get("model") or {}
-    model = _values(cfg.model, "model")
+    model = resolved(cfg.model)
     diff = [k for k in GATE_OPTIONS if k in row and str(model.get(k)) != str(row[k])]
     if not diff:
         return
