@@ -9,6 +9,9 @@ cell counts it). The headline is the table's reference row (the row of its first
 number, else its first row) on the metric that row reports. The full list of comparisons and floors is in
 results/README.md (`highway_repro/report/claims_list.py`, loaded here by path). results/summary.csv,
 results/claims.png and results/README.md are written by `make tables`.
+
+It also writes the cost of every paper table from scratch on 2 jobs, the estimate's `[all]` line, between the cost
+markers of docs/guide.md (`whole_set_cost`), so that no cost is typed by hand.
 """
 
 from __future__ import annotations
@@ -17,11 +20,15 @@ import csv
 import importlib.util
 import json
 import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- glance:begin -->", "<!-- glance:end -->"
+COST = re.compile(r"(<!-- cost:begin -->).*?(<!-- cost:end -->)")
+ESTIMATE = ["-m", "highway_repro.runner", "--all", "--fresh", "--estimate", "--jobs", "2", "--scale", "cpu"]
 _spec = importlib.util.spec_from_file_location("claims_list", ROOT / "highway_repro" / "report" / "claims_list.py")
 claims_list = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(claims_list)
@@ -108,6 +115,26 @@ def glance(rows: list[dict], results: Path) -> str:
                       "paper's effect](results/claims.png)", "", counts(claims), "", compact(rows, results)])
 
 
+def whole_set_cost(root: Path) -> str | None:
+    """What the runner's estimate of every paper table from scratch on 2 jobs says, e.g. '78.6 CPU-hours, 39.42 h
+    wall with 2 job(s) ± 25 % across machines'; None where it says nothing."""
+    p = subprocess.run([sys.executable, *ESTIMATE], cwd=root, capture_output=True, text=True, timeout=600)
+    line = next((x for x in p.stdout.splitlines() if x.startswith("[all]")), "")
+    m = re.search(r"estimated (.+?), the runs of every table", line)
+    return m[1] if m else None
+
+
+def write_cost(path: Path, cost: str) -> bool:
+    """`cost` between the cost markers of `path`, written whole; False where the file has no markers."""
+    text = path.read_text()
+    if COST.search(text) is None:
+        return False
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(COST.sub(lambda m: m[1] + cost + m[2], text))
+    os.replace(tmp, path)
+    return True
+
+
 def main(root: Path = ROOT) -> int:
     readme, summary = root / "README.md", root / "results" / "summary.csv"
     for path in (readme, summary):
@@ -130,6 +157,14 @@ def main(root: Path = ROOT) -> int:
     tmp.write_text(head + BEGIN + "\n" + body + "\n" + END + tail)
     os.replace(tmp, readme)
     print(f"README.md: {counts([r for r in rows if r['kind'] == 'claim'])}")
+    guide = root / "docs" / "guide.md"
+    if guide.is_file() and not guide.is_symlink() and COST.search(guide.read_text()):
+        cost = whole_set_cost(root)
+        if cost is None:
+            print("error: the runner's estimate printed no [all] line (see make estimate-all)", file=sys.stderr)
+            return 1
+        write_cost(guide, cost)
+        print(f"docs/guide.md: the whole set costs {cost}")
     return 0
 
 

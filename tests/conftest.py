@@ -41,8 +41,9 @@ def compose(overrides: list[str]):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    import highway_repro.train  # noqa: F401  (registers the `hp` resolver)
+    from highway_repro.resolvers import register
 
+    register()  # `${hp:...}`, as the app registers it
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         return hydra_compose("train", overrides=overrides)
 

@@ -1,4 +1,4 @@
-"""The failure table of docs/guide.md ("Bad input and unlucky moments"): each row's case gives one line starting
+"""The failure tables of docs/failures.md: each row's case gives one line starting
 with `error: ` and exit code 2 (128 + signal for a stop signal), without a traceback.
 
 In-process where the case allows it (the command's own entry point with its argv), as subprocesses (`-m slow`)

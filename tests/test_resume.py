@@ -1,4 +1,4 @@
-"""Kill and resume (docs/guide.md, "Failure behaviour"): SIGKILL during a step and during a checkpoint write,
+"""Kill and resume (docs/failures.md): SIGKILL during a step and during a checkpoint write,
 SIGTERM / SIGINT, through real `python -m highway_repro.train` subprocesses killed at points found by polling the
 run folder (metrics.jsonl, ckpt/.last.pt.tmp<pid>): no test hook in the production code (these subprocess kills are
 slow tests); the same interruptions in-process (fast), SIGTERM / SIGINT during the final evaluation too.

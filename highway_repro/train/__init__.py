@@ -3,15 +3,13 @@
     python -m highway_repro.train experiment=hn_fig1 scale=cpu
     python -m highway_repro.train -m sweep=hn_fig1/cpu scale=cpu hydra/launcher=grouped  # in groups
 
-`app.py` is the Hydra app and the only module that knows all parts. Beside it: `config.py` checks the config
-before torch is imported, `recipe.py` guards a run folder, `job.py` holds a job's run folder and makes user errors
-one line, `grouped.py` trains a multirun's jobs in groups. This package itself imports nothing: `cli` catches the
-stop signals before Hydra, torch or the app is imported (`runtime.stopped`)."""
+`app.py` is the Hydra app; `config.py` checks a config before torch is imported, `recipe.py` guards a run folder,
+`job.py` holds a job's run folder and its failure policy, `grouped.py` trains jobs in groups. This package imports
+nothing itself: `cli` catches stop signals before anything is imported (`runtime.stopped`)."""
 
 
 def cli():
-    """`python -m highway_repro.train`: a stop signal from the first moment is one line (`runtime.stopped`), then the
-    app's command line (`app.command`). Launchers such as joblib and submitit pickle this function by reference."""
+    """`python -m highway_repro.train` (launchers such as joblib and submitit pickle it by reference)."""
     from highway_repro.runtime import stopped
 
     with stopped():
@@ -24,7 +22,7 @@ APP_NAMES = ("CONFIG_DIR", "build_optimizer", "build_run", "main", "match_params
 
 
 def __getattr__(name: str):
-    """`highway_repro.train.run` and the app's other names, imported from `app` when first asked for (PEP 562)."""
+    """The app's names, imported from `app` when first asked for (PEP 562)."""
     if name not in APP_NAMES:
         raise AttributeError(f"module 'highway_repro.train' has no attribute {name!r}")
     from highway_repro.train import app

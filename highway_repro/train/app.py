@@ -18,8 +18,8 @@ from highway_repro.resolvers import register
 from highway_repro.runtime import configure
 from highway_repro.train import grouped
 from highway_repro.train.config import ConfigError, check_command, validate_against_data
-from highway_repro.train.job import (build, first_rank, held, keep_for_group, one_line_errors, own_metrics, prepare,
-                                     ranks, user_failure, with_config)
+from highway_repro.train.job import (ADMITTED, GROUPED, build, failures, first_rank, held, one_line_errors, prepare,
+                                     ranks, with_config)
 
 log = logging.getLogger("highway_repro")
 CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
@@ -126,19 +126,17 @@ def build_run(cfg: DictConfig, out_dir: Path, dist=None, trainer_cls=None):
 def main(cfg: DictConfig):
     hc = HydraConfig.get()
     out_dir, multirun = Path(hc.runtime.output_dir), hc.mode == RunMode.MULTIRUN
-    try:  # first of all, before torch is imported: a bad config fails in about a second
-        check_command(cfg, CONFIG_DIR, hc.runtime.choices, list(hc.overrides.task))
-    except ConfigError as e:  # (before torch and the process group: under torchrun, rank 0 records it)
-        return user_failure(e, own_metrics(out_dir), multirun, is_main=first_rank())
-    if grouped.collecting_jobs():  # hydra/launcher=grouped: trained with its group once all jobs are set up
-        keep_for_group(out_dir)
-        return grouped.collect(cfg, out_dir, multirun, build_run)
-    return run_job(cfg, out_dir, multirun)
+    refused = isinstance(ADMITTED.get(str(out_dir)), Exception)  # another writer's folder: its metrics.json stays
+    with failures(None if refused else out_dir / "metrics.json", multirun, is_main=first_rank()):
+        check_command(cfg, CONFIG_DIR, hc.runtime.choices, list(hc.overrides.task))  # before torch is imported
+        if grouped.collecting_jobs():  # hydra/launcher=grouped: trained with its group once all jobs are set up
+            GROUPED.add(str(out_dir))  # its lock stays held for `grouped.train_group`
+            return grouped.collect(cfg, out_dir, multirun, build_run)
+        return run_job(cfg, out_dir, multirun)
 
 
 def command():
-    """The command line (`highway_repro.train.cli`): Hydra's errors as one line (`job.prepare`, `one_line_errors`),
-    then `main`."""
+    """The command line (`highway_repro.train.cli`): `main` under the command's failure policy."""
     with one_line_errors():
         prepare(sys.argv[1:], CONFIG_DIR)
         main()

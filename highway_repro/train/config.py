@@ -1,16 +1,14 @@
-"""Config validation before any work: one-line errors naming the field, the value and what is allowed.
-
-`validate(cfg)` runs on the composed config before data or model are built, before torch is imported (this
-module, `highway_repro.options`, `highway_repro.models.placement` and `engine.trainer_config` are pure Python at
-import), so a bad value fails in about a second with exit code 2 instead of a deep traceback.
-It holds no rules of its own: the model, data and gate-placement rules are those of `highway_repro.options`
-and `models.placement`, which the model constructors call too; the trainer's are those of
-`engine.trainer_config.TrainerConfig` plus `options.TRAINER`.
-`validate_against_data` checks the built data exactly.
-"""
+"""The checks of a composed config before anything is built and before torch is imported: one line naming the
+field, the value and what is allowed. The rules are those of `highway_repro.options`, `models.placement` and
+`engine.trainer_config` (pure Python), which the constructors call too; `validate_against_data` checks the built
+data."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
+import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
@@ -20,10 +18,8 @@ from highway_repro.errors import ConfigError  # noqa: F401  (the entry point and
 GATE_OPTIONS = ("gate_kind", "gate_layers", "gate_sublayers")
 
 
-# Every callable a config may name in a `_target_`, by the node that holds it: the project's builders and torch's
-# optimizers. A `_target_` anywhere else, or naming anything else (a run folder's YAML asking for `torch.load` of a
-# pickle, say), is refused before anything is built: a config is data, never a way to run code. Hydra's own node
-# (its callbacks) is the command line's and the config files', not a run folder's.
+# The callables a config may name in a `_target_`, by node; anything else (`torch.load` of a pickle, say) is refused
+# before anything is built: a config is data. Hydra's own node is the command line's and the config files'.
 TARGETS: dict[str, tuple[str, ...]] = {
     "data": ("highway_repro.data.build",),
     "model": ("highway_repro.models.mlp.MLP", "highway_repro.models.convnets.MnistHighwayNet",
@@ -37,9 +33,8 @@ TARGETS: dict[str, tuple[str, ...]] = {
 
 
 def check_targets(cfg, where: str = "the config", at: str = "") -> None:
-    """ConfigError (one line) for a `_target_` that `TARGETS` does not allow at its place, at any depth of `cfg`
-    (a DictConfig or the plain dict of a saved config; `hydra` left out; `at`: the place of `cfg` itself, e.g.
-    `model`). Nothing is resolved: an interpolated `_target_` is refused as it stands."""
+    """ConfigError for a `_target_` that `TARGETS` does not allow at its place, at any depth of `cfg` (a DictConfig
+    or a saved config's dict, found at `at`), `hydra` left out; nothing is resolved."""
     def walk(node, path: str) -> None:
         keys = list(node.keys()) if isinstance(node, (dict, DictConfig)) else range(len(node))
         for k in keys:
@@ -60,73 +55,55 @@ def check_targets(cfg, where: str = "the config", at: str = "") -> None:
     walk(cfg, at)
 
 
-def _get(node, section: str, key: str):
-    """node[key] (None when absent); an interpolation that cannot be resolved is a ConfigError naming the field."""
-    if node is None or key not in node:
-        return None
+def resolved(node) -> dict:
+    """`node`'s keys (`hydra` left out) as plain values, every interpolation resolved; one that cannot be is a
+    ConfigError naming its key."""
+    plain = {}
     try:
-        return node[key]
+        for k in (k for k in node if k != "hydra"):
+            v = node[k]
+            plain[k] = OmegaConf.to_container(v, resolve=True, throw_on_missing=True) if isinstance(
+                v, (DictConfig, ListConfig)) else v
+        return plain
     except OmegaConfBaseException as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ConfigError(f"{section + '.' if section else ''}{key} cannot be resolved ({type(e).__name__}: {msg})") \
-            from None
-
-
-def _plain(v):
-    """A DictConfig / ListConfig as plain Python (for messages and for the checkers)."""
-    return OmegaConf.to_container(v, resolve=True) if isinstance(v, (DictConfig, ListConfig)) else v
-
-
-def _values(node, section: str) -> dict:
-    """The node's keys as plain Python values, each resolved on its own (so a bad interpolation names its key)."""
-    return {k: _plain(_get(node, section, k)) for k in node}
+        raise ConfigError(f"{e.full_key or 'config'} cannot be resolved ({type(e).__name__}: {msg})") from None
 
 
 def validate(cfg: DictConfig) -> None:
     """Raise ConfigError (one line: field, value, what is allowed) for a config that cannot run."""
-    try:
-        _validate(cfg)
-    except ConfigError:
-        raise
-    except OmegaConfBaseException as e:  # an interpolation elsewhere that cannot be resolved
-        key = getattr(e, "full_key", None) or "config"
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ConfigError(f"{key} cannot be resolved ({type(e).__name__}: {msg})") from None
-
-
-def _validate(cfg: DictConfig) -> None:
+    plain = resolved(cfg)
     for key, rule in options.RUN.items():
-        if key in cfg:
-            rule.check(key, _plain(_get(cfg, "", key)))
-    model, data = _get(cfg, "", "model"), _get(cfg, "", "data")
-    if not isinstance(model, DictConfig) or "_target_" not in model:
+        if key in plain:
+            rule.check(key, plain[key])
+    model, data, optim = plain.get("model"), plain.get("data"), plain.get("optim")
+    if not isinstance(model, dict) or "_target_" not in model:
         raise ConfigError("model is not set (choose one with model=<name>, e.g. model=mlp)")
-    if data is not None and not isinstance(data, DictConfig):
-        raise ConfigError(f"data={_plain(data)!r} is not allowed (choose a data set with data=<name>, e.g. data=mnist)")
-    name = str(model._target_).rsplit(".", 1)[-1]
-    values = _values(model, "model")
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"data={data!r} is not allowed (choose a data set with data=<name>, e.g. data=mnist)")
+    name = str(model["_target_"]).rsplit(".", 1)[-1]
     if name in options.MODELS:  # a model of this package (another _target_ is checked by its own constructor)
-        options.check_model(name, values)
-        if "gate_kind" in options.MODELS[name] and "n_layers" in values:
+        options.check_model(name, model)
+        if "gate_kind" in options.MODELS[name] and "n_layers" in model:
             from highway_repro.models.placement import check_placement  # pure Python, no torch
 
-            check_placement(values["n_layers"], *(values.get(k, d) for k, d in zip(GATE_OPTIONS,
-                                                                                   ("none", "all", "both"))))
+            defaults = ("none", "all", "both")
+            check_placement(model["n_layers"], *(model.get(k, d) for k, d in zip(GATE_OPTIONS, defaults)))
     if data is not None:
-        options.check_data(_values(data, "data"))
-    optimizer = _get(_get(cfg, "", "optim"), "optim", "optimizer")
-    if isinstance(optimizer, DictConfig) and "lr" in optimizer:
-        options.LEARNING_RATE.check("optim.optimizer.lr", _plain(_get(optimizer, "optim.optimizer", "lr")))
-    if _get(cfg, "", "match_params") is not None:
-        _check_match_params(str(cfg.match_params), values)
-    _check_trainer(_get(cfg, "", "trainer"))
-    resume = _get(cfg, "", "resume")
-    if resume is not None and not isinstance(resume, str):
-        raise ConfigError(f"resume={_plain(resume)!r} is not allowed (valid: null, auto, or a checkpoint path)")
+        options.check_data(data)
+    optimizer = optim.get("optimizer") if isinstance(optim, dict) else None
+    if isinstance(optimizer, dict) and "lr" in optimizer:
+        options.LEARNING_RATE.check("optim.optimizer.lr", optimizer["lr"])
+    if plain.get("match_params") is not None:
+        _check_match_params(str(plain["match_params"]), model)
+    if isinstance(plain.get("trainer"), dict):
+        _check_trainer(plain["trainer"])
+    if plain.get("resume") is not None and not isinstance(plain["resume"], str):
+        raise ConfigError(f"resume={plain['resume']!r} is not allowed (valid: null, auto, or a checkpoint path)")
 
 
 def _check_match_params(kind: str, model: dict) -> None:
-    """`match_params: <gate kind>` widens an ungated model's integer model.d_ff (`train.match_params`)."""
+    """`match_params: <gate kind>` widens an ungated model's integer model.d_ff."""
     from highway_repro.models.placement import GATE_KINDS, is_gated  # pure Python, no torch
 
     if kind not in GATE_KINDS or not is_gated(kind):
@@ -137,17 +114,13 @@ def _check_match_params(kind: str, model: dict) -> None:
                           f"model.gate_kind=none; got gate_kind={model.get('gate_kind')}, d_ff={model.get('d_ff')})")
 
 
-def _check_trainer(trainer) -> None:
-    """Unknown keys and types from TrainerConfig's fields, the bounds of options.TRAINER, then TrainerConfig's own
-    checks."""
-    if trainer is None:
-        return
+def _check_trainer(values: dict) -> None:
+    """TrainerConfig's keys and types, the bounds of options.TRAINER, then TrainerConfig's own checks."""
     import dataclasses
 
     from highway_repro.engine.trainer_config import TrainerConfig
 
     fields = {f.name: f for f in dataclasses.fields(TrainerConfig)}
-    values = _values(trainer, "trainer")
     for k, v in values.items():
         if k not in fields:
             raise ConfigError(f"trainer.{k} is not a trainer option (valid: {', '.join(fields)})")
@@ -174,11 +147,8 @@ def validate_against_data(cfg: DictConfig, data, world_size: int = 1) -> None:
 
 
 def check_scale_file(config_dir, experiment: str | None, scale: str | None) -> None:
-    """Every experiment has a file per scale (configs/experiment_scale/<experiment>/<scale>.yaml): a missing or
-    misspelt scale is an error, not a silent run at the paper's sizes (the defaults list marks it `optional`
-    only so that runs without an experiment compose)."""
-    from pathlib import Path
-
+    """configs/experiment_scale/<experiment>/<scale>.yaml must exist (the defaults list marks it `optional` only so
+    that runs without an experiment compose): a misspelt scale is no silent run at the paper's sizes."""
     if not experiment or experiment == "null" or not scale:
         return
     folder = Path(config_dir) / "experiment_scale" / experiment
@@ -189,13 +159,8 @@ def check_scale_file(config_dir, experiment: str | None, scale: str | None) -> N
 
 
 def check_group_choices(overrides: list[str], config_dir) -> None:
-    """A command-line choice of a config group (`experiment=ht_char_pt`, `variant=sdu_tan,sdu_tanh`) that has no
-    file: ConfigError naming it and the valid choices, before Hydra composes (its own message spans a line per
-    choice and exits 1). Sweep functions (`range(...)`), interpolations and Hydra's own groups are left to Hydra,
-    and so is every choice when the command adds config folders (`--config-dir`, `hydra.searchpath`: `job.prepare`)."""
-    import re
-    from pathlib import Path
-
+    """ConfigError for a command-line group choice with no file (`experiment=ht_char_pt`, `variant=a,b`), before
+    Hydra composes; sweep functions, interpolations and Hydra's own groups are left to Hydra."""
     for arg in overrides:
         m = re.fullmatch(r"[+]{0,2}([a-z_]+)=([\w.,/-]*)", arg)
         if m is None or m[1] == "hydra" or not (Path(config_dir) / m[1]).is_dir():
@@ -209,14 +174,9 @@ def check_group_choices(overrides: list[str], config_dir) -> None:
 
 
 def check_added_keys(cfg: DictConfig, overrides: list[str], config_dir) -> None:
-    """A key added on the command line (`+data.train_limit_tokens=4000`) is an argument of a constructor: it must go
-    into a node with a `_target_` (model, data, optim.optimizer, ...), whose constructor checks it; anywhere else
-    (`+optim.lrr=1`) nothing would read it. ConfigError naming it and the nodes that take added keys. `++` (set or
-    add) follows the same rule where it adds: `++seed=3` sets the seed, `++seedd=3` is refused (the config composed
-    without the `++` overrides tells which keys exist). Config group choices (`+experiment=x`) and Hydra's own keys
-    are left alone."""
-    from pathlib import Path
-
+    """A key added with `+` (or added by `++`) is a constructor's argument: it goes into a node with a `_target_`
+    (its constructor checks it); elsewhere (`+optim.lrr=1`, `++seedd=3`) nothing reads it: ConfigError. Group choices
+    and Hydra's keys are left alone."""
     forced = [a for a in overrides if a.startswith("++")]
     base = _compose_without(overrides, forced, config_dir) if forced else None
 
@@ -250,8 +210,7 @@ def check_added_keys(cfg: DictConfig, overrides: list[str], config_dir) -> None:
 
 
 def _compose_without(overrides: list[str], left_out: list[str], config_dir) -> DictConfig:
-    """The config the command composes without the overrides `left_out` (Hydra's public compose API, inside the
-    running app or in a context of its own)."""
+    """The config composed without the overrides `left_out` (Hydra's public compose API)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -263,9 +222,8 @@ def _compose_without(overrides: list[str], left_out: list[str], config_dir) -> D
 
 
 def check_command(cfg: DictConfig, config_dir, choices: dict, overrides: list[str]) -> None:
-    """Every check of a config composed from the command line (Hydra's group `choices` and the `overrides` given),
-    before torch is imported: the scale file, the variant row and gate options (`settle_variant`), keys added with
-    `+` (`check_added_keys`), then `validate`."""
+    """Every check of a config composed from the command line (its group `choices`, the `overrides`), before
+    torch is imported."""
     check_scale_file(config_dir, choices.get("experiment"), choices.get("scale"))
     settle_variant(cfg, config_dir, any(o.lstrip("+~").startswith("variant=") for o in overrides))
     check_added_keys(cfg, overrides, config_dir)
@@ -274,21 +232,14 @@ def check_command(cfg: DictConfig, config_dir, choices: dict, overrides: list[st
 
 
 def settle_variant(cfg: DictConfig, config_dir, given: bool) -> None:
-    """A Highway Transformer row (`variant`: configs/variant/<name>.yaml) sets the gate options; options set by
-    hand after it (model.gate_kind=...) would leave the run filed, and labelled, under that row (a report groups
-    the runs by `variant`). With `variant=` given by hand as well (`given`) the two contradict: ConfigError.
-    Otherwise (the experiment's default row) the run's `variant` and `variant_label` become the options that
-    differ from it, e.g. `gate_kind=sdu_tanh`, so that a report files the run under what it trained."""
-    from pathlib import Path
-
-    import yaml
-
+    """Gate options set by hand over a `variant` row: with `variant=` given too (`given`), ConfigError; else the run's
+    `variant` and `variant_label` become those options (`gate_kind=sdu_tanh`), so a report files it as trained."""
     name = cfg.get("variant")
     path = Path(config_dir) / "variant" / f"{name}.yaml"
     if name is None or not path.exists():
         return
     row = (yaml.safe_load(path.read_text()) or {}).get("model") or {}
-    model = _values(cfg.model, "model")
+    model = resolved(cfg.model)
     diff = [k for k in GATE_OPTIONS if k in row and str(model.get(k)) != str(row[k])]
     if not diff:
         return

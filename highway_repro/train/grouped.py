@@ -1,15 +1,11 @@
 """The jobs of a multirun trained in groups (`engine.group`): `hydra/launcher=grouped`.
 
-    python -m highway_repro.train -m sweep=hn_fig1/cpu scale=cpu hydra/launcher=grouped               # size auto
-    python -m highway_repro.train -m experiment=hn_fig1 trial='range(0,8)' hydra/launcher=grouped hydra.launcher.size=4
+    python -m highway_repro.train -m sweep=hn_fig1/cpu scale=cpu hydra/launcher=grouped hydra.launcher.size=4
 
-The launcher (`hydra_plugins/highway_repro_launcher`) sets up every job as Hydra's basic launcher does (its run
-folder, `.hydra/`, the command-line checks of `train.main`), but `train.main` hands the composed job to `collect`
-instead of training it. Then `train_groups` splits the jobs into groups of one shape (`shape_key`: configs equal up
-to what a member may have of its own: seed, trial, data order, optimizer and schedule numbers, gate bias), at most
-`size` each, and trains each group in this process. Each member is admitted as a lone job is (`job.held`: its
-folder's lock, the recipe guard, a finished run kept as it is), writes exactly the run folder it would write alone,
-and names its group in run_info.json (`group`: id, size, position, the members' folders).
+The launcher (`hydra_plugins/highway_repro_launcher`) sets up every job as Hydra's basic launcher does, but
+`train.main` hands each composed job to `collect`. `train_groups` then trains the jobs in groups of one shape
+(`shape_key`), at most `size` each; each member is admitted as a lone job is (`job.folder_lock`, the recipe guard),
+writes the run folder it would write alone, and names its group in run_info.json.
 """
 
 from __future__ import annotations
@@ -26,9 +22,7 @@ from highway_repro.errors import ConfigError
 
 log = logging.getLogger("highway_repro")
 
-# The models a group can stack (every model of the project): their forward is a function of parameters and input,
-# their random draws go through `models.dropout`, and in a group they take their plain formulas (`fused` off, torch's
-# RNN and SDPA written out), which have per-member rules.
+# The models a group can stack: forward a function of parameters and input, random draws through `models.dropout`.
 GROUPABLE = ("MLP", "MnistHighwayNet", "CifarHighwayNet", "TransformerLM", "TransformerXL", "RTransformer")
 # What a member of a group may have of its own; everything else of the resolved config must be equal.
 MEMBER_KEYS = ("seed", "trial", "data.seed", "model.gate_bias", "optim.optimizer", "optim.scheduler", "hydra")
@@ -52,8 +46,7 @@ def collecting_jobs() -> bool:
 
 
 def collect(cfg: DictConfig, out_dir: Path, multirun: bool, build) -> None:
-    """Note a composed job for its group; `build(cfg, out_dir, trainer_cls=...)` makes its trainer
-    (`train.build_run`, handed in: this module is below the entry point)."""
+    """Note a composed job for its group; `build` (`train.build_run`) makes its trainer later."""
     _COLLECTED.append((cfg.copy(), Path(out_dir), multirun, build))
 
 
@@ -104,8 +97,8 @@ def plan_groups(jobs: list, size) -> list[list]:
 
 
 def train_groups(jobs: list, size) -> None:
-    """Train the collected jobs in groups; a job stopped by a signal stops the whole multirun (exit 128 + signal),
-    after every group member has saved its state."""
+    """Train the collected jobs in groups; a stop signal ends the multirun (exit 128 + signal) once every member
+    has saved its state."""
     stopped = 0
     for group in plan_groups(jobs, size):
         stopped = stopped or train_group(group)
@@ -118,7 +111,7 @@ def train_groups(jobs: list, size) -> None:
 def train_group(jobs: list) -> int:
     """One group: admit its members, train them together, write their run_info.json and last lines. Returns the
     signal that stopped it, else 0."""
-    from highway_repro.train.job import USER_ERRORS, folder_lock, nothing_to_do, summary, user_failure
+    from highway_repro.train.job import failures, folder_lock, nothing_to_do, summary, user_failure
     from highway_repro.engine.group import Group, Member
     from highway_repro.engine.loggers import now, write_json_atomic, write_run_info
     from highway_repro.errors import HighwayError
@@ -137,10 +130,8 @@ def train_group(jobs: list) -> int:
             left, _ = nothing_to_do(cfg, out_dir, multirun)
             if left:
                 continue
-            try:
+            with failures(out_dir / "metrics.json", multirun):
                 members.append((build_run(cfg, out_dir, trainer_cls=Member), out_dir))
-            except USER_ERRORS as e:
-                user_failure(e, out_dir / "metrics.json", multirun)
         if not members:
             return 0
         folders = [out_dir.name for _, out_dir in members]
