@@ -391,9 +391,12 @@ def test_every_claim_type_follows_the_rule_from_what_the_paper_states():
     accuracies, plain nets of 10 and 20 layers below 1e-4), the comparisons the papers never made (the single-layer
     scan and single layers at the paper's size, Fig. 1 at depth 50) and the 12-layer sigmoid in layers 1-2 ending
     lower (1.07148 vs 1.07160 test: 0.011 %); 'bottom layers help more than top' is a trend in both tables."""
+    from dataclasses import MISSING, fields
+
     from highway_repro.report.papers import HT, PAPER_CLAIMS, STATED, PaperClaim
 
-    assert "stated" not in PaperClaim._field_defaults and {c.stated for c in PAPER_CLAIMS} <= set(STATED)
+    assert next(f.default for f in fields(PaperClaim) if f.name == "stated") is MISSING
+    assert {c.stated for c in PAPER_CLAIMS} <= set(STATED)
     for c in PAPER_CLAIMS:
         if c.stated == "none":
             rule = "own"
@@ -593,3 +596,15 @@ def test_the_papers_trend_claims_are_one_family_and_a_post_data_rule_shows_the_v
     assert earlier_verdict({**equal, "table": "t_after"}, entries) == stats.NOT_RESOLVED
     assert earlier_verdict({**equal, "table": "t_before"}, entries) is None
     assert earlier_verdict({**line, "pick": "quantile", "paper_claim_id": fig1}, entries) == "no valid verdict"
+
+
+def test_the_accuracy_claims_thresholds_are_the_papers_numbers_by_their_rule():
+    """papers.yaml writes each accuracy claim's threshold as a number: Table 1's is the paper's mean less
+    table1_claim_stds of its std (16 filters: 99.40 - 2 x 0.03 = 99.34), Table 3's cifar_claim_at_least (92.0)."""
+    from highway_repro.report import papers
+
+    table1 = {c.row: c for c in papers.PAPER_CLAIMS if c.table == "hn_table1"}
+    assert table1[("16", "highway")].against == 99.34 and table1[("32", "highway")].against == 99.5
+    assert {row: c.against for row, c in table1.items()} == {
+        row: papers.table1_threshold(p) for row, p in papers.HN_TABLE1.rows.items()}
+    assert [c.against for c in papers.PAPER_CLAIMS if c.table == "hn_cifar"] == [papers.CIFAR_CLAIM_AT_LEAST]

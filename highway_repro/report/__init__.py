@@ -9,7 +9,7 @@
 |---|---|
 | `runs.py` | run folders -> `Run` (overrides, config, final metrics, history, status, run_info) |
 | `stats.py` | t-tests (statsmodels: paired, Welch, TOST), the four verdicts, Holm, quantile tests, seeds needed |
-| `papers.py` | every paper number, claim threshold and floor |
+| `papers.py` | the typed records of `papers.yaml`: every paper number, claim, threshold, margin and floor |
 | `spec.py` | the one table style: `TableSpec` (rows, columns, claims, floors) and `render` |
 | `measures.py` | `Measure` (one number per run), `Row` (the runs of a row), number formats, the column constructors |
 | `claims.py` | `Claim` and its tests (paired by seed or Welch, one-sample, a quantile of trials), Holm, floors |

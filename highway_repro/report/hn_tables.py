@@ -1,6 +1,6 @@
 """The Highway Networks tables and figures (Srivastava et al., 2015) as `TableSpec`s: Fig. 1 (depth sweep),
 Table 1 (MNIST), Tables 2/3 (CIFAR-10), Figs. 2-4 (gate analyses) and the demo. Rows come from `model.depth`,
-`model.width`, `model.kind` (trials and seeds are the runs of a row); paper numbers from `papers.py`.
+`model.width`, `model.kind` (trials and seeds are the runs of a row); paper numbers from `papers.yaml`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The Highway Transformer tables (Chai et al., 2020) and the studies on them as `TableSpec`s: one row per gate
 variant (its rows and their order from the table's sweep files, labelled by the runs' `variant_label`,
-configs/variant/), the placement scan, the gate zoo and the paper-size anchor; paper numbers from `papers.py`.
+configs/variant/), the placement scan, the gate zoo and the paper-size anchor; paper numbers from `papers.yaml`.
 """
 
 from __future__ import annotations

@@ -138,7 +138,7 @@ def rules_entry() -> dict:
 
 def margin_entry(table: str, pp, metrics: list[str]) -> dict | None:
     """The margins of `metrics` (Measure.metric names) in papers module `pp`, and its paper-effect share where a
-    paper claim of the table has a paper effect (the current papers.py says which)."""
+    paper claim of the table has a paper effect (the current papers.yaml says which)."""
     if not metrics:
         return None
     keys = {papers.margin_key(m) or m for m in metrics}
