@@ -68,6 +68,20 @@ def test_order_statistic_interval_of_a_median_on_a_textbook_example():
     assert stats.quantile([5.0, 1.0, 4.0, 2.0, 3.0], 0.2) == 1.0 and stats.quantile(range(100), 0.2) == 19
 
 
+def test_a_quantile_s_interval_ends_are_those_order_statistics():
+    """The interval of `stats.quantile_test` (scipy.stats.quantile_test's) ends at the order statistics above: the 26
+    trials 0..25 give (x_(2), x_(10)) = (1, 9) at 95 %, (0, 10) at the Bonferroni level; 3 values no end; and at
+    every n up to 60 the ranks of `quantile_ranks`."""
+    assert stats.quantile_test([float(i) for i in range(26)], 0.2, 100.0, "lower")["ci"] == (1.0, 9.0)
+    assert stats.quantile_test([float(i) for i in range(26)], 0.2, 0.0, "lower", [0.0] * 26)["ci"] == (0.0, 10.0)
+    assert stats.quantile_test([1.0, 2.0, 3.0], 0.5, 0.0, "lower")["ci"] == (-math.inf, math.inf)
+    for n in range(1, 61):
+        for q, miss in ((0.2, 0.025), (0.2, 0.0025), (0.5, 0.0125)):
+            r, s = stats.quantile_ranks(n, q, miss)
+            ends = (float(r) if r else -math.inf, float(s) if s <= n else math.inf)
+            assert stats._bounds([float(i) for i in range(1, n + 1)], q, miss) == ends, (n, q, miss)
+
+
 @pytest.mark.parametrize("level", [stats.LEVEL, stats.SECOND_LOOK])
 @pytest.mark.parametrize("side", ["lower", "higher"])
 @pytest.mark.parametrize("two_rows", [False, True])
