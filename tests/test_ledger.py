@@ -147,6 +147,8 @@ RULE_CHANGES = {
     "the margins": (papers, "margin", lambda metric, baseline_mean, effect=None: None),
     "the verdict": (stats, "verdict", lambda interval, side, threshold=0.0, delta=None: stats.NOT_RESOLVED),
     "the claim types' rule": (papers.PaperClaim, "claim_type", property(lambda self: "trend")),
+    "the test of two rows": (claims, "two_rows_claim", lambda res, row, other, used, table_rows: None),
+    "the test of one sample": (claims, "one_sample_claim", lambda res, row: None),
 }
 
 

@@ -115,7 +115,8 @@ def rules_entry() -> dict:
     factors, thresholds, shares, the quantile), and a fingerprint of each function that applies a rule (the first 12
     hex digits of the sha256 of its source: the verdict, the t and quantile tests with their Bonferroni split, Holm
     and its NO DIFFERENCE rule, the second look's p-values, the pairing by seed, one device per comparison, the
-    margins, the paper's effect, the claim types' rule, the trials of a random search, a claim's test)."""
+    margins, the paper's effect, the claim types' rule, the trials of a random search, a claim's test and
+    its four kinds: a quantile, two rows, a best run, one sample)."""
     import hashlib
     import inspect
 
@@ -130,7 +131,9 @@ def rules_entry() -> dict:
             "Holm verdicts": stats.holm_verdicts, "second look p": stats.second_look_p,
             "paired by seed": claims.seed_pairs,
             "one device": runs.one_device, "margin": papers.margin, "paper effect": papers.paper_effect,
-            "claim type": papers.PaperClaim.claim_type.fget, "trials": claims.trials, "claim test": claims.test_claim}
+            "claim type": papers.PaperClaim.claim_type.fget, "trials": claims.trials, "claim test": claims.test_claim,
+            "quantile claim": claims.quantile_claim, "two rows claim": claims.two_rows_claim,
+            "best run claim": claims.best_run_claim, "one sample claim": claims.one_sample_claim}
     return {"id": "rules", "kind": "rules", "table": None, "definition": {
         "constants": {k: f"{v:g}" for k, v in constants.items()},
         "code": {k: hashlib.sha256(inspect.getsource(f).encode()).hexdigest()[:12] for k, f in code.items()}}}
