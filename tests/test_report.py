@@ -594,3 +594,15 @@ def test_the_glance_opens_with_the_findings_of_the_papers_trend_claims(tmp_path)
                      "[-0.08, -0.02]). 1 not resolved.",
                      "- **b** (cpu): did not hold: SDU tanh, all layers ends higher than the baseline (bpc test: "
                      "-0.05 [-0.08, -0.02])."]
+
+
+def test_the_prose_templates_are_one_paragraph_each_filled_by_name():
+    """report/prose.md: a section's wrapped lines are one line of the page, its $names filled; a name left out fails."""
+    from highway_repro.report.prose import prose
+
+    text = prose("anchor data", step=400, tol=0.15)
+    assert text.startswith("**The data are the enwik8 prefix of the offline mirror") and text.endswith("(seed 1111).")
+    assert "the corpus.** 400 steps of 22 x 512 tokens" in text and "within 0.15 bpc: yes" in text
+    assert "\n" not in text and "  " not in text
+    with pytest.raises(KeyError):
+        prose("anchor data", step=400)

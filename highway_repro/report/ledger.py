@@ -34,6 +34,7 @@ from highway_repro import files
 from highway_repro.report import papers, stats
 from highway_repro.report.claims_list import EARLIER_INVALID
 from highway_repro.report.grids import SWEEP_DIR, kept_folders, params_of, swept, sweep_files
+from highway_repro.report.prose import prose
 from highway_repro.targets import TARGETS
 
 LEDGER = "preregistration.json"
@@ -351,15 +352,7 @@ def render(entries: list[dict], after_counts: list[int] | None = None) -> str:
     after = [e for e in entries if e.get("after_data")]
     after_counts = after_counts or [e.get("runs_after", 0) for e in entries]
     lines = ["# Preregistration ledger", "",
-             "When each definition a verdict rests on was fixed: every paper claim's test, the claim types, each "
-             "table's margins, first-look seeds and second look, and the report's reading rules; the commit that "
-             "holds it as it stands, its date, and how many kept runs of the rows it compares (cpu scale, either "
-             "device) were committed at or before that commit, and how many are kept after it now. An entry made "
-             "after any of its runs is "
-             "**after the data**, with its reason. `results/preregistration.json` holds the entries (append-only: "
-             "built from the git history by `scripts/build_ledger.py`, an entry appended with each later change); "
-             "`make tables` writes this page from it, and a fast test (tests/test_ledger.py) fails when a definition "
-             "differs from its newest entry.", "",
+             prose("ledger intro"), "",
              f"{len(entries)} entries, {len(after)} of them after the data.", "",
              "| what | definition | commit | date | runs before / after | after the data |",
              "|---|---|---|---|---|---|"]

@@ -18,6 +18,7 @@ from highway_repro.files import KeptFileError
 from highway_repro.report import ledger, papers, stats
 from highway_repro.report.claims_list import NO_CLAIM, PAPER_SCALE_ONLY, apart, claims_list, counted
 from highway_repro.report.forest import forest
+from highway_repro.report.prose import prose
 from highway_repro.report.claims_file import same_as_line, read_claims
 from highway_repro.report.spec import UNTESTED
 
@@ -130,18 +131,9 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
     w.writerows(flat)
     files.write_atomic(path, fh.getvalue())
     lines = ["# Results", "",
-             "Every table of the two papers as reproduced here; each file names the command that made it, the scale, "
-             "seeds, wall time, CPU-hours and machine. `summary.csv` has one line per table row, distinct comparison "
-             "(kind `claim`; a table's line on a comparison that another table holds: kind `same`) and floor "
-             f"(written by `make tables`); `claims.png` draws every distinct comparison. Verdicts: "
-             f"{stats.VERDICTS_EXPLAINED}. Each comparison has a type (`claim_type`): "
-             + "; ".join(f"**{k}** = {v}" for k, v in papers.CLAIM_TYPES.items())
-             + f"; a level claim at another scale is shown, marked {PAPER_SCALE_ONLY}, and a negligible one marked "
-             f"{NO_CLAIM}; neither counts in a verdict. The types follow one rule, {papers.CLAIM_TYPE_RULE}. The "
-             "papers' trend claims are also read as one family (`papers_family_verdict`: Holm over all of them); "
-             "`verdict_before_rules` is a line's verdict under the reading rules in force before those that the "
-             "ledger ([preregistration.md](preregistration.md)) marks as fixed after the data; `cpu_models` names "
-             "the processors each side's runs were made on (their effect: docs/gpu.md, cross-CPU twins).",
+             prose("results intro", verdicts=stats.VERDICTS_EXPLAINED, paper_scale_only=PAPER_SCALE_ONLY,
+                   types="; ".join(f"**{k}** = {v}" for k, v in papers.CLAIM_TYPES.items()), no_claim=NO_CLAIM,
+                   rule=papers.CLAIM_TYPE_RULE),
              "",
              "| table | scale | runs | claims held / did not hold / no difference / not resolved (not testable yet) "
              "| Holm | family | linked to another table | floors met |",
@@ -184,12 +176,8 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
     if others:
         lines += ["", "Other reports (benchmarks, the ledger of what was fixed when, or tables written before claims "
                   "files existed): " + ", ".join(f"[{o}]({o})" for o in others) + "."]
-    lines += ["", "Superseded recipes (their tables and kept runs, `archive/`: `cpu-v1` the first, much shorter cpu "
-              "scale; `cpu-v2` runs of recipes sized for a slower machine; `cpu-v3` a char-PTB run with the paper's "
-              "dropout; `cpu-v4` the CIFAR table at 6,000 steps; `cpu-v5` Fig. 1 with the decay every epoch; the "
-              "pilots behind each change: docs/pilots.md) are out of the tree: "
-              f"`git checkout {ARCHIVE_COMMIT[:12]} -- results/archive` brings them back, indexed here, not summarised"
-              + (": " + ", ".join(f"[{o}]({o})" for o in archived) if archived else "") + "."]
+    lines += ["", prose("results archive", commit=ARCHIVE_COMMIT[:12],
+                        archived=": " + ", ".join(f"[{o}]({o})" for o in archived) if archived else "")]
     lines += ["", "## Every comparison", "", "![every distinct comparison: difference, 95 % interval (99 % at a "
               "second look), +-delta, the paper's effect](claims.png)", "", claims_list(flat)]
     files.write_atomic(root / "README.md", "\n".join(lines) + "\n")
