@@ -17,6 +17,7 @@
 | `header.py` | the one header writer (command, scale, seeds, runs, times, machine from run_info.json) |
 | `plots.py` | the one plotting helper |
 | `claims_file.py` | `<table>.claims.json`: its rows, claims and floors as data, read back as a kept file |
+| `prose.py` | the tables' and pages' prose: the Markdown templates of `prose.md`, filled by name |
 | `summary.py` | `results/summary.csv` (each comparison once; the papers' trends as one family), `results/README.md` |
 | `power.py` | the power and error of Fig. 1's quantile test, simulated at the measured trial distributions |
 | `claims_list.py` | the full claims list of `results/README.md` and the counts of verdicts (standard library only) |
