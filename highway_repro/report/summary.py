@@ -155,15 +155,13 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
                      + " / ".join(str(h[k]) for k in stats.VERDICTS) + f" | {size} | "
                      f"{sum(r['kind'] == 'same' for r in mine)} | {f'{sum(fl)} of {len(fl)}' if fl else '—'} |")
     if problems:
-        lines += ["", f"**The tables disagree on {len(problems)} comparison(s), so their counts here are not one "
-                  "comparison each: `make tables` rebuilds every table in order.** " + "; ".join(problems) + "."]
+        lines += ["", prose("results disagree", n=len(problems), problems="; ".join(problems))]
         print(f"warning: results/README.md: the tables disagree on {len(problems)} comparison(s) ({problems[0]}); "
               "`make tables` rebuilds them in order", file=sys.stderr)
     missing = missing_paper_claims(rows)
     if missing:
-        per_table = Counter(c.table for c in missing)
-        lines += ["", f"Paper claims (`papers.PAPER_CLAIMS`) with no claim line yet, their table not made or its rows "
-                  f"not trained: {len(missing)} (" + ", ".join(f"{t} {n}" for t, n in per_table.items()) + ")."]
+        per_table = ", ".join(f"{t} {n}" for t, n in Counter(c.table for c in missing).items())
+        lines += ["", prose("results missing", n=len(missing), tables=per_table)]
     made = {d["table"] for d, _ in tables}
     not_made = [how for n, how in (expected or {}).items() if n not in made]
     if not_made:
@@ -174,8 +172,7 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
     archived = [o for o in others if o.startswith(ARCHIVE + "/")]
     others = [o for o in others if o not in archived]
     if others:
-        lines += ["", "Other reports (benchmarks, the ledger of what was fixed when, or tables written before claims "
-                  "files existed): " + ", ".join(f"[{o}]({o})" for o in others) + "."]
+        lines += ["", prose("results others", links=", ".join(f"[{o}]({o})" for o in others))]
     lines += ["", prose("results archive", commit=ARCHIVE_COMMIT[:12],
                         archived=": " + ", ".join(f"[{o}]({o})" for o in archived) if archived else "")]
     lines += ["", "## Every comparison", "", "![every distinct comparison: difference, 95 % interval (99 % at a "
