@@ -69,16 +69,18 @@ def test_order_statistic_interval_of_a_median_on_a_textbook_example():
 
 
 def test_a_quantile_s_interval_ends_are_those_order_statistics():
-    """The interval of `stats.quantile_test` (scipy.stats.quantile_test's) ends at the order statistics above: the 26
-    trials 0..25 give (x_(2), x_(10)) = (1, 9) at 95 %, (0, 10) at the Bonferroni level; 3 values no end; and at
-    every n up to 60 the ranks of `quantile_ranks`."""
+    """The interval of `stats.quantile_test` ends at the order statistics above: the 26 trials 0..25 give (x_(2),
+    x_(10)) = (1, 9) at 95 %, (0, 10) at the Bonferroni level; 3 values no end; and at every n up to 60 it is
+    scipy.stats.quantile_test's interval at 1 - 2 x the miss of each end."""
+    from scipy.stats import quantile_test
+
     assert stats.quantile_test([float(i) for i in range(26)], 0.2, 100.0, "lower")["ci"] == (1.0, 9.0)
     assert stats.quantile_test([float(i) for i in range(26)], 0.2, 0.0, "lower", [0.0] * 26)["ci"] == (0.0, 10.0)
     assert stats.quantile_test([1.0, 2.0, 3.0], 0.5, 0.0, "lower")["ci"] == (-math.inf, math.inf)
     for n in range(1, 61):
         for q, miss in ((0.2, 0.025), (0.2, 0.0025), (0.5, 0.0125)):
-            r, s = stats.quantile_ranks(n, q, miss)
-            ends = (float(r) if r else -math.inf, float(s) if s <= n else math.inf)
+            ci = quantile_test([float(i) for i in range(1, n + 1)], p=q).confidence_interval(1.0 - 2.0 * miss)
+            ends = (-math.inf if math.isnan(ci.low) else ci.low, math.inf if math.isnan(ci.high) else ci.high)
             assert stats._bounds([float(i) for i in range(1, n + 1)], q, miss) == ends, (n, q, miss)
 
 
