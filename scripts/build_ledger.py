@@ -7,7 +7,8 @@ and its later entries.
     python scripts/build_ledger.py --append --rule "NAME: what the rule now says" --reason R   # a reading rule
 
 The derivation: for each definition the ledger checks (`ledger.definitions`), the first commit of the last
-unbroken stretch of commits whose files give it as it stands now (papers.py read at each of its versions; the sweep
+unbroken stretch of commits whose files give it as it stands now (papers.yaml at each of its versions, read by
+today's papers.py; before papers.yaml, papers.py at each of its versions; the sweep
 files at each commit that touched them, before `configs/sweep/<table>/` the scale files' seeds and extra grids; the
 second look's file, `stats.SECOND_LOOK` and `papers.SECOND_LOOK_CLAIMS`); the claims papers.py no longer holds, when
 they came and went; the reading rules, at the commit that added their code. Each kept run's time is the commit that
@@ -19,9 +20,11 @@ package or the configs have changes not committed), and counts every run kept no
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import subprocess
 import sys
+import tempfile
 from functools import cache
 from pathlib import Path
 from types import SimpleNamespace
@@ -39,6 +42,7 @@ from highway_repro.targets import TARGETS  # noqa: E402
 
 RESULTS = ROOT / "results"
 PAPERS = "highway_repro/report/papers.py"
+PAPERS_DATA = "highway_repro/report/papers.yaml"
 STATS = "highway_repro/report/stats.py"
 OLD_GRID = {"ht_zoo_char_ptb": "ht_gate_zoo", "ht_zoo_char_ptb_rt": "ht_gate_zoo", "ht_zoo_enwik8_l6": "ht_gate_zoo"}
 # the reading rules: (id, what it says, the file and a string its code or docstring has held since it came)
@@ -113,7 +117,17 @@ def touching(*paths: str) -> list[str]:
 
 @cache
 def papers_at(commit: str):
-    """papers.py as it read at `commit` (a standalone module: it imports the standard library only)."""
+    """The papers' numbers and claims at `commit`: its papers.yaml read by today's papers.py (a module of its own, the
+    file beside it); before papers.yaml, papers.py as it read then (a standalone module: the standard library only)."""
+    data = show(commit, PAPERS_DATA)
+    if data is not None:
+        with tempfile.TemporaryDirectory() as folder:
+            (Path(folder) / "papers.yaml").write_text(data)
+            (Path(folder) / "papers.py").write_text((ROOT / PAPERS).read_text())
+            spec = importlib.util.spec_from_file_location(f"papers_{commit[:7]}", Path(folder) / "papers.py")
+            module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # (its dataclasses look it up)
+            spec.loader.exec_module(module)
+            return module
     src = show(commit, PAPERS)
     if src is None:
         return None
@@ -206,18 +220,18 @@ def history(d: dict) -> tuple[list[str], Callable]:
     """The commits that may change definition `d`, and its value at a commit."""
     kind, table = d["kind"], d["table"]
     if kind == "claim":
-        return touching(PAPERS), lambda c: (claims_at(c).get(d["id"]) or {}).get("definition")
+        return touching(PAPERS, PAPERS_DATA), lambda c: (claims_at(c).get(d["id"]) or {}).get("definition")
     if kind == "claim types":
-        return touching(PAPERS), types_at
+        return touching(PAPERS, PAPERS_DATA), types_at
     if kind == "margin":
         metrics = ledger.table_metrics(table, RESULTS)
-        return touching(PAPERS), lambda c: papers_at(c) and ledger.margin_entry(table, papers_at(c), metrics)[
-            "definition"]
+        return touching(PAPERS, PAPERS_DATA), lambda c: papers_at(c) and ledger.margin_entry(
+            table, papers_at(c), metrics)["definition"]
     old = [f"configs/sweep/{OLD_GRID.get(table, table)}.yaml",
            f"configs/experiment_scale/{TARGETS[table].experiment}/cpu.yaml"]
     if kind == "seeds":
         return touching(f"configs/sweep/{table}", *old), lambda c: seeds_at(table, c)
-    return touching(f"configs/sweep/{table}", PAPERS, STATS), lambda c: look_at(table, c)
+    return touching(f"configs/sweep/{table}", PAPERS, PAPERS_DATA, STATS), lambda c: look_at(table, c)
 
 
 def fixed(d: dict) -> tuple[str, object]:
@@ -255,7 +269,7 @@ def make_entry(d: dict, commit: str, times: dict | None, before_value=None, reas
 def removed_claims() -> list[tuple[dict, str, str]]:
     """(the last definition, the commit that fixed it, the commit that removed it) of each claim papers.py held
     and holds no more."""
-    commits = [c for c in touching(PAPERS) if papers_at(c) is not None]
+    commits = [c for c in touching(PAPERS, PAPERS_DATA) if papers_at(c) is not None]
     now, out = {ledger.claim_id(c) for c in papers.PAPER_CLAIMS}, []
     gone = {key for c in commits for key in claims_at(c)} - now
     for key in sorted(gone):

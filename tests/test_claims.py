@@ -68,6 +68,22 @@ def test_order_statistic_interval_of_a_median_on_a_textbook_example():
     assert stats.quantile([5.0, 1.0, 4.0, 2.0, 3.0], 0.2) == 1.0 and stats.quantile(range(100), 0.2) == 19
 
 
+def test_a_quantile_s_interval_ends_are_those_order_statistics():
+    """The interval of `stats.quantile_test` ends at the order statistics above: the 26 trials 0..25 give (x_(2),
+    x_(10)) = (1, 9) at 95 %, (0, 10) at the Bonferroni level; 3 values no end; and at every n up to 60 it is
+    scipy.stats.quantile_test's interval at 1 - 2 x the miss of each end."""
+    from scipy.stats import quantile_test
+
+    assert stats.quantile_test([float(i) for i in range(26)], 0.2, 100.0, "lower")["ci"] == (1.0, 9.0)
+    assert stats.quantile_test([float(i) for i in range(26)], 0.2, 0.0, "lower", [0.0] * 26)["ci"] == (0.0, 10.0)
+    assert stats.quantile_test([1.0, 2.0, 3.0], 0.5, 0.0, "lower")["ci"] == (-math.inf, math.inf)
+    for n in range(1, 61):
+        for q, miss in ((0.2, 0.025), (0.2, 0.0025), (0.5, 0.0125)):
+            ci = quantile_test([float(i) for i in range(1, n + 1)], p=q).confidence_interval(1.0 - 2.0 * miss)
+            ends = (-math.inf if math.isnan(ci.low) else ci.low, math.inf if math.isnan(ci.high) else ci.high)
+            assert stats._bounds([float(i) for i in range(1, n + 1)], q, miss) == ends, (n, q, miss)
+
+
 @pytest.mark.parametrize("level", [stats.LEVEL, stats.SECOND_LOOK])
 @pytest.mark.parametrize("side", ["lower", "higher"])
 @pytest.mark.parametrize("two_rows", [False, True])
@@ -391,9 +407,12 @@ def test_every_claim_type_follows_the_rule_from_what_the_paper_states():
     accuracies, plain nets of 10 and 20 layers below 1e-4), the comparisons the papers never made (the single-layer
     scan and single layers at the paper's size, Fig. 1 at depth 50) and the 12-layer sigmoid in layers 1-2 ending
     lower (1.07148 vs 1.07160 test: 0.011 %); 'bottom layers help more than top' is a trend in both tables."""
+    from dataclasses import MISSING, fields
+
     from highway_repro.report.papers import HT, PAPER_CLAIMS, STATED, PaperClaim
 
-    assert "stated" not in PaperClaim._field_defaults and {c.stated for c in PAPER_CLAIMS} <= set(STATED)
+    assert next(f.default for f in fields(PaperClaim) if f.name == "stated") is MISSING
+    assert {c.stated for c in PAPER_CLAIMS} <= set(STATED)
     for c in PAPER_CLAIMS:
         if c.stated == "none":
             rule = "own"
@@ -593,3 +612,15 @@ def test_the_papers_trend_claims_are_one_family_and_a_post_data_rule_shows_the_v
     assert earlier_verdict({**equal, "table": "t_after"}, entries) == stats.NOT_RESOLVED
     assert earlier_verdict({**equal, "table": "t_before"}, entries) is None
     assert earlier_verdict({**line, "pick": "quantile", "paper_claim_id": fig1}, entries) == "no valid verdict"
+
+
+def test_the_accuracy_claims_thresholds_are_the_papers_numbers_by_their_rule():
+    """papers.yaml writes each accuracy claim's threshold as a number: Table 1's is the paper's mean less
+    table1_claim_stds of its std (16 filters: 99.40 - 2 x 0.03 = 99.34), Table 3's cifar_claim_at_least (92.0)."""
+    from highway_repro.report import papers
+
+    table1 = {c.row: c for c in papers.PAPER_CLAIMS if c.table == "hn_table1"}
+    assert table1[("16", "highway")].against == 99.34 and table1[("32", "highway")].against == 99.5
+    assert {row: c.against for row, c in table1.items()} == {
+        row: papers.table1_threshold(p) for row, p in papers.HN_TABLE1.rows.items()}
+    assert [c.against for c in papers.PAPER_CLAIMS if c.table == "hn_cifar"] == [papers.CIFAR_CLAIM_AT_LEAST]

@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import subprocess
+from dataclasses import replace
 
 import pytest
 
@@ -40,7 +41,7 @@ def test_a_change_after_the_data_fails_until_an_entry_says_why(entries, monkeypa
     appended entry that marks the change after the data, with its reason, clears it; a new claim on rows without
     runs needs an entry too (its first), but no reason."""
     claim = next(c for c in papers.PAPER_CLAIMS if c.table == "ht_char_ptb")
-    turned = claim._replace(side="higher")
+    turned = replace(claim, side="higher")
     new = papers.PaperClaim("ht_char_ptb", ("new_row",), ("other_new_row",), "test/bpc", "lower", "", "none")
     monkeypatch.setattr(papers, "PAPER_CLAIMS", [turned if c is claim else c for c in papers.PAPER_CLAIMS] + [new])
     monkeypatch.setattr(papers, "PAPER_EFFECT_SHARE", 0.25)
@@ -74,7 +75,7 @@ def test_append_adds_an_entry_after_the_data_only_with_a_reason(entries, monkeyp
         pytest.skip("no git history here")
     build = _script()
     claim = next(c for c in papers.PAPER_CLAIMS if c.table == "ht_word_ptb")
-    monkeypatch.setattr(papers, "PAPER_CLAIMS", [claim._replace(side="higher") if c is claim else c
+    monkeypatch.setattr(papers, "PAPER_CLAIMS", [replace(claim, side="higher") if c is claim else c
                                                  for c in papers.PAPER_CLAIMS])
     with pytest.raises(SystemExit, match="give --reason"):
         build.append("", None)
@@ -146,6 +147,8 @@ RULE_CHANGES = {
     "the margins": (papers, "margin", lambda metric, baseline_mean, effect=None: None),
     "the verdict": (stats, "verdict", lambda interval, side, threshold=0.0, delta=None: stats.NOT_RESOLVED),
     "the claim types' rule": (papers.PaperClaim, "claim_type", property(lambda self: "trend")),
+    "the test of two rows": (claims, "two_rows_claim", lambda res, row, other, used, table_rows: None),
+    "the test of one sample": (claims, "one_sample_claim", lambda res, row: None),
 }
 
 
@@ -164,7 +167,7 @@ def _claim(table, against_number=False):
 
 
 def _replace(monkeypatch, claim, **change):
-    monkeypatch.setattr(papers, "PAPER_CLAIMS", [claim._replace(**change) if c is claim else c
+    monkeypatch.setattr(papers, "PAPER_CLAIMS", [replace(claim, **change) if c is claim else c
                                                  for c in papers.PAPER_CLAIMS])
 
 

@@ -465,11 +465,11 @@ def test_report_package_reads_files_only(tmp_path):
                     or n in ("highway_repro.errors", "highway_repro.files", "highway_repro.targets"), (py.name, n)
 
 
-def test_paper_numbers_live_in_papers_py():
-    """Thresholds and paper values of the old inline tables (0.23, 92.0, 99.43, 1.495, ...) are only in papers.py."""
+def test_paper_numbers_live_in_papers_yaml():
+    """Thresholds and paper values (0.23, 92.0, 99.43, 1.495, ...) are in papers.yaml, and in no Python file."""
+    data = yaml.safe_load((REPO / "highway_repro" / "report" / "papers.yaml").read_text())
+    assert data["fig1"]["trains_below"] == 0.23 and data["tables"]["hn_table1"]["rows"]["16/highway"]["best"] == 99.43
     for py in (REPO / "highway_repro" / "report").glob("*.py"):
-        if py.name == "papers.py":
-            continue
         consts = [n.value for n in ast.walk(ast.parse(py.read_text())) if isinstance(n, ast.Constant)
                   and isinstance(n.value, float)]
         for v in (0.23, 92.0, 99.43, 99.55, 1.495, 92.31, 1.24339, 21.16, 1.8, 2.3):
@@ -606,3 +606,15 @@ def test_the_glance_opens_with_the_findings_of_the_papers_trend_claims(tmp_path)
                      "[-0.08, -0.02]). 1 not resolved.",
                      "- **b** (cpu): did not hold: SDU tanh, all layers ends higher than the baseline (bpc test: "
                      "-0.05 [-0.08, -0.02])."]
+
+
+def test_the_prose_templates_are_one_paragraph_each_filled_by_name():
+    """report/prose.md: a section's wrapped lines are one line of the page, its $names filled; a name left out fails."""
+    from highway_repro.report.prose import prose
+
+    text = prose("anchor data", step=400, tol=0.15)
+    assert text.startswith("**The data are the enwik8 prefix of the offline mirror") and text.endswith("(seed 1111).")
+    assert "the corpus.** 400 steps of 22 x 512 tokens" in text and "within 0.15 bpc: yes" in text
+    assert "\n" not in text and "  " not in text
+    with pytest.raises(KeyError):
+        prose("anchor data", step=400)

@@ -9,7 +9,7 @@
 |---|---|
 | `runs.py` | run folders -> `Run` (overrides, config, final metrics, history, status, run_info) |
 | `stats.py` | t-tests (statsmodels: paired, Welch, TOST), the four verdicts, Holm, quantile tests, seeds needed |
-| `papers.py` | every paper number, claim threshold and floor |
+| `papers.py` | the typed records of `papers.yaml`: every paper number, claim, threshold, margin and floor |
 | `spec.py` | the one table style: `TableSpec` (rows, columns, claims, floors) and `render` |
 | `measures.py` | `Measure` (one number per run), `Row` (the runs of a row), number formats, the column constructors |
 | `claims.py` | `Claim` and its tests (paired by seed or Welch, one-sample, a quantile of trials), Holm, floors |
@@ -17,6 +17,7 @@
 | `header.py` | the one header writer (command, scale, seeds, runs, times, machine from run_info.json) |
 | `plots.py` | the one plotting helper |
 | `claims_file.py` | `<table>.claims.json`: its rows, claims and floors as data, read back as a kept file |
+| `prose.py` | the tables' and pages' prose: the Markdown templates of `prose.md`, filled by name |
 | `summary.py` | `results/summary.csv` (each comparison once; the papers' trends as one family), `results/README.md` |
 | `power.py` | the power and error of Fig. 1's quantile test, simulated at the measured trial distributions |
 | `claims_list.py` | the full claims list of `results/README.md` and the counts of verdicts (standard library only) |

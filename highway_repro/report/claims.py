@@ -15,7 +15,7 @@ from typing import Callable
 from highway_repro.report import papers, stats
 from highway_repro.report.claims_list import PAPER_SCALE_ONLY, uncounted
 from highway_repro.report.grids import SWEEP_DIR, grid_of
-from highway_repro.report.measures import Measure, Row, interval, mean_pm, num, reach_steps
+from highway_repro.report.measures import Measure, Row, interval, num, reach_steps
 from highway_repro.report.papers import Floor
 from highway_repro.report.runs import Run
 
@@ -192,8 +192,9 @@ def _table_cpu_seconds(rows: dict) -> float:
 
 @dataclass
 class ClaimResult:
-    """A claim tested on a table's rows (`test_claim`); `key`: the comparison's identity (the runs of each side and
-    the statistic); `same_as`, `family_size` and `holm` are set with the table's family (`family`)."""
+    """A claim tested on a table's rows (`test_claim`; its line: `result_line`); `key`: the comparison's identity
+    (the runs of each side and the statistic); `same_as`, `family_size` and `holm` are set with the table's family
+    (`family`)."""
     claim: Claim
     row: Row | None
     label: str
@@ -212,7 +213,8 @@ class ClaimResult:
     tests: dict | None = None
     verdict: str = stats.NOT_RESOLVED
     detail: str = ""
-    line: str = ""
+    how: str = ""  # the test of two rows: "paired" (by seed), "Welch", or "" (too few runs)
+    pairs: int = 0  # paired: the seeds both rows finished
     key: str | None = None
     experiment: str = ""
     seeds_needed: int | None = None
@@ -230,11 +232,16 @@ class ClaimResult:
     family_size: int | None = None
     holm: str | None = None
 
+    @property
+    def line(self) -> str:
+        return result_line(self)
+
 
 def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> ClaimResult:
-    """The claim's result on `rows`. `table`: for papers.PAPER_CLAIMS and its second look (a comparison of
-    papers.SECOND_LOOK_CLAIMS reads every run at stats.SECOND_LOOK once all of that look's runs have ended, until then
-    its first look's); `keys`: the table's row keys, which tell when a second look has all its runs."""
+    """The claim's result on `rows`, its numbers and verdict (its line: `result_line`). `table`: for
+    papers.PAPER_CLAIMS and its second look (a comparison of papers.SECOND_LOOK_CLAIMS reads every run at
+    stats.SECOND_LOOK once all of that look's runs have ended, until then its first look's); `keys`: the table's row
+    keys, which tell when a second look has all its runs."""
     pc = paper_claim_of(table, c)
     side_rows = [rows.get(i) for i in (c.row, c.against) if isinstance(i, tuple) and not pooled(i)]
     scales = _scales([r for row in side_rows if row for r in row.runs])
@@ -243,7 +250,6 @@ def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> Claim
     under_way = level == stats.SECOND_LOOK and not all(second_look_complete(r, table, keys) for r in side_rows if r)
     if under_way:  # read at its planned size only: until then, its first look
         level = stats.LEVEL
-    at = "" if level == stats.LEVEL else " (the second look)"
     table_rows = rows  # every run: the table's hours
     if level == stats.LEVEL:
         rows = first_look(rows, table)
@@ -261,90 +267,136 @@ def test_claim(c: Claim, rows: dict, table: str = "", keys: tuple = ()) -> Claim
     if row is None or not row.values(m) or (two_rows and (other is None or not other.values(m))):
         side = "the row it is compared with" if row is not None and row.values(m) else "this row"
         res.detail = f"{UNTESTED}: no finished runs for {side}"
-        res.line = f"{label} {c.text}: {res.detail}"
         return res
     used = [r for r in row.runs if r.done] + ([r for r in other.runs if r.done] if other else [])
     res.experiment = next((str(r.get("name")) for r in used if r.get("name")), "")
     sides = (sorted(map(run_id, row.runs)), sorted(map(run_id, other.runs)) if other else [repr(c.against)])
     res.key = f"{c.pick}{c.q if c.pick == 'quantile' else ''}|{m.name}|" + "|".join(",".join(s) for s in sides)
-    what, d = f"{m.label}{c.paper_note}", m.digits
-    if c.kind == "claim" and c.pick == "quantile":
-        worst = (max if m.lower_is_better else min)(row.values(m) + (other.values(m) if other else []))
-        xs, ys = trials(row, m, worst), trials(other, m, worst) if other else None
-        threshold = c.threshold if other else float(c.against)
-        qt = stats.quantile_test(xs, c.q, threshold, c.side, ys, level)
-        res.mean, res.other_mean, res.n, res.other_n = *qt["quantiles"], len(xs), len(ys or [])
-        res.ci, res.tests = _interval_and_p(qt, level)
-        res.verdict = stats.verdict(qt["ci"], c.side, threshold)
-        stat, sci = f"{stats.pct(c.q)} quantile of {len(xs)} trials", m.how != "log10" and abs(res.mean) < 1e-2
-        how = ("; the rows' exact order-statistic intervals at the Bonferroni level" if other else
-               "; exact, from order statistics")
-        tested = (f"{interval(qt['ci'], level)}{at}{how}, over all trials (failed ones at the worst value)"
-                  .replace("CI", "interval"))
+    if c.kind == "claim" and c.pick == "quantile":  # a second look under way: its runs so far count
+        have = [sum(r.status != "missing" for r in s.runs) for s in side_rows] if under_way else None
+        quantile_claim(res, row, other, have, table_rows)
+    elif two_rows:
+        two_rows_claim(res, row, other, used, table_rows)
+    elif c.pick == "best":
+        best_run_claim(res, row)
+    else:
+        one_sample_claim(res, row)
+    res.cpus = cpu_models([[r for r in side.runs if r.status != "missing"] for side in (row, other) if side])
+    res.last_look = (res.level == stats.SECOND_LOOK and res.verdict == stats.NOT_RESOLVED and
+                     all(second_look_complete(r, table, keys) for r in (row, other) if r is not None))
+    return res
+
+
+def quantile_claim(res: ClaimResult, row: Row, other: Row | None, have: list | None, table_rows: dict) -> None:
+    """The q-quantile of a random search's trials (failed ones at the worst value) against a number or another
+    row's: `stats.quantile_test`, exact order-statistic intervals."""
+    c, m, level = res.claim, res.claim.measure, res.level
+    worst = (max if m.lower_is_better else min)(row.values(m) + (other.values(m) if other else []))
+    xs, ys = trials(row, m, worst), trials(other, m, worst) if other else None
+    threshold = c.threshold if other else float(c.against)
+    qt = stats.quantile_test(xs, c.q, threshold, c.side, ys, level)
+    res.mean, res.other_mean, res.n, res.other_n = *qt["quantiles"], len(xs), len(ys or [])
+    res.ci, res.tests = _interval_and_p(qt, level)
+    res.verdict = stats.verdict(qt["ci"], c.side, threshold)
+    if other:
+        res.diff = qt["estimate"]
+    if res.verdict == stats.NOT_RESOLVED:
+        res.seeds_needed, res.need_unit = stats.quantile_trials_needed(xs, c.q, threshold, ys), "trials"
+        res.points_to = stats.points_to(qt["estimate"], c.side, threshold)
         if other:
-            res.diff = qt["estimate"]
-            line = (f"{label} {c.text} ({what}): {stat} {num(res.mean, d, sci)} vs {other.label} "
-                    f"{num(res.other_mean, d, sci)} ({len(ys)} trials); difference {qt['estimate']:+.4g} (must be "
-                    f"{'<' if c.side == 'lower' else '>'} {threshold:g}), {tested}")
-        else:
-            line = f"{label} {c.text} ({what}): {stat} {num(res.mean, d, sci)}; {tested}"
-        if res.verdict == stats.NOT_RESOLVED:
-            res.seeds_needed, res.need_unit = stats.quantile_trials_needed(xs, c.q, threshold, ys), "trials"
-            res.points_to = stats.points_to(qt["estimate"], c.side, threshold)
-            if other:  # a second look under way: its runs so far count
-                _decision(res, row.runs + other.runs, [sum(r.status != "missing" for r in s.runs) for s in side_rows]
-                          if under_way else (res.n, res.other_n), table_rows)
-        return _finish(res, line, row, other, table, keys)
-    xs = _values(row, c)
+            _decision(res, row.runs + other.runs, have if have is not None else (res.n, res.other_n), table_rows)
+
+
+def two_rows_claim(res: ClaimResult, row: Row, other: Row, used: list, table_rows: dict) -> None:
+    """The difference of two rows' means: paired by seed where the design pairs them (`seed_pairs`), else Welch,
+    with the equivalence margin of a claim about 0 (`papers.margin`)."""
+    c, m, level = res.claim, res.claim.measure, res.level
+    xs, ys = _values(row, c), _values(other, c)
     res.mean, res.std = stats.mean_std(xs)
     res.n = len(row.done) if c.pick == "best" else len(xs)
-    if two_rows:
-        ys = _values(other, c)
-        res.other_mean, res.other_n = statistics.fmean(ys), len(ys)
-        if c.threshold == 0:
-            res.delta = papers.margin(m.metric, res.other_mean, res.paper_effect)
-        test = welch = stats.t_test(xs, ys, c.side, c.threshold, res.delta, level)
-        sds, how = (res.std, stats.mean_std(ys)[1]), ("Welch " if welch else "", "")  # the test, around its CI
-        pairs = seed_pairs(row, other, m) if c.pick == "all" and not (pooled(c.row) or pooled(c.against)) else None
-        if pairs:  # the seeds both rows finished: the paired t-test of their differences
-            test, res.ci_unpaired = stats.t_test(pairs, None, c.side, c.threshold, res.delta, level), welch["ci"]
-            sds = (stats.mean_std(pairs)[1], 0.0)
-            how = "paired ", f" over {len(pairs)} seeds (Welch's: " + "[{:.4g}, {:.4g}])".format(*res.ci_unpaired)
-        res.diff = test["estimate"] if test else res.mean - res.other_mean
-        res.ci, res.tests = _interval_and_p(test, level)
-        res.verdict = stats.verdict(res.ci, c.side, c.threshold, res.delta)
-        if res.verdict == stats.NOT_RESOLVED:
-            res.seeds_needed = stats.seeds_needed(*sds, res.diff, res.delta, stats.SECOND_LOOK,
-                                                  start=max(len(xs), len(ys)))
-            res.points_to = stats.points_to(res.diff, c.side, c.threshold, res.delta)
-            _decision(res, used, (len(xs), len(ys)), table_rows)
-        must = f" (must be {'<' if c.side == 'lower' else '>'} {c.threshold:g})" if c.threshold else ""
+    res.other_mean, res.other_n = statistics.fmean(ys), len(ys)
+    if c.threshold == 0:
+        res.delta = papers.margin(m.metric, res.other_mean, res.paper_effect)
+    test = welch = stats.t_test(xs, ys, c.side, c.threshold, res.delta, level)
+    sds, res.how = (res.std, stats.mean_std(ys)[1]), "Welch" if welch else ""
+    pairs = seed_pairs(row, other, m) if c.pick == "all" and not (pooled(c.row) or pooled(c.against)) else None
+    if pairs:  # the seeds both rows finished: the paired t-test of their differences
+        test, res.ci_unpaired = stats.t_test(pairs, None, c.side, c.threshold, res.delta, level), welch["ci"]
+        sds, res.how, res.pairs = (stats.mean_std(pairs)[1], 0.0), "paired", len(pairs)
+    res.diff = test["estimate"] if test else res.mean - res.other_mean
+    res.ci, res.tests = _interval_and_p(test, level)
+    res.verdict = stats.verdict(res.ci, c.side, c.threshold, res.delta)
+    if res.verdict == stats.NOT_RESOLVED:
+        res.seeds_needed = stats.seeds_needed(*sds, res.diff, res.delta, stats.SECOND_LOOK,
+                                              start=max(len(xs), len(ys)))
+        res.points_to = stats.points_to(res.diff, c.side, c.threshold, res.delta)
+        _decision(res, used, (len(xs), len(ys)), table_rows)
+    if c.reach:
+        steps, goal = reach_steps(row, other, c.reach)
+        res.detail = f"steps to reach {other.label}'s last evaluation's {c.reach.label} ({goal:.4g}): {steps}"
+
+
+def best_run_claim(res: ClaimResult, row: Row) -> None:
+    """The best run of a row against a number: a single value, HELD or DID NOT HOLD."""
+    c = res.claim
+    res.mean, res.std = stats.mean_std(_values(row, c))
+    res.n, thr = len(row.done), float(c.against)
+    res.verdict = (stats.NOT_RESOLVED if not math.isfinite(res.mean) else stats.NOT_HELD if res.mean == thr
+                   else stats.verdict((res.mean, res.mean), c.side, thr))
+
+
+def one_sample_claim(res: ClaimResult, row: Row) -> None:
+    """A row's mean against a number: the one-sample t interval."""
+    c, xs = res.claim, _values(row, res.claim)
+    res.mean, res.std = stats.mean_std(xs)
+    res.n = len(xs)
+    test = stats.t_test(xs, None, c.side, float(c.against), None, res.level)
+    res.ci, res.tests = _interval_and_p(test, res.level)
+    res.verdict = stats.verdict(res.ci, c.side, float(c.against))
+    if res.verdict == stats.NOT_RESOLVED:
+        res.seeds_needed = stats.seeds_needed(res.std, 0.0, res.mean - float(c.against), None,
+                                              stats.SECOND_LOOK, start=len(xs))
+        res.points_to = stats.points_to(res.mean, c.side, float(c.against))
+
+
+def result_line(res: ClaimResult) -> str:
+    """A claim result's line: the numbers, the test and its interval, the processors and the verdict."""
+    c, m, d, label = res.claim, res.claim.measure, res.claim.measure.digits, res.label
+    if res.key is None:  # untested
+        return f"{label} {c.text}: {res.detail}"
+    at, what = "" if res.level == stats.LEVEL else " (the second look)", f"{m.label}{c.paper_note}"
+    two_rows, must = isinstance(c.against, tuple), "<" if c.side == "lower" else ">"
+    if c.kind == "claim" and c.pick == "quantile":
+        threshold = c.threshold if two_rows else float(c.against)
+        stat, sci = f"{stats.pct(c.q)} quantile of {res.n} trials", m.how != "log10" and abs(res.mean) < 1e-2
+        how = ("; the rows' exact order-statistic intervals at the Bonferroni level" if two_rows else
+               "; exact, from order statistics")
+        tested = (f"{interval(res.ci, res.level)}{at}{how}, over all trials (failed ones at the worst value)"
+                  .replace("CI", "interval"))
+        line = f"{label} {c.text} ({what}): {stat} {num(res.mean, d, sci)}"
+        if two_rows:
+            line += (f" vs {res.other_label} {num(res.other_mean, d, sci)} ({res.other_n} trials); difference "
+                     f"{res.diff:+.4g} (must be {must} {threshold:g}), {tested}")
+        else:
+            line += f"; {tested}"
+    elif two_rows:
+        how = (f"{res.how} " if res.how else "", f" over {res.pairs} seeds (Welch's: " +
+               "[{:.4g}, {:.4g}])".format(*res.ci_unpaired) if res.how == "paired" else "")
         band = f", delta ±{res.delta:.3g}" if res.delta is not None else ""
-        tested = f"difference {res.diff:+.4g}{must}, {how[0]}{interval(res.ci, level)}{at}{how[1]}{band}"
-        line = (f"{label} {c.text} ({what}): {num(res.mean, d)} (n {len(xs)}) vs "
-                f"{other.label} {num(res.other_mean, d)} (n {len(ys)}); {tested}")
-        if c.reach:
-            steps, goal = reach_steps(row, other, c.reach)
-            res.detail = f"steps to reach {other.label}'s last evaluation's {c.reach.label} ({goal:.4g}): {steps}"
-            line += f"; {res.detail}"
+        tested = (f"difference {res.diff:+.4g}{f' (must be {must} {c.threshold:g})' if c.threshold else ''}, "
+                  f"{how[0]}{interval(res.ci, res.level)}{at}{how[1]}{band}")
+        line = (f"{label} {c.text} ({what}): {num(res.mean, d)} (n {1 if c.pick == 'best' else res.n}) vs "
+                f"{res.other_label} {num(res.other_mean, d)} (n {res.other_n}); {tested}")
+        line += f"; {res.detail}" if c.reach else ""
     elif c.pick == "best":
-        v, thr = res.mean, float(c.against)  # a single value: HELD or DID NOT HOLD
-        res.verdict = (stats.NOT_RESOLVED if not math.isfinite(v) else stats.NOT_HELD if v == thr
-                       else stats.verdict((v, v), c.side, thr))
-        value = num(res.mean, d, sci=abs(res.mean) < 1e-2)
-        line = f"{label} {c.text}: best of {res.n} runs {value} (a single value, no interval)"
+        line = (f"{label} {c.text}: best of {res.n} runs {num(res.mean, d, sci=abs(res.mean) < 1e-2)} (a single value, "
+                "no interval)")
     else:
-        test = stats.t_test(xs, None, c.side, float(c.against), None, level)
-        res.ci, res.tests = _interval_and_p(test, level)
-        res.verdict = stats.verdict(res.ci, c.side, float(c.against))
-        if res.verdict == stats.NOT_RESOLVED:
-            res.seeds_needed = stats.seeds_needed(res.std, 0.0, res.mean - float(c.against), None,
-                                                  stats.SECOND_LOOK, start=len(xs))
-            res.points_to = stats.points_to(res.mean, c.side, float(c.against))
         note = f" ({c.paper_note.lstrip('; ')})" if c.paper_note else ""
-        line = (f"{label} {c.text}{note}: ours {mean_pm(xs, d)} (n {len(xs)}), "
-                f"{interval(res.ci, level).replace('CI', 'CI of the mean')}{at}")
-    return _finish(res, line, row, other, table, keys)
+        ours = f"{num(res.mean, d)} ± {num(res.std, d)}" if res.n > 1 else num(res.mean, d)
+        line = (f"{label} {c.text}{note}: ours {ours} (n {res.n}), "
+                f"{interval(res.ci, res.level).replace('CI', 'CI of the mean')}{at}")
+    return f"{line}; {res.cpus}: **{res.verdict}**" if res.cpus else f"{line}: **{res.verdict}**"
 
 
 def processor(r: Run) -> str:
@@ -377,16 +429,6 @@ def _decision(res: ClaimResult, runs: list, have, table_rows: dict) -> None:
     run_s = _cpu_run_seconds(runs)
     if res.seeds_needed and run_s:
         res.decision = stats.decision_cost(res.seeds_needed, tuple(have), run_s, _table_cpu_seconds(table_rows))
-
-
-def _finish(res: ClaimResult, line: str, row: Row, other: Row | None, table: str, keys: tuple) -> ClaimResult:
-    """The result with its line (the processors its runs were made on: `cpu_models`) and `last_look`: NOT RESOLVED
-    by its second look once all of that look's runs have ended (no look follows)."""
-    res.cpus = cpu_models([[r for r in side.runs if r.status != "missing"] for side in (row, other) if side])
-    res.line = f"{line}; {res.cpus}: **{res.verdict}**" if res.cpus else f"{line}: **{res.verdict}**"
-    res.last_look = (res.level == stats.SECOND_LOOK and res.verdict == stats.NOT_RESOLVED and
-                     all(second_look_complete(r, table, keys) for r in (row, other) if r is not None))
-    return res
 
 
 def family(results: list[ClaimResult], elsewhere: Callable | None = None) -> None:

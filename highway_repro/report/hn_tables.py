@@ -1,6 +1,6 @@
 """The Highway Networks tables and figures (Srivastava et al., 2015) as `TableSpec`s: Fig. 1 (depth sweep),
 Table 1 (MNIST), Tables 2/3 (CIFAR-10), Figs. 2-4 (gate analyses) and the demo. Rows come from `model.depth`,
-`model.width`, `model.kind` (trials and seeds are the runs of a row); paper numbers from `papers.py`.
+`model.width`, `model.kind` (trials and seeds are the runs of a row); paper numbers from `papers.yaml`.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import math
 
 from highway_repro.report import papers, power, stats
 from highway_repro.report.plots import Panel, curve_panel, plot
+from highway_repro.report.prose import prose
 from highway_repro.report.spec import (Claim, Column, Measure, TableSpec, best, best_key, count, mean_curve, num,
                                        params, paper, stat, top_mean, trials)
 
@@ -99,35 +100,9 @@ def _rate(depth: str, name: str) -> str:
     return f"{float(f'{power.FIG1_POWER[depth][name] * 100:.2g}'):g} %"
 
 
-FIG1_TEST = (
-    "How the claims are tested: the paper's statistics, the best of 100 trials and the top-10 mean, have no valid "
-    "interval from a random search's trials (a percentile bootstrap of a minimum never reaches below the best trial "
-    "and errs about twice its level under a true null). Each claim is tested on the "
-    f"{stats.pct(papers.FIG1_QUANTILE)} quantile of a (depth, kind)'s final training loss over all of its trials (the "
-    "loss that one trial in five reaches), by its exact, distribution-free interval from order statistics (ranks "
-    "from the binomial law of the trials below the quantile); highway vs plain, on log10, by the difference of the "
-    "two rows' intervals at the Bonferroni level (each end missing at most (1 - level) / 4), which misses at most "
-    "1 - level whatever the trials' law. The quantile was chosen after the trials were read (the ledger, "
-    "results/preregistration.md, says so; each line shows that the earlier test had no valid verdict), by a rule "
-    "that reads no trial: the lowest multiple of 5 % at which every claim can reach both HELD and DID NOT HOLD with "
-    "26 trials a row ((1 - q)^26 < 1.25 %: q > 15.5 %). "
-    "It is not the best trial: plain's quantile above 1e-4 says that fewer than a fifth of its trials get there, not "
-    "that none does. The best trial, the top-10 mean and the expected best of k trials (Dodge et al. 2019; the "
-    "figure's bottom row, its band a bootstrap of the curve, descriptive) are shown, not tested; depths compare at "
-    "the common k, the fewest trials of a row (26; depth 50's rows have 100). Simulated under a true null "
-    "(tests/test_random_search.py), a row against a number errs 4.7 % at 95 % (its exact binomial rate: 4.6 %), "
-    "highway vs plain, for log-normal trials, under 0.2 % at one look and over depth 50's two (26 trials at 95 %, "
-    "then 100 at 99 %: 6 % allowed). Simulated at the measured trial distributions "
-    f"({power.FIG1_POWER_DRAWS:,} draws, seed {power.FIG1_POWER_SEED}: report/power.py; each row's law its kept "
-    "trials, a failure at the worst value of its draw, highway's shifted on log10 so that its 20 % quantile lies a "
-    "chosen gap from plain's), the test errs little and decides little. At a true gap of exactly 100x (the claim "
-    f"false at its boundary) it says HELD in {_rate('100', 'error')} of the draws at depth 100 (26 trials a row, "
-    f"95 %; DID NOT HOLD in {_rate('100', 'error_not_held')}) and {_rate('50', 'error')} at depth 50 (100 trials a "
-    f"row, 99 %). At a true 1,000x gap it says HELD in only {_rate('100', 'power')} of the draws at depth 100 and "
-    f"{_rate('50', 'power')} at depth 50, NOT RESOLVED in nearly all the others; with no gap at all it says DID NOT "
-    f"HOLD in {_rate('100', 'refuted')} at depth 100 ({_rate('50', 'refuted')} at depth 50). Near the threshold, "
-    "within a decade of it, NOT RESOLVED is close to forced: it says that these trials cannot tell a 1,000x gap from "
-    "a 100x one (at depth 100, in most draws, not even from none), not that the claim is false.")
+FIG1_TEST = prose("fig1 test", quantile=stats.pct(papers.FIG1_QUANTILE), draws=f"{power.FIG1_POWER_DRAWS:,}",
+                  seed=power.FIG1_POWER_SEED, **{f"{name}_{d}": _rate(d, name) for d in ("50", "100")
+                                                 for name in ("error", "error_not_held", "power", "refuted")})
 
 
 def _fig1_claims(by_id) -> list[Claim]:
@@ -155,14 +130,8 @@ HN_FIG1 = TableSpec(
              best_key(TRAIN_LOSS, "trial", "best trial")),
     primary=TRAIN_LOSS, primary_pick="best", claims=_fig1_claims, floors=tuple(papers.FLOORS["hn_fig1"]),
     measures={"train/loss": TRAIN_LOSS},
-    notes="Final training loss = cross-entropy of the final weights on all 60,000 training images; top-k = the "
-          f"k <= {papers.FIG1_TOP_K} best finished trials; a trial that diverged counts as a failure at the worst "
-          "final loss a finished trial of the compared rows reached (in the figure and the expected best: of its "
-          f"depth), never dropped.\n\n{FIG1_TEST}\n\nDepth 50's highway vs plain is read at its second look: the "
-          f"paper's {papers.FIG1_TRIALS} trials a row (trials 26-99 added to plain and highway), a 99 % interval; a "
-          "row's cells count all of its trials (the trials column). The plain nets' 'below 1e-4' stands beside our "
-          "cpu floor (best trial <= 1e-2). Paper: 100 random-search runs per (depth, kind), budget unpublished; "
-          f"{papers.FIG1_PAPER}. Residual nets were not in the paper.",
+    notes=prose("fig1 notes", top_k=papers.FIG1_TOP_K, test=FIG1_TEST, trials=papers.FIG1_TRIALS,
+                paper=papers.FIG1_PAPER),
     figure=_fig1_figure)
 
 
@@ -201,9 +170,7 @@ HN_CIFAR = TableSpec(
             Claim("is ahead of the plain net of equal depth", ("highway",), TEST_ACC, "higher", ("plain",))),
     floors=tuple(papers.FLOORS["hn_cifar"]), measures={"test/acc": TEST_ACC},
     paper=papers.HN_CIFAR, paper_of=lambda row_id, split: (papers.HN_CIFAR.rows.get(row_id) or {}).get("mean"),
-    notes="Data: at `cpu` scale the offline mirror's CIFAR-10 subset (data_batch_1 only: 10,000 training images, "
-          "JPEG'd once) and the full 10,000-image test batch, so accuracies are comparable in trend only. "
-          "CIFAR-100 (`data=cifar100`) needs the public download.")
+    notes=prose("cifar notes"))
 
 HN_ANALYSIS = TableSpec(
     "Highway Networks, Figs. 2-4: gate analyses of a trained FC highway net on MNIST",

@@ -1,6 +1,6 @@
 """The Highway Transformer tables (Chai et al., 2020) and the studies on them as `TableSpec`s: one row per gate
 variant (its rows and their order from the table's sweep files, labelled by the runs' `variant_label`,
-configs/variant/), the placement scan, the gate zoo and the paper-size anchor; paper numbers from `papers.py`.
+configs/variant/), the placement scan, the gate zoo and the paper-size anchor; paper numbers from `papers.yaml`.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import statistics
 from highway_repro.report import papers, stats
 from highway_repro.report.grids import SWEEP_DIR, grid_of
 from highway_repro.report.plots import T_BAND, Panel, curve_panel, plot, t_band
+from highway_repro.report.prose import prose
 from highway_repro.report.runs import Run
 from highway_repro.report.spec import (NA, Claim, Column, Measure, TableSpec, count, mean_pm, params, paper,
                                        pct, ratio_to_baseline, rel_change, stat, steps_to_reach, test_claim)
@@ -78,10 +79,7 @@ def _unigram_note(runs: list[Run], metric: str, base) -> str:
     if math.isfinite(test):
         ratio = test / u[2] if metric == "bpc" else math.log(test) / math.log(u[2])
         if ratio > papers.UNIGRAM_WARN:
-            line += (f". **Our baseline ends at {test:.4g} test {metric}, within 5 % of (or above) the unigram "
-                     "level: at this scale the models have learned little beyond symbol frequencies, so the "
-                     "comparison only speaks about the very first phase of training, not about the paper's "
-                     "converged numbers.**")
+            line += prose("ht unigram warning", test=f"{test:.4g}", metric=metric)
     return line
 
 
@@ -156,24 +154,10 @@ def ht_table(name: str, title: str, metric: str, time_column: bool = False,
         best = any(r.config.get("trainer", {}).get("final_eval") == "best" for r in runs)
         weights = ("of the best-validation weights (trainer.final_eval=best; the best step is judged on the "
                    "intermediate evaluations' val subset, the last step too)" if best else "after the last step")
-        text = (f"Columns: val/test {metric} {weights}, complete passes over the splits in stream order "
-                "(with memory for Transformer-XL), mean ± std over seeds. Δ = relative change against our baseline "
-                f"(negative = better). AUC = mean validation {auc_label} over the run's learning curve, its "
-                "intermediate evaluations (lower = converges faster); they use the first `eval_max_batches` batches "
-                "of val, the same data at every step, so the final complete pass (the val column) is not on the "
-                "curve where they are capped. Steps to reach = the first evaluation at which the row's mean val "
-                f"{metric} over seeds is at or below the last point of the baseline's curve (same data). Claims: "
-                "'ends lower' takes its side from the paper's numbers where it has them (the paper's general claim "
-                "otherwise), on test, or on val where the paper gives val only. "
-                "Gated rows have more parameters than the baseline (each gated sublayer adds 2d^2 + 2d; not "
-                "matched).\n\n" + _settings(runs) + "\n" + _unigram_note(runs, metric, by_id.get(("baseline",))))
+        text = (prose("ht columns", metric=metric, weights=weights, auc_label=auc_label) + "\n\n" + _settings(runs)
+                + "\n" + _unigram_note(runs, metric, by_id.get(("baseline",))))
         if time_column:
-            text += ("\n\nTime per step is measured from the runs' own perf/tokens_per_s; on a shared CPU (other "
-                     "jobs running, one thread per run) it mostly reflects the machine's load at the time of each "
-                     "run, not the cost of the gates: read it as a measurement only on a dedicated machine. CPU "
-                     "time per step (perf/cpu_s_per_step, the process's CPU time over its training steps, logged "
-                     "by the trainer) is not inflated by the load: each row's mean over the runs that logged it "
-                     "(— where the row or the baseline has none).")
+            text += "\n\n" + prose("ht time")
         return text
 
     def figure(t, path):
@@ -278,17 +262,7 @@ def paper_anchor_table() -> TableSpec:
                 for pc in papers.PAPER_CLAIMS if pc.table == "ht_paper_anchor"]
 
     def notes(runs, by_id) -> str:
-        return (f"**The data are the enwik8 prefix of the offline mirror (4.15 MB, split 90/5/5), not the corpus.** "
-                f"{step} steps of 22 x 512 tokens are 1.22 passes over its 3.70 M training bytes, where the official "
-                "runs read fresh data all along; its validation split is 206 k bytes, not the corpus's 5 M. The "
-                "comparison with the official logs is indicative, and the rows' order is the finding that carries "
-                "over. Recipe: the paper's size and hyperparameters unchanged (d 512, 8 x 64 heads, d_ff 2048, "
-                "dropout 0.1, tgt 512, memory 512, batch 22, Adam 2.5e-4, clip 0.25, cosine over 40,000 steps of "
-                f"which the first {step} run), full fp32; validation with the paper's evaluation settings (tgt 128, "
-                "memory 896) over the whole split at each step shown. Each row's numbers: mean ± std over seeds; "
-                f"the interval of ours - official is the t-interval of the mean (2 seeds or more); within {tol} bpc: "
-                "yes when that interval lies inside the tolerance, no when it lies wholly outside. The official "
-                "numbers are single runs (seed 1111).\n\n" + _settings(runs))
+        return prose("anchor data", step=step, tol=tol) + "\n\n" + _settings(runs)
 
     def figure(t, path):
         ours = curve_panel(t.rows, "val/bpc", "ours, paper size, enwik8 prefix: val bpc by step (mean over seeds)",

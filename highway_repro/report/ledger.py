@@ -34,6 +34,7 @@ from highway_repro import files
 from highway_repro.report import papers, stats
 from highway_repro.report.claims_list import EARLIER_INVALID
 from highway_repro.report.grids import SWEEP_DIR, kept_folders, params_of, swept, sweep_files
+from highway_repro.report.prose import prose
 from highway_repro.targets import TARGETS
 
 LEDGER = "preregistration.json"
@@ -115,7 +116,8 @@ def rules_entry() -> dict:
     factors, thresholds, shares, the quantile), and a fingerprint of each function that applies a rule (the first 12
     hex digits of the sha256 of its source: the verdict, the t and quantile tests with their Bonferroni split, Holm
     and its NO DIFFERENCE rule, the second look's p-values, the pairing by seed, one device per comparison, the
-    margins, the paper's effect, the claim types' rule, the trials of a random search, a claim's test)."""
+    margins, the paper's effect, the claim types' rule, the trials of a random search, a claim's test and
+    its four kinds: a quantile, two rows, a best run, one sample)."""
     import hashlib
     import inspect
 
@@ -130,7 +132,9 @@ def rules_entry() -> dict:
             "Holm verdicts": stats.holm_verdicts, "second look p": stats.second_look_p,
             "paired by seed": claims.seed_pairs,
             "one device": runs.one_device, "margin": papers.margin, "paper effect": papers.paper_effect,
-            "claim type": papers.PaperClaim.claim_type.fget, "trials": claims.trials, "claim test": claims.test_claim}
+            "claim type": papers.PaperClaim.claim_type.fget, "trials": claims.trials, "claim test": claims.test_claim,
+            "quantile claim": claims.quantile_claim, "two rows claim": claims.two_rows_claim,
+            "best run claim": claims.best_run_claim, "one sample claim": claims.one_sample_claim}
     return {"id": "rules", "kind": "rules", "table": None, "definition": {
         "constants": {k: f"{v:g}" for k, v in constants.items()},
         "code": {k: hashlib.sha256(inspect.getsource(f).encode()).hexdigest()[:12] for k, f in code.items()}}}
@@ -138,7 +142,7 @@ def rules_entry() -> dict:
 
 def margin_entry(table: str, pp, metrics: list[str]) -> dict | None:
     """The margins of `metrics` (Measure.metric names) in papers module `pp`, and its paper-effect share where a
-    paper claim of the table has a paper effect (the current papers.py says which)."""
+    paper claim of the table has a paper effect (the current papers.yaml says which)."""
     if not metrics:
         return None
     keys = {papers.margin_key(m) or m for m in metrics}
@@ -348,15 +352,7 @@ def render(entries: list[dict], after_counts: list[int] | None = None) -> str:
     after = [e for e in entries if e.get("after_data")]
     after_counts = after_counts or [e.get("runs_after", 0) for e in entries]
     lines = ["# Preregistration ledger", "",
-             "When each definition a verdict rests on was fixed: every paper claim's test, the claim types, each "
-             "table's margins, first-look seeds and second look, and the report's reading rules; the commit that "
-             "holds it as it stands, its date, and how many kept runs of the rows it compares (cpu scale, either "
-             "device) were committed at or before that commit, and how many are kept after it now. An entry made "
-             "after any of its runs is "
-             "**after the data**, with its reason. `results/preregistration.json` holds the entries (append-only: "
-             "built from the git history by `scripts/build_ledger.py`, an entry appended with each later change); "
-             "`make tables` writes this page from it, and a fast test (tests/test_ledger.py) fails when a definition "
-             "differs from its newest entry.", "",
+             prose("ledger intro"), "",
              f"{len(entries)} entries, {len(after)} of them after the data.", "",
              "| what | definition | commit | date | runs before / after | after the data |",
              "|---|---|---|---|---|---|"]

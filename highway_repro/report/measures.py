@@ -234,7 +234,7 @@ def ratio_to_baseline(m: Measure, header: str) -> Column:
 
 
 def paper(header: str, value: Callable, name: str) -> Column:
-    """A paper number for the row: `value(row_id) -> str or number or None` (from papers.py)."""
+    """A paper number for the row: `value(row_id) -> str or number or None` (from papers.yaml)."""
     def cell(row, t):
         v = value(row.id)
         return NA if v is None else str(v)

@@ -18,6 +18,7 @@ from highway_repro.files import KeptFileError
 from highway_repro.report import ledger, papers, stats
 from highway_repro.report.claims_list import NO_CLAIM, PAPER_SCALE_ONLY, apart, claims_list, counted
 from highway_repro.report.forest import forest
+from highway_repro.report.prose import prose
 from highway_repro.report.claims_file import same_as_line, read_claims
 from highway_repro.report.spec import UNTESTED
 
@@ -130,18 +131,9 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
     w.writerows(flat)
     files.write_atomic(path, fh.getvalue())
     lines = ["# Results", "",
-             "Every table of the two papers as reproduced here; each file names the command that made it, the scale, "
-             "seeds, wall time, CPU-hours and machine. `summary.csv` has one line per table row, distinct comparison "
-             "(kind `claim`; a table's line on a comparison that another table holds: kind `same`) and floor "
-             f"(written by `make tables`); `claims.png` draws every distinct comparison. Verdicts: "
-             f"{stats.VERDICTS_EXPLAINED}. Each comparison has a type (`claim_type`): "
-             + "; ".join(f"**{k}** = {v}" for k, v in papers.CLAIM_TYPES.items())
-             + f"; a level claim at another scale is shown, marked {PAPER_SCALE_ONLY}, and a negligible one marked "
-             f"{NO_CLAIM}; neither counts in a verdict. The types follow one rule, {papers.CLAIM_TYPE_RULE}. The "
-             "papers' trend claims are also read as one family (`papers_family_verdict`: Holm over all of them); "
-             "`verdict_before_rules` is a line's verdict under the reading rules in force before those that the "
-             "ledger ([preregistration.md](preregistration.md)) marks as fixed after the data; `cpu_models` names "
-             "the processors each side's runs were made on (their effect: docs/gpu.md, cross-CPU twins).",
+             prose("results intro", verdicts=stats.VERDICTS_EXPLAINED, paper_scale_only=PAPER_SCALE_ONLY,
+                   types="; ".join(f"**{k}** = {v}" for k, v in papers.CLAIM_TYPES.items()), no_claim=NO_CLAIM,
+                   rule=papers.CLAIM_TYPE_RULE),
              "",
              "| table | scale | runs | claims held / did not hold / no difference / not resolved (not testable yet) "
              "| Holm | family | linked to another table | floors met |",
@@ -163,15 +155,13 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
                      + " / ".join(str(h[k]) for k in stats.VERDICTS) + f" | {size} | "
                      f"{sum(r['kind'] == 'same' for r in mine)} | {f'{sum(fl)} of {len(fl)}' if fl else '—'} |")
     if problems:
-        lines += ["", f"**The tables disagree on {len(problems)} comparison(s), so their counts here are not one "
-                  "comparison each: `make tables` rebuilds every table in order.** " + "; ".join(problems) + "."]
+        lines += ["", prose("results disagree", n=len(problems), problems="; ".join(problems))]
         print(f"warning: results/README.md: the tables disagree on {len(problems)} comparison(s) ({problems[0]}); "
               "`make tables` rebuilds them in order", file=sys.stderr)
     missing = missing_paper_claims(rows)
     if missing:
-        per_table = Counter(c.table for c in missing)
-        lines += ["", f"Paper claims (`papers.PAPER_CLAIMS`) with no claim line yet, their table not made or its rows "
-                  f"not trained: {len(missing)} (" + ", ".join(f"{t} {n}" for t, n in per_table.items()) + ")."]
+        per_table = ", ".join(f"{t} {n}" for t, n in Counter(c.table for c in missing).items())
+        lines += ["", prose("results missing", n=len(missing), tables=per_table)]
     made = {d["table"] for d, _ in tables}
     not_made = [how for n, how in (expected or {}).items() if n not in made]
     if not_made:
@@ -182,14 +172,9 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
     archived = [o for o in others if o.startswith(ARCHIVE + "/")]
     others = [o for o in others if o not in archived]
     if others:
-        lines += ["", "Other reports (benchmarks, the ledger of what was fixed when, or tables written before claims "
-                  "files existed): " + ", ".join(f"[{o}]({o})" for o in others) + "."]
-    lines += ["", "Superseded recipes (their tables and kept runs, `archive/`: `cpu-v1` the first, much shorter cpu "
-              "scale; `cpu-v2` runs of recipes sized for a slower machine; `cpu-v3` a char-PTB run with the paper's "
-              "dropout; `cpu-v4` the CIFAR table at 6,000 steps; `cpu-v5` Fig. 1 with the decay every epoch; the "
-              "pilots behind each change: docs/pilots.md) are out of the tree: "
-              f"`git checkout {ARCHIVE_COMMIT[:12]} -- results/archive` brings them back, indexed here, not summarised"
-              + (": " + ", ".join(f"[{o}]({o})" for o in archived) if archived else "") + "."]
+        lines += ["", prose("results others", links=", ".join(f"[{o}]({o})" for o in others))]
+    lines += ["", prose("results archive", commit=ARCHIVE_COMMIT[:12],
+                        archived=": " + ", ".join(f"[{o}]({o})" for o in archived) if archived else "")]
     lines += ["", "## Every comparison", "", "![every distinct comparison: difference, 95 % interval (99 % at a "
               "second look), +-delta, the paper's effect](claims.png)", "", claims_list(flat)]
     files.write_atomic(root / "README.md", "\n".join(lines) + "\n")
