@@ -92,6 +92,8 @@ def test_an_interpolation_or_a_grammar_value_in_a_kept_run_is_refused_unresolved
 def test_a_yaml_alias_bomb_is_refused_before_it_is_expanded(world):
     """Nine levels of nine aliases would be 387 million strings: the reader refuses the first alias."""
     run, _, _ = world
+    (run / "config_resolved.yaml").write_text("a: &a [x]\nb: *a\n")  # one alias: refused too
+    assert "an alias" in damaged(run)
     levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"] + [
         f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
     (run / "config_resolved.yaml").write_text("\n".join(levels) + "\n")
@@ -116,6 +118,38 @@ def test_a_bomb_or_a_bad_value_damages_its_run_in_one_line(world, file, text, sa
     run, _, _ = world
     (run / file).write_text(text, encoding="latin-1")
     assert says in damaged(run)
+
+
+@pytest.mark.parametrize("file", ["metrics.json", "metrics.jsonl", "config_resolved.yaml"])
+def test_a_kept_file_over_the_size_limit_is_damage_and_never_read(world, file):
+    from highway_repro.files import MAX_BYTES
+
+    run, _, _ = world
+    with open(run / file, "r+b") as f:
+        f.truncate(MAX_BYTES + 1)  # (a sparse file: nothing is written)
+    assert f"{MAX_BYTES + 1:,} bytes" in damaged(run)
+
+
+@pytest.mark.parametrize("text", ["[1]", "[" * 100_000, '{"a": ' + "9" * 400 + "}"])
+def test_resume_of_a_received_folder_with_a_damaged_run_info_is_one_line(tmp_path, monkeypatch, capsys, text):
+    """The trainer updates run_info.json as it starts: a received folder's, not plain data, is one line, exit 2."""
+    from conftest import run_cli
+
+    run = tmp_path / "received"
+    run.mkdir()
+    (run / "run_info.json").write_text(text)
+    code, lines = run_cli(monkeypatch, capsys, ["experiment=demo", "scale=smoke", "trainer.max_steps=2", "threads=1",
+                                                "resume=auto", f"hydra.run.dir={run}"])
+    assert code == 2 and len(lines) == 1 and "run_info.json" in lines[0], lines
+    assert (run / "run_info.json").read_text() == text
+
+
+@pytest.mark.parametrize("value", ["seed=${hp:lr}", "model.depth=${hp:1,d,uniform,a,b}", "seed=${oc.env:NO_SUCH_VAR}"])
+def test_an_interpolation_on_the_command_line_that_does_not_resolve_is_one_line(tmp_path, monkeypatch, capsys, value):
+    from conftest import run_cli
+
+    code, lines = run_cli(monkeypatch, capsys, ["experiment=demo", "scale=smoke", value, f"hydra.run.dir={tmp_path}"])
+    assert code == 2 and len(lines) == 1 and "cannot be resolved" in lines[0], lines
 
 
 def test_a_history_line_with_a_bad_step_is_left_out_like_a_cut_line(world):
@@ -178,6 +212,22 @@ def test_a_received_run_folder_is_never_written_through_a_link(world, tmp_path, 
         assert code == 2 and len(lines) == 1 and entry in lines[0], (entry, lines)
         assert outside.read_text() == "# the user's own\n" and sorted(p.name for p in outside.parent.iterdir()) == [
             ".bashrc", "credentials"], entry
+
+
+def test_a_train_log_that_is_a_dangling_link_creates_nothing_at_its_target(world, tmp_path, monkeypatch, capsys):
+    """Hydra opens train.log before the job's code runs (files.LogFile): a link there to a file that does not exist
+    yet (a shell start-up file) is one line, and nothing is created at its target."""
+    from conftest import run_cli
+
+    run, _, outside = world
+    folder, target = tmp_path / "received", outside.parent / ".profile"
+    shutil.copytree(run, folder)
+    (folder / "metrics.json").unlink()
+    (folder / "train.log").symlink_to(target)
+    code, lines = run_cli(monkeypatch, capsys, ["experiment=hn_analysis", "scale=cpu", "resume=auto",
+                                                f"hydra.run.dir={folder}"])
+    assert code == 2 and len(lines) == 1 and "train.log: Too many levels of symbolic links" in lines[0], lines
+    assert not target.exists()
 
 
 def test_a_run_folder_that_is_a_link_is_never_read(world, tmp_path):

@@ -127,7 +127,7 @@ def main(cfg: DictConfig):
     hc = HydraConfig.get()
     out_dir, multirun = Path(hc.runtime.output_dir), hc.mode == RunMode.MULTIRUN
     try:  # first of all, before torch is imported: a bad config fails in about a second
-        check_command(cfg, CONFIG_DIR, hc.runtime.choices, list(hc.overrides.task))
+        check_command(cfg, CONFIG_DIR, hc.runtime.choices, OmegaConf.to_container(hc.overrides.task))  # (as typed)
     except ConfigError as e:  # (before torch and the process group: under torchrun, rank 0 records it)
         return user_failure(e, own_metrics(out_dir), multirun, is_main=first_rank())
     if grouped.collecting_jobs():  # hydra/launcher=grouped: trained with its group once all jobs are set up
