@@ -173,11 +173,15 @@ def test_a_kept_file_that_is_a_link_is_never_read(world, file):
     assert "symbolic link" in damaged(run)
 
 
-def test_a_kept_file_that_is_a_folder_is_damage_not_a_traceback(world):
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_a_kept_file_that_is_a_folder_or_a_fifo_is_damage_not_a_traceback(world, kind):
     run, _, _ = world
     (run / "metrics.json").unlink()
-    (run / "metrics.json").mkdir()
-    (run / "metrics.json" / "x").write_text("{}")
+    if kind == "fifo":
+        os.mkfifo(run / "metrics.json")  # (opened without blocking: no writer ever comes)
+    else:
+        (run / "metrics.json").mkdir()
+        (run / "metrics.json" / "x").write_text("{}")
     assert "not a plain file" in damaged(run)
 
 
@@ -200,7 +204,8 @@ def test_a_received_run_folder_is_never_written_through_a_link(world, tmp_path, 
     from conftest import run_cli
 
     run, _, outside = world
-    for entry in ("metrics.jsonl", "ckpt", ".hydra", "train.log"):
+    for entry in ("metrics.jsonl", "metrics.json", "config_resolved.yaml", "run_info.json", "ckpt", ".hydra", "wandb",
+                  "train.log"):
         folder = tmp_path / f"recv-{entry.strip('.')}"
         shutil.copytree(run, folder)
         (folder / "metrics.json").unlink()  # not finished: it would train
@@ -425,6 +430,40 @@ def test_a_damaged_record_costs_its_table_only(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "error: [ht_enwik8_l6] not reported: " in err and "reproduce.json is not a table's record" in err, err
     assert one_line(err) and not (results / "highway_transformer" / "enwik8_l6.md").exists()
+
+
+def test_a_damaged_kept_run_is_left_out_of_the_wandb_export_and_named(world, tmp_path, monkeypatch):
+    from highway_repro.dashboards.export import export
+
+    run, _, _ = world
+    monkeypatch.setenv("WANDB_MODE", "offline")  # (were it exported: never over the network)
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    (run / "metrics.json").write_text('{"status": "done", "step": "abc"}')
+    out = tmp_path / "runs" / "wandb_export"
+    res = export(tmp_path / "results", out, jobs=1, folders=[run])
+    assert res["runs"] == 0 and "step='abc'" in res["damaged"][str(run)], res
+    assert json.loads((out / "exported.json").read_text()) == {} and not (out / "wandb").exists()
+
+
+def test_a_damaged_claims_file_or_ledger_is_named_and_summary_csv_built_without_it(tmp_path, capsys):
+    """`make tables`' summary step: a damaged claims file is left out of summary.csv and named (the step fails, the
+    reports stand); a damaged ledger is named, and the summary is built without earlier verdicts."""
+    from highway_repro.files import KeptFileError
+    from highway_repro.report.ledger import LEDGER
+    from highway_repro.report.summary import write_summary
+
+    results = tmp_path / "results"
+    (results / "highway_networks").mkdir(parents=True)
+    good = REPO / "results" / "highway_networks" / "analysis.claims.json"
+    shutil.copy(good, results / "highway_networks" / good.name)
+    (results / "highway_networks" / "fig1.claims.json").write_text('{"table": "hn_fig1", "rows": "rm -rf ~"}')
+    (results / LEDGER).write_text('{"entries": [{"id": 1}]}')
+    with pytest.raises(KeptFileError, match="1 claims file.s. left out of .*fig1.claims.json"):
+        write_summary(results)
+    err = capsys.readouterr().err
+    assert "fig1.claims.json is not a table's claims file" in err and f"{LEDGER}: entries is not a list" in err, err
+    csv = (results / "summary.csv").read_text()
+    assert "analysis.md" in csv and "fig1" not in csv
 
 
 def test_a_run_damaged_in_its_config_is_left_out_and_named(tmp_path, capsys):
