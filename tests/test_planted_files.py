@@ -132,7 +132,8 @@ def test_a_kept_file_over_the_size_limit_is_damage_and_never_read(world, file):
 
 @pytest.mark.parametrize("text", ["[1]", "[" * 100_000])
 def test_resume_of_a_received_folder_with_a_damaged_run_info_is_one_line(tmp_path, monkeypatch, capsys, text):
-    """The trainer updates run_info.json as it starts: a received folder's, not plain data, is one line, exit 2."""
+    """The trainer updates run_info.json as it starts: a received folder's, not plain data, is one line, exit 2,
+    before any data is read."""
     from conftest import run_cli
 
     run = tmp_path / "received"

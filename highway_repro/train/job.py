@@ -239,10 +239,12 @@ def folder_lock(out_dir: Path, dist=None) -> Lock | None:
 
 def nothing_to_do(cfg: DictConfig, out_dir: Path, multirun: bool, is_main: bool = True) -> tuple[bool, object]:
     """(True, the job's return value) where the job in `out_dir` is not to train: another recipe's folder or a saved
-    config that is not plain data (its line), a finished or diverged run (resume=auto: kept as it is)."""
+    config or run_info.json that is not plain data (its line), a finished or diverged run (resume=auto: kept as it
+    is)."""
     try:  # another recipe, or a saved config or metrics.json that is not plain data, or a link it would write through
         files.no_links(out_dir, RUN_ENTRIES)
         check_same_recipe(cfg, out_dir)
+        files.read_json(out_dir / "run_info.json", out_dir.parent, kind=dict)  # (updated as the run starts)
         prev = (files.read_json(out_dir / "metrics.json", out_dir.parent, kind=dict) or {}) if cfg.resume == "auto" \
             else {}
     except USER_ERRORS as e:
