@@ -92,6 +92,8 @@ def test_an_interpolation_or_a_grammar_value_in_a_kept_run_is_refused_unresolved
 def test_a_yaml_alias_bomb_is_refused_before_it_is_expanded(world):
     """Nine levels of nine aliases would be 387 million strings: the reader refuses the first alias."""
     run, _, _ = world
+    (run / "config_resolved.yaml").write_text("a: &a [x]\nb: *a\n")  # one alias: refused too
+    assert "an alias" in damaged(run)
     levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"] + [
         f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
     (run / "config_resolved.yaml").write_text("\n".join(levels) + "\n")
@@ -118,6 +120,39 @@ def test_a_bomb_or_a_bad_value_damages_its_run_in_one_line(world, file, text, sa
     assert says in damaged(run)
 
 
+@pytest.mark.parametrize("file", ["metrics.json", "metrics.jsonl", "config_resolved.yaml"])
+def test_a_kept_file_over_the_size_limit_is_damage_and_never_read(world, file):
+    from highway_repro.files import MAX_BYTES
+
+    run, _, _ = world
+    with open(run / file, "r+b") as f:
+        f.truncate(MAX_BYTES + 1)  # (a sparse file: nothing is written)
+    assert f"{MAX_BYTES + 1:,} bytes" in damaged(run)
+
+
+@pytest.mark.parametrize("text", ["[1]", "[" * 100_000])
+def test_resume_of_a_received_folder_with_a_damaged_run_info_is_one_line(tmp_path, monkeypatch, capsys, text):
+    """The trainer updates run_info.json as it starts: a received folder's, not plain data, is one line, exit 2,
+    before any data is read."""
+    from conftest import run_cli
+
+    run = tmp_path / "received"
+    run.mkdir()
+    (run / "run_info.json").write_text(text)
+    code, lines = run_cli(monkeypatch, capsys, ["experiment=demo", "scale=smoke", "trainer.max_steps=2", "threads=1",
+                                                "resume=auto", f"hydra.run.dir={run}"])
+    assert code == 2 and len(lines) == 1 and "run_info.json" in lines[0], lines
+    assert (run / "run_info.json").read_text() == text
+
+
+@pytest.mark.parametrize("value", ["seed=${hp:lr}", "model.depth=${hp:1,d,uniform,a,b}"])
+def test_an_interpolation_on_the_command_line_that_does_not_resolve_is_one_line(tmp_path, monkeypatch, capsys, value):
+    from conftest import run_cli
+
+    code, lines = run_cli(monkeypatch, capsys, ["experiment=demo", "scale=smoke", value, f"hydra.run.dir={tmp_path}"])
+    assert code == 2 and len(lines) == 1 and "cannot be resolved" in lines[0], lines
+
+
 def test_a_history_line_with_a_bad_step_is_left_out_like_a_cut_line(world):
     from highway_repro.report.runs import load_run
 
@@ -139,11 +174,15 @@ def test_a_kept_file_that_is_a_link_is_never_read(world, file):
     assert "symbolic link" in damaged(run)
 
 
-def test_a_kept_file_that_is_a_folder_is_damage_not_a_traceback(world):
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_a_kept_file_that_is_a_folder_or_a_fifo_is_damage_not_a_traceback(world, kind):
     run, _, _ = world
     (run / "metrics.json").unlink()
-    (run / "metrics.json").mkdir()
-    (run / "metrics.json" / "x").write_text("{}")
+    if kind == "fifo":
+        os.mkfifo(run / "metrics.json")  # (opened without blocking: no writer ever comes)
+    else:
+        (run / "metrics.json").mkdir()
+        (run / "metrics.json" / "x").write_text("{}")
     assert "not a plain file" in damaged(run)
 
 
@@ -178,6 +217,22 @@ def test_a_received_run_folder_is_never_written_through_a_link(world, tmp_path, 
         assert code == 2 and len(lines) == 1 and entry in lines[0], (entry, lines)
         assert outside.read_text() == "# the user's own\n" and sorted(p.name for p in outside.parent.iterdir()) == [
             ".bashrc", "credentials"], entry
+
+
+def test_a_train_log_that_is_a_dangling_link_creates_nothing_at_its_target(world, tmp_path, monkeypatch, capsys):
+    """Hydra opens train.log before the job's code runs (files.LogFile): a link there to a file that does not exist
+    yet (a shell start-up file) is one line, and nothing is created at its target."""
+    from conftest import run_cli
+
+    run, _, outside = world
+    folder, target = tmp_path / "received", outside.parent / ".profile"
+    shutil.copytree(run, folder)
+    (folder / "metrics.json").unlink()
+    (folder / "train.log").symlink_to(target)
+    code, lines = run_cli(monkeypatch, capsys, ["experiment=hn_analysis", "scale=cpu", "resume=auto",
+                                                f"hydra.run.dir={folder}"])
+    assert code == 2 and len(lines) == 1 and "train.log: Too many levels of symbolic links" in lines[0], lines
+    assert not target.exists()
 
 
 def test_a_run_folder_that_is_a_link_is_never_read(world, tmp_path):
@@ -375,6 +430,40 @@ def test_a_damaged_record_costs_its_table_only(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "error: [ht_enwik8_l6] not reported: " in err and "reproduce.json is not a table's record" in err, err
     assert one_line(err) and not (results / "highway_transformer" / "enwik8_l6.md").exists()
+
+
+def test_a_damaged_kept_run_is_left_out_of_the_wandb_export_and_named(world, tmp_path, monkeypatch):
+    from highway_repro.dashboards.export import export
+
+    run, _, _ = world
+    monkeypatch.setenv("WANDB_MODE", "offline")  # (were it exported: never over the network)
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    (run / "metrics.json").write_text('{"status": "done", "step": "abc"}')
+    out = tmp_path / "runs" / "wandb_export"
+    res = export(tmp_path / "results", out, jobs=1, folders=[run])
+    assert res["runs"] == 0 and "step='abc'" in res["damaged"][str(run)], res
+    assert json.loads((out / "exported.json").read_text()) == {} and not (out / "wandb").exists()
+
+
+def test_a_damaged_claims_file_or_ledger_is_named_and_summary_csv_built_without_it(tmp_path, capsys):
+    """`make tables`' summary step: a damaged claims file is left out of summary.csv and named (the step fails, the
+    reports stand); a damaged ledger is named, and the summary is built without earlier verdicts."""
+    from highway_repro.files import KeptFileError
+    from highway_repro.report.ledger import LEDGER
+    from highway_repro.report.summary import write_summary
+
+    results = tmp_path / "results"
+    (results / "highway_networks").mkdir(parents=True)
+    good = REPO / "results" / "highway_networks" / "analysis.claims.json"
+    shutil.copy(good, results / "highway_networks" / good.name)
+    (results / "highway_networks" / "fig1.claims.json").write_text('{"table": "hn_fig1", "rows": "rm -rf ~"}')
+    (results / LEDGER).write_text('{"entries": [{"id": 1}]}')
+    with pytest.raises(KeptFileError, match="1 claims file.s. left out of .*fig1.claims.json"):
+        write_summary(results)
+    err = capsys.readouterr().err
+    assert "fig1.claims.json is not a table's claims file" in err and f"{LEDGER}: entries is not a list" in err, err
+    csv = (results / "summary.csv").read_text()
+    assert "analysis.md" in csv and "fig1" not in csv
 
 
 def test_a_run_damaged_in_its_config_is_left_out_and_named(tmp_path, capsys):

@@ -104,10 +104,7 @@ def write_run_info(out_dir: Path, **extra) -> dict:
     import torch
 
     path = Path(out_dir) / "run_info.json"
-    try:
-        info = json.loads(path.read_text()) if path.exists() else {}
-    except json.JSONDecodeError:
-        info = {}
+    info = files.read_json(path, kind=dict) or {}  # (a received folder's: a damaged one is one KeptFileError line)
     if "start_time" in info:
         extra.pop("start_time", None)
     info.update({

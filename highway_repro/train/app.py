@@ -128,7 +128,7 @@ def main(cfg: DictConfig):
     out_dir, multirun = Path(hc.runtime.output_dir), hc.mode == RunMode.MULTIRUN
     refused = isinstance(ADMITTED.get(str(out_dir)), Exception)  # another writer's folder: its metrics.json stays
     with failures(None if refused else out_dir / "metrics.json", multirun, is_main=first_rank()):
-        check_command(cfg, CONFIG_DIR, hc.runtime.choices, list(hc.overrides.task))  # before torch is imported
+        check_command(cfg, CONFIG_DIR, hc.runtime.choices, OmegaConf.to_container(hc.overrides.task))  # (as typed)
         if grouped.collecting_jobs():  # hydra/launcher=grouped: trained with its group once all jobs are set up
             GROUPED.add(str(out_dir))  # its lock stays held for `grouped.train_group`
             return grouped.collect(cfg, out_dir, multirun, build_run)

@@ -220,11 +220,13 @@ def folder_lock(out_dir: Path, dist=None) -> Lock | None:
 
 
 def nothing_to_do(cfg: DictConfig, out_dir: Path, multirun: bool, is_main: bool = True) -> tuple[bool, object]:
-    """(True, the job's value) where the job is not to train: another recipe's folder, a kept file that is not
-    plain data or a link (its line), a finished or diverged run (resume=auto: kept as it is)."""
+    """(True, the job's value) where the job is not to train: another recipe's folder, a kept file (a saved
+    config, run_info.json) that is not plain data or a link (its line), a finished or diverged run (resume=auto:
+    kept as it is)."""
     try:
         files.no_links(out_dir, RUN_ENTRIES)
         check_same_recipe(cfg, out_dir)
+        files.read_json(out_dir / "run_info.json", out_dir.parent, kind=dict)  # (updated as the run starts)
         prev = (files.read_json(out_dir / "metrics.json", out_dir.parent, kind=dict) or {}) if cfg.resume == "auto" \
             else {}
     except USER_ERRORS as e:
