@@ -88,8 +88,24 @@ def plain_name(value, what: str) -> str:
 
 
 def read_bytes(path: Path, root: Path | None = None, limit: int = MAX_BYTES) -> bytes | None:
-    """The bytes of a kept file, None when it is absent; a link, a path outside `root`, a file larger than `limit`
-    or one that cannot be read is a KeptFileError."""
+    """The bytes of a kept file, None when it is absent; a link, a path outside `root`, a file that is not a plain
+    one, larger than `limit` or that cannot be read is a KeptFileError."""
+    fd = _open_kept(path, root, limit)
+    if fd is None:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        return f.read(limit + 1)
+
+
+def check_kept(path: Path, root: Path | None = None, limit: int = MAX_BYTES) -> bool:
+    """`read_bytes`' checks without reading the file: True where it is there and readable, False where absent."""
+    fd = _open_kept(path, root, limit)
+    if fd is not None:
+        os.close(fd)
+    return fd is not None
+
+
+def _open_kept(path: Path, root: Path | None, limit: int) -> int | None:
     path = below(path, root)
     try:  # (O_NONBLOCK: a FIFO planted at the path does not hang the reader)
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -98,15 +114,13 @@ def read_bytes(path: Path, root: Path | None = None, limit: int = MAX_BYTES) -> 
     except OSError as e:
         why = "is a symbolic link" if os.path.islink(path) else f"cannot be read ({e.strerror})"
         raise KeptFileError(f"{path} {why} {_fix(path)}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
         os.close(fd)
-        raise KeptFileError(f"{path} is not a plain file {_fix(path)}")
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if st.st_size > limit:
-            raise KeptFileError(f"{path} holds {st.st_size:,} bytes, more than a kept file may ({limit:,}) "
-                                f"{_fix(path)}")
-        return f.read(limit + 1)
+        why = "is not a plain file" if not stat.S_ISREG(st.st_mode) else \
+            f"holds {st.st_size:,} bytes, more than a kept file may ({limit:,})"
+        raise KeptFileError(f"{path} {why} {_fix(path)}")
+    return fd
 
 
 def _damaged(path, e: BaseException) -> KeptFileError:

@@ -174,15 +174,15 @@ def test_a_kept_file_that_is_a_link_is_never_read(world, file):
     assert "symbolic link" in damaged(run)
 
 
-@pytest.mark.parametrize("kind", ["folder", "fifo"])
-def test_a_kept_file_that_is_a_folder_or_a_fifo_is_damage_not_a_traceback(world, kind):
+@pytest.mark.parametrize("kind,file", [("folder", "metrics.json"), ("fifo", "metrics.json"), ("fifo", "metrics.jsonl")])
+def test_a_kept_file_that_is_a_folder_or_a_fifo_is_damage_not_a_traceback(world, kind, file):
     run, _, _ = world
-    (run / "metrics.json").unlink()
+    (run / file).unlink()
     if kind == "fifo":
-        os.mkfifo(run / "metrics.json")  # (opened without blocking: no writer ever comes)
+        os.mkfifo(run / file)  # (opened without blocking: no writer ever comes)
     else:
-        (run / "metrics.json").mkdir()
-        (run / "metrics.json" / "x").write_text("{}")
+        (run / file).mkdir()
+        (run / file / "x").write_text("{}")
     assert "not a plain file" in damaged(run)
 
 
@@ -497,11 +497,18 @@ def test_make_tables_over_damaged_kept_runs_rebuilds_every_other_table_byte_iden
         "highway_networks/runs/hn_table1-cpu": ("config_resolved.yaml", "a: &a [x]\nb: [*a, *a]\n"),
         "highway_transformer/runs/ht_enwik8_l6-cpu": (".hydra/overrides.yaml", "- model=/etc/passwd\n"),
         "highway_networks/runs/hn_cifar-cpu": ("metrics.json", '{"status": "done", "step": "abc"}'),
+        "highway_transformer/runs/ht_enwik8_l12-cpu": ("metrics.json", '{"status": "done", "step": 1%s}' % ("0" * 400)),
+        "highway_transformer/runs/ht_word_ptb_l3-cpu": ("config_resolved.yaml", "- model\n- data\n"),
+        "highway_transformer/runs/ht_zoo_char_ptb-cpu": ("metrics.jsonl", None),  # a FIFO: reading it would block
     }
     planted = []
     for folder, (name, text) in plants.items():
         run = sorted(p.parent for p in (dirty / folder).glob("*/metrics.json"))[0]
-        (run / name).write_text(text)
+        if text is None:
+            (run / name).unlink()
+            os.mkfifo(run / name)
+        else:
+            (run / name).write_text(text)
         planted.append(run)
     link = sorted(p.parent for p in (dirty / "highway_transformer/runs/ht_char_ptb_rt-cpu").glob("*/metrics.json"))[0]
     (link / "run_info.json").unlink()

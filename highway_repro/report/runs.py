@@ -187,10 +187,8 @@ def load_run(path: Path, root: Path | None = None) -> Run:
             damage.append(str(e))
             return default
 
-    def history():
-        f = files.below(path / "metrics.jsonl", root)
-        if f.exists() and f.stat().st_size > files.MAX_BYTES:
-            raise KeptFileError(f"{f} holds {f.stat().st_size:,} bytes (valid: at most {files.MAX_BYTES:,})")
+    def history():  # checked here, read when asked for (Run.history)
+        files.check_kept(path / "metrics.jsonl", root)
 
     if read(lambda: files.below(path, root), None) is None:  # a link on the way: nothing of it is read
         return Run(path, {}, {}, {}, "damaged", damage[0], {}, root=root)
