@@ -49,22 +49,21 @@ def _settings(runs: list[Run]) -> str:
             continue
         c = r.config
         m, d, o, t = c.get("model", {}), c.get("data", {}), c.get("optim", {}), c.get("trainer", {})
-        opt = str(o.get("optimizer", {}).get("_target_", "?")).rsplit(".", 1)[-1]
-        width = f"d {m.get('d_model')}, {m.get('n_heads')} heads, d_ff {m.get('d_ff', m.get('d_inner'))}"
         extra = f", {m.get('rnn')} window {m.get('window')}" if m.get("rnn") else ""
         if m.get("mem_len") is not None:
             extra += f", mem {m.get('mem_len')} (eval tgt {m.get('eval_tgt_len')}, mem {m.get('eval_mem_len')})"
-        return (f"- settings used: data `{d.get('name')}`, {m.get('n_layers')} layers, {width}{extra}, dropout "
-                f"{m.get('dropout')}; batch {d.get('batch_size')} x seq {d.get('seq_len')} (scored "
-                f"{d.get('score_len') or d.get('seq_len')}), eval batch {d.get('eval_batch_size')}; {opt} lr "
-                f"{o.get('optimizer', {}).get('lr')}, schedule {o.get('scheduler', {}).get('kind')}"
-                + (f" over {o['scheduler']['horizon']:,} steps" if (o.get("scheduler") or {}).get("horizon") else "")
-                + f", clip "
-                f"{t.get('grad_clip')}; {t.get('max_steps')} steps, val every {t.get('eval_every')} "
-                + (f"(intermediate evals capped at {t.get('eval_max_batches')} batches; "
-                   if t.get("eval_max_batches") is not None else "(intermediate evals complete; ")
-                + ("final val/test complete)" if t.get("final_max_batches") is None else
-                   f"final val/test CAPPED at {t.get('final_max_batches')} batches: smoke numbers, not results)"))
+        sched, cap, final = o.get("scheduler") or {}, t.get("eval_max_batches"), t.get("final_max_batches")
+        return prose("ht settings", data=d.get("name"), layers=m.get("n_layers"), d_model=m.get("d_model"),
+                     heads=m.get("n_heads"), d_ff=m.get("d_ff", m.get("d_inner")), extra=extra,
+                     dropout=m.get("dropout"), batch=d.get("batch_size"), seq=d.get("seq_len"),
+                     scored=d.get("score_len") or d.get("seq_len"), eval_batch=d.get("eval_batch_size"),
+                     opt=str(o.get("optimizer", {}).get("_target_", "?")).rsplit(".", 1)[-1],
+                     lr=o.get("optimizer", {}).get("lr"), schedule=sched.get("kind"),
+                     horizon=f" over {sched['horizon']:,} steps" if sched.get("horizon") else "",
+                     clip=t.get("grad_clip"), steps=t.get("max_steps"), every=t.get("eval_every"),
+                     evals=f"intermediate evals {'complete' if cap is None else f'capped at {cap} batches'}",
+                     final="final val/test complete" if final is None else
+                     f"final val/test CAPPED at {final} batches: smoke numbers, not results")
     return "- settings used: unknown (no resolved config found)"
 
 
@@ -316,9 +315,7 @@ def gate_zoo_table() -> TableSpec:
         spec_claims = claims(by_id)
         results = {(c.row, c.against[1]): test_claim(c, by_id) for c in spec_claims if c.row in by_id}
         models = [m for m in ZOO_MODELS if any(k[0] == m for k in by_id)]
-        lines = ["Verdict per cell (test bpc, mean ± std over seeds; the change against the model's baseline and "
-                 "its parameter-matched baseline, each with its 95 % interval of the difference, paired by seed "
-                 "where the rows share seeds):", "",
+        lines = [prose("zoo verdicts"), "",
                  "| gate | " + " | ".join(ZOO_MODELS[m] for m in models) + " |", "|---|" + "---|" * len(models)]
         for v in rows:
             cells = []

@@ -131,7 +131,7 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
     w.writerows(flat)
     files.write_atomic(path, fh.getvalue())
     lines = ["# Results", "",
-             prose("results intro", verdicts=stats.VERDICTS_EXPLAINED, paper_scale_only=PAPER_SCALE_ONLY,
+             prose("results intro", verdicts=prose("verdicts"), paper_scale_only=PAPER_SCALE_ONLY,
                    types="; ".join(f"**{k}** = {v}" for k, v in papers.CLAIM_TYPES.items()), no_claim=NO_CLAIM,
                    rule=papers.CLAIM_TYPE_RULE),
              "",
