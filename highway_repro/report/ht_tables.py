@@ -82,11 +82,11 @@ def _unigram_note(runs: list[Run], metric: str, base) -> str:
     return line
 
 
-def ht_table(name: str, title: str, metric: str, time_column: bool = False,
-             reference_curves: bool = False, extra_figure=None) -> TableSpec:
+def ht_table(name: str, metric: str, time_column: bool = False, reference_curves: bool = False,
+             extra_figure=None) -> TableSpec:
     """A Highway Transformer table: one row per gate variant, claims 'ends lower' and 'converges faster' per row.
     `extra_figure(t) -> [Panel]`: panels drawn after the validation curves."""
-    pt = papers.HT[name]
+    pt, title = papers.HT[name], prose(f"title {name}")
     digits = 4 if metric == "bpc" else 2
     val = Measure(f"val/{metric}", f"val {metric}", digits=digits)
     test = Measure(f"test/{metric}", f"test {metric}", digits=digits)
@@ -275,8 +275,7 @@ def paper_anchor_table() -> TableSpec:
             ours.styles[name] = {"ls": "none", "marker": "*", "ms": 11}
         plot(path, [ours])
 
-    return TableSpec("Paper-size anchor: the 6-layer Transformer-XL's first 400 steps on the enwik8 prefix (val bpc), "
-                     "beside the official training logs", keys=("variant",), columns=columns, primary=last,
+    return TableSpec(prose("title ht_paper_anchor"), keys=("variant",), columns=columns, primary=last,
                      claims=claims, order={"variant": sweep_rows("ht_paper_anchor")}, baseline=("baseline",),
                      label=_variant_label, label_header="variant",
                      paper_of=lambda row_id, split: official(row_id) if split == "val" else None, notes=notes,
@@ -336,8 +335,7 @@ def gate_zoo_table() -> TableSpec:
         return "\n".join(lines) + "\n\n" + "\n".join(_settings([r for r in runs if r.get("name") == m])
                                                      for m in models)
 
-    return TableSpec("Study: the gate zoo (every gate kind x 3 models, with a parameter-matched baseline)",
-                     keys=("name", "variant"), label=label, label_header="model: variant",
+    return TableSpec(prose("title ht_gate_zoo"), keys=("name", "variant"), label=label, label_header="model: variant",
                      columns=(params(), count(), stat(test),
                               delta_vs("baseline", "Δ test vs baseline", "rel_vs_baseline"),
                               delta_vs("baseline_matched", "Δ test vs matched baseline", "rel_vs_matched"),
