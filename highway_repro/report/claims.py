@@ -182,15 +182,6 @@ def _cpu_run_seconds(runs: list) -> float | None:
     return statistics.fmean(secs) if secs else None
 
 
-def _table_cpu_seconds(rows: dict) -> float:
-    """The seconds with a core to itself that the table's runs take: each run at its row's mean over the runs made
-    on a CPU, or at the table's mean where a row has none (runs made on a GPU)."""
-    per_row = [(_cpu_run_seconds(r.runs), len(r.runs)) for r in rows.values()]
-    known = [s for s, _ in per_row if s]
-    fallback = statistics.fmean(known) if known else 0.0
-    return sum(n * (s or fallback) for s, n in per_row)
-
-
 @dataclass
 class ClaimResult:
     """A claim tested on a table's rows (`test_claim`; its line: `result_line`); `key`: the comparison's identity
@@ -426,10 +417,15 @@ def _interval_and_p(test: dict | None, level: float) -> tuple:
 
 
 def _decision(res: ClaimResult, runs: list, have, table_rows: dict) -> None:
-    """`res.decision`: what the runs it needs would cost (`stats.decision_cost`), where the runs' CPU time is known."""
+    """`res.decision`: what the runs it needs would cost (`stats.decision_cost`), where the runs' CPU time is known;
+    the table's runs each at its row's mean CPU seconds, or the table's mean where a row has none (made on a GPU)."""
     run_s = _cpu_run_seconds(runs)
     if res.seeds_needed and run_s:
-        res.decision = stats.decision_cost(res.seeds_needed, tuple(have), run_s, _table_cpu_seconds(table_rows))
+        per_row = [(_cpu_run_seconds(r.runs), len(r.runs)) for r in table_rows.values()]
+        known = [s for s, _ in per_row if s]
+        fallback = statistics.fmean(known) if known else 0.0
+        res.decision = stats.decision_cost(res.seeds_needed, tuple(have), run_s,
+                                           sum(n * (s or fallback) for s, n in per_row))
 
 
 def family(results: list[ClaimResult], elsewhere: Callable | None = None) -> None:

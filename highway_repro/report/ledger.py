@@ -333,10 +333,9 @@ def runs_after(entries: list[dict], results: Path) -> list[int]:
     return out
 
 
-def render(entries: list[dict], after_counts: list[int] | None = None) -> str:
-    """The page; `after_counts`: `runs_after` (None: the counts the entries hold)."""
+def render(entries: list[dict], after_counts: list[int]) -> str:
+    """The page; `after_counts`: `runs_after`."""
     after = [e for e in entries if e.get("after_data")]
-    after_counts = after_counts or [e.get("runs_after", 0) for e in entries]
     lines = ["# Preregistration ledger", "",
              prose("ledger intro"), "",
              f"{len(entries)} entries, {len(after)} of them after the data.", "",
