@@ -31,7 +31,7 @@ def test_every_definition_matches_its_newest_ledger_entry(entries):
     """The check `make test` runs: a claim's test, a table's margins, seeds or second look that differ from the
     ledger's newest entry for them (or have none) fail here until an entry is appended
     (`python scripts/build_ledger.py --append [--reason ...]`)."""
-    assert entries, "results/preregistration.json is missing (python scripts/build_ledger.py --write)"
+    assert entries, "results/preregistration.json is missing (it is committed with the kept runs)"
     problems = ledger.problems(entries, RESULTS)
     assert not problems, "\n".join(problems)
 

@@ -17,6 +17,7 @@ from highway_repro.report.claims_list import PAPER_SCALE_ONLY, uncounted
 from highway_repro.report.grids import SWEEP_DIR, grid_of
 from highway_repro.report.measures import Measure, Row, interval, num, reach_steps
 from highway_repro.report.papers import Floor
+from highway_repro.report.prose import prose
 from highway_repro.report.runs import Run
 
 
@@ -179,15 +180,6 @@ def _cpu_run_seconds(runs: list) -> float | None:
         if math.isfinite(cpu) and not r.run_info.get("cuda_device"):
             secs.append(cpu / r.threads[0])
     return statistics.fmean(secs) if secs else None
-
-
-def _table_cpu_seconds(rows: dict) -> float:
-    """The seconds with a core to itself that the table's runs take: each run at its row's mean over the runs made
-    on a CPU, or at the table's mean where a row has none (runs made on a GPU)."""
-    per_row = [(_cpu_run_seconds(r.runs), len(r.runs)) for r in rows.values()]
-    known = [s for s, _ in per_row if s]
-    fallback = statistics.fmean(known) if known else 0.0
-    return sum(n * (s or fallback) for s, n in per_row)
 
 
 @dataclass
@@ -425,10 +417,15 @@ def _interval_and_p(test: dict | None, level: float) -> tuple:
 
 
 def _decision(res: ClaimResult, runs: list, have, table_rows: dict) -> None:
-    """`res.decision`: what the runs it needs would cost (`stats.decision_cost`), where the runs' CPU time is known."""
+    """`res.decision`: what the runs it needs would cost (`stats.decision_cost`), where the runs' CPU time is known;
+    the table's runs each at its row's mean CPU seconds, or the table's mean where a row has none (made on a GPU)."""
     run_s = _cpu_run_seconds(runs)
     if res.seeds_needed and run_s:
-        res.decision = stats.decision_cost(res.seeds_needed, tuple(have), run_s, _table_cpu_seconds(table_rows))
+        per_row = [(_cpu_run_seconds(r.runs), len(r.runs)) for r in table_rows.values()]
+        known = [s for s, _ in per_row if s]
+        fallback = statistics.fmean(known) if known else 0.0
+        res.decision = stats.decision_cost(res.seeds_needed, tuple(have), run_s,
+                                           sum(n * (s or fallback) for s, n in per_row))
 
 
 def family(results: list[ClaimResult], elsewhere: Callable | None = None) -> None:
@@ -451,28 +448,22 @@ def claim_line(r: ClaimResult) -> str:
     would need; a comparison tested in another table: a link to it; a level claim of the paper at another scale:
     its numbers, no verdict."""
     if r.same_as:
-        s = r.same_as
-        return (f"{r.label} {r.claim.text}: the same runs, measure and rows as "
-                f"[{s['table']}]({s['file']}) ({s['row']} {s['claim']}): counted there")
+        return prose("claim elsewhere", line=f"{r.label} {r.claim.text}", **r.same_as)
     why = uncounted(vars(r))
     if why:
-        return (r.line.removesuffix(f": **{r.verdict}**") + f": **{why}** (" + (
-            "an absolute number of the paper: a verdict at its models, budgets and data only" if why == PAPER_SCALE_ONLY
-            else "the paper's own numbers differ by under 0.1 % of its value: no order to test") +
-            "; these numbers for information)")
+        return prose("claim uncounted", line=r.line.removesuffix(f": **{r.verdict}**"), why=why, reason=prose(
+            "claim paper scale only" if why == PAPER_SCALE_ONLY else "claim negligible"))
     line = r.line
     if r.holm is not None:
         line += f" (Holm over the table's {r.family_size} tests: **{r.holm}**)"
     if r.seeds_needed:
-        per = ("trials per row at the measured distribution of the trials (its interval's ends read off it: about "
-               "even odds of a decision)" if r.need_unit == "trials" else f"seeds per row for a decision with "
-               f"{stats.pct(stats.POWER)} power at the measured spread and difference")
-        line += f"; about {r.seeds_needed} {per}, at the second look's {stats.pct(stats.SECOND_LOOK)}"
+        line += prose(f"claim {r.need_unit} needed", n=r.seeds_needed, power=stats.pct(stats.POWER),
+                      level=stats.pct(stats.SECOND_LOOK))
         if r.decision and not r.last_look:
             more, hours, total, beyond = r.decision
-            line += (f" ({more} more runs, about {hours:.1f} h on {stats.BUDGET_CORES} cores; the table would then "
-                     f"take {total:.1f} h" + (f", beyond the {stats.TABLE_BUDGET_H:g} h a table may take at the cpu "
-                                              "scale)" if beyond else ")"))
+            line += " " + prose("claim decision", more=more, hours=f"{hours:.1f}", cores=stats.BUDGET_CORES,
+                                total=f"{total:.1f}", beyond=f", beyond the {stats.TABLE_BUDGET_H:g} h a table may "
+                                "take at the cpu scale" if beyond else "")
     if r.points_to and r.verdict == stats.NOT_RESOLVED:
         line += f"; the estimate points to {r.points_to}"
     if r.under_way:

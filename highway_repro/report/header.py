@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+from highway_repro.report.prose import prose
 from highway_repro.report.runs import Run, device
 
 
@@ -83,38 +84,28 @@ def header(title: str, runs: list[Run], meta: dict | None = None) -> str:
     other = meta.get("other_recipe") or {}  # kept runs of an older recipe, left out of the table (the runner)
     if other:
         shown = "; ".join(f"`{k}` ({v})" for k, v in list(other.items())[:3]) + ("; ..." if len(other) > 3 else "")
-        lines.append(f"- **{len(other)} kept run{_s(len(other))} left out: made with another recipe "
-                     f"than the config files now give** ({shown}); move them out of results/ (git history "
-                     "keeps committed runs) and train the table again")
+        lines.append(prose("header other recipe", n=len(other), s=_s(len(other)), shown=shown))
     apart = meta.get("other_device") or []  # made on the other device: not compared (report.runs.one_device)
     if apart:
         names = ", ".join(f"`{r.path.name}`" for r in apart[:3]) + (", ..." if len(apart) > 3 else "")
-        lines.append(f"- **{len(apart)} run{_s(len(apart))} made on "
-                     f"{'a GPU' if device(apart[0]) == 'gpu' else 'a CPU'} left out** ({names}): a table compares "
-                     f"the runs of one device (the one most of its runs were made on); the device effect, paired by "
-                     f"seed where both exist: docs/gpu.md")
+        lines.append(prose("header other device", n=len(apart), s=_s(len(apart)), names=names,
+                           device="a GPU" if device(apart[0]) == "gpu" else "a CPU"))
     t = compute_time(runs)
     cpu_h = f"{t['cpu_s'] / 3600:.2f} CPU-hours"
     gpu = [r.metric("time/wall_s") for r in runs if r.run_info.get("cuda_device")]
     if gpu:
-        cpu_h = (f"{sum(x for x in gpu if math.isfinite(x)) / 3600:.2f} GPU-hours (the wall time of the {len(gpu)} "
-                 f"run{_s(len(gpu))} made on a GPU, summed: runs that shared a GPU each count), " + cpu_h
-                 + (" of the host" if len(gpu) == len(runs) else ""))
+        cpu_h = (prose("header gpu hours", hours=f"{sum(x for x in gpu if math.isfinite(x)) / 3600:.2f}",
+                       n=len(gpu), s=_s(len(gpu))) + " " + cpu_h + (" of the host" if len(gpu) == len(runs) else ""))
     if t["estimated"]:
-        cpu_h += (f" (estimated as wall time x threads for {t['estimated']} of the runs, which recorded no "
-                  "time/cpu_s" + (f"; {t['unknown_threads']} of them with no thread count: 1 assumed" if
-                                  t["unknown_threads"] else "") + ")")
+        cpu_h += " " + prose("header estimated", n=t["estimated"], threads=f"; {t['unknown_threads']} of them with "
+                             "no thread count: 1 assumed" if t["unknown_threads"] else "")
     wall = f"- wall time: {duration(meta['wall_s'])} for the command{_s(len(commands))}; " \
         if meta.get("wall_s") is not None else "- wall time: "
     lines.append(wall + f"training {duration(t['wall_s'])} summed over runs, {cpu_h}"
-                 + (f" ({t['without_final']} of the runs, made before runs recorded `time/final_eval_s`, leave their "
-                    "final evaluation passes out of these times)" if t["without_final"] else ""))
+                 + (" " + prose("header without final", n=t["without_final"]) if t["without_final"] else ""))
     if meta.get("budget"):
         secs, n, jobs = meta["budget"]
-        lines.append(f"- with the cores to themselves: {duration(secs)} for the {n} finished run{_s(n)} "
-                     f"trained for this table, on {jobs} jobs x 1 thread (each at its CPU time per thread, in grid "
-                     "order: the measure of the cpu budget; the wall time above also counts other work that shared "
-                     "the machine)")
+        lines.append(prose("header budget", time=duration(secs), n=n, s=_s(n), jobs=jobs))
     infos = [r.run_info for r in runs if r.run_info]
     machines = Counter(machine(i) for i in infos)
     if machines:

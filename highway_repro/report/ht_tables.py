@@ -49,22 +49,21 @@ def _settings(runs: list[Run]) -> str:
             continue
         c = r.config
         m, d, o, t = c.get("model", {}), c.get("data", {}), c.get("optim", {}), c.get("trainer", {})
-        opt = str(o.get("optimizer", {}).get("_target_", "?")).rsplit(".", 1)[-1]
-        width = f"d {m.get('d_model')}, {m.get('n_heads')} heads, d_ff {m.get('d_ff', m.get('d_inner'))}"
         extra = f", {m.get('rnn')} window {m.get('window')}" if m.get("rnn") else ""
         if m.get("mem_len") is not None:
             extra += f", mem {m.get('mem_len')} (eval tgt {m.get('eval_tgt_len')}, mem {m.get('eval_mem_len')})"
-        return (f"- settings used: data `{d.get('name')}`, {m.get('n_layers')} layers, {width}{extra}, dropout "
-                f"{m.get('dropout')}; batch {d.get('batch_size')} x seq {d.get('seq_len')} (scored "
-                f"{d.get('score_len') or d.get('seq_len')}), eval batch {d.get('eval_batch_size')}; {opt} lr "
-                f"{o.get('optimizer', {}).get('lr')}, schedule {o.get('scheduler', {}).get('kind')}"
-                + (f" over {o['scheduler']['horizon']:,} steps" if (o.get("scheduler") or {}).get("horizon") else "")
-                + f", clip "
-                f"{t.get('grad_clip')}; {t.get('max_steps')} steps, val every {t.get('eval_every')} "
-                + (f"(intermediate evals capped at {t.get('eval_max_batches')} batches; "
-                   if t.get("eval_max_batches") is not None else "(intermediate evals complete; ")
-                + ("final val/test complete)" if t.get("final_max_batches") is None else
-                   f"final val/test CAPPED at {t.get('final_max_batches')} batches: smoke numbers, not results)"))
+        sched, cap, final = o.get("scheduler") or {}, t.get("eval_max_batches"), t.get("final_max_batches")
+        return prose("ht settings", data=d.get("name"), layers=m.get("n_layers"), d_model=m.get("d_model"),
+                     heads=m.get("n_heads"), d_ff=m.get("d_ff", m.get("d_inner")), extra=extra,
+                     dropout=m.get("dropout"), batch=d.get("batch_size"), seq=d.get("seq_len"),
+                     scored=d.get("score_len") or d.get("seq_len"), eval_batch=d.get("eval_batch_size"),
+                     opt=str(o.get("optimizer", {}).get("_target_", "?")).rsplit(".", 1)[-1],
+                     lr=o.get("optimizer", {}).get("lr"), schedule=sched.get("kind"),
+                     horizon=f" over {sched['horizon']:,} steps" if sched.get("horizon") else "",
+                     clip=t.get("grad_clip"), steps=t.get("max_steps"), every=t.get("eval_every"),
+                     evals=f"intermediate evals {'complete' if cap is None else f'capped at {cap} batches'}",
+                     final="final val/test complete" if final is None else
+                     f"final val/test CAPPED at {final} batches: smoke numbers, not results")
     return "- settings used: unknown (no resolved config found)"
 
 
@@ -83,11 +82,11 @@ def _unigram_note(runs: list[Run], metric: str, base) -> str:
     return line
 
 
-def ht_table(name: str, title: str, metric: str, time_column: bool = False,
-             reference_curves: bool = False, extra_figure=None) -> TableSpec:
+def ht_table(name: str, metric: str, time_column: bool = False, reference_curves: bool = False,
+             extra_figure=None) -> TableSpec:
     """A Highway Transformer table: one row per gate variant, claims 'ends lower' and 'converges faster' per row.
     `extra_figure(t) -> [Panel]`: panels drawn after the validation curves."""
-    pt = papers.HT[name]
+    pt, title = papers.HT[name], prose(f"title {name}")
     digits = 4 if metric == "bpc" else 2
     val = Measure(f"val/{metric}", f"val {metric}", digits=digits)
     test = Measure(f"test/{metric}", f"test {metric}", digits=digits)
@@ -276,8 +275,7 @@ def paper_anchor_table() -> TableSpec:
             ours.styles[name] = {"ls": "none", "marker": "*", "ms": 11}
         plot(path, [ours])
 
-    return TableSpec("Paper-size anchor: the 6-layer Transformer-XL's first 400 steps on the enwik8 prefix (val bpc), "
-                     "beside the official training logs", keys=("variant",), columns=columns, primary=last,
+    return TableSpec(prose("title ht_paper_anchor"), keys=("variant",), columns=columns, primary=last,
                      claims=claims, order={"variant": sweep_rows("ht_paper_anchor")}, baseline=("baseline",),
                      label=_variant_label, label_header="variant",
                      paper_of=lambda row_id, split: official(row_id) if split == "val" else None, notes=notes,
@@ -316,9 +314,7 @@ def gate_zoo_table() -> TableSpec:
         spec_claims = claims(by_id)
         results = {(c.row, c.against[1]): test_claim(c, by_id) for c in spec_claims if c.row in by_id}
         models = [m for m in ZOO_MODELS if any(k[0] == m for k in by_id)]
-        lines = ["Verdict per cell (test bpc, mean ± std over seeds; the change against the model's baseline and "
-                 "its parameter-matched baseline, each with its 95 % interval of the difference, paired by seed "
-                 "where the rows share seeds):", "",
+        lines = [prose("zoo verdicts"), "",
                  "| gate | " + " | ".join(ZOO_MODELS[m] for m in models) + " |", "|---|" + "---|" * len(models)]
         for v in rows:
             cells = []
@@ -339,8 +335,7 @@ def gate_zoo_table() -> TableSpec:
         return "\n".join(lines) + "\n\n" + "\n".join(_settings([r for r in runs if r.get("name") == m])
                                                      for m in models)
 
-    return TableSpec("Study: the gate zoo (every gate kind x 3 models, with a parameter-matched baseline)",
-                     keys=("name", "variant"), label=label, label_header="model: variant",
+    return TableSpec(prose("title ht_gate_zoo"), keys=("name", "variant"), label=label, label_header="model: variant",
                      columns=(params(), count(), stat(test),
                               delta_vs("baseline", "Δ test vs baseline", "rel_vs_baseline"),
                               delta_vs("baseline_matched", "Δ test vs matched baseline", "rel_vs_matched"),

@@ -1,26 +1,12 @@
-"""The preregistration ledger: when each definition a verdict rests on was fixed, and how many of the runs it
-compares were kept before then. `results/preregistration.json` is append-only (built from the git history by
-`scripts/build_ledger.py`, an entry appended with each later change); `make tables` writes it out as
-`results/preregistration.md`.
+"""The preregistration ledger: when each definition a verdict rests on was fixed (a claim's test, the claim types, a
+table's margins, first-look seeds and second look, the reading rules: `definitions`), and how many of the runs it
+compares were kept before then. `results/preregistration.json` is append-only (`scripts/build_ledger.py --append`);
+`make tables` writes it out as `results/preregistration.md`.
 
-An entry: `id`, `kind`, `table`, `definition` (null: removed), `commit` and `date` (the first commit that holds the
-definition as it stands), `runs_before` (the kept cpu-scale runs of the rows it compares, committed at or before that
-commit: a fact of the history, fixed), `after_data` (runs_before > 0) and `reason` (required after the data). The
-runs kept after it are counted when the page is written (`runs_after`: the runs it compares now, less those before;
-entries made before this rule also hold a `runs_after` of their day, which the page does not read). The
-kinds `definitions` reads from the code:
-
-| kind | definition |
-|---|---|
-| `claim` | a `papers.PAPER_CLAIMS` claim (id: table, rows, against, statistic): statistic, side, against, threshold |
-| `claim types` | the type (`papers.CLAIM_TYPES`) of every paper claim |
-| `margin` | a table's margins: `papers.MARGINS` of its comparisons' metrics, `PAPER_EFFECT_SHARE` where it applies |
-| `seeds` | the first look's grid, seeds or trials per row: `configs/sweep/<table>/cpu*.yaml` but the second look |
-| `look` | a second look (`cpu-second_look.yaml`): its grid, its level (`stats.SECOND_LOOK`) and the claims it decides |
-| `rules` | the constants and the code of every reading rule that decides a verdict (`rules_entry`) |
-
-A `rule` entry records a reading rule of the report (Holm's verdicts, one device per comparison): shown, not
-compared with the code.
+An entry: `id`, `kind`, `table`, `definition` (null: removed), `commit` and `date` (the commit that holds the
+definition as it stands), `runs_before` (the kept cpu-scale runs it compares, committed at or before that commit),
+`after_data` (runs_before > 0) and `reason` (required after the data). A `rule` entry records a reading rule in
+words: shown, not compared with the code.
 """
 
 from __future__ import annotations
@@ -140,17 +126,16 @@ def rules_entry() -> dict:
         "code": {k: hashlib.sha256(inspect.getsource(f).encode()).hexdigest()[:12] for k, f in code.items()}}}
 
 
-def margin_entry(table: str, pp, metrics: list[str]) -> dict | None:
-    """The margins of `metrics` (Measure.metric names) in papers module `pp`, and its paper-effect share where a
-    paper claim of the table has a paper effect (the current papers.yaml says which)."""
+def margin_entry(table: str, metrics: list[str]) -> dict | None:
+    """The margins of `metrics` (Measure.metric names), and the paper-effect share where a paper claim of the table
+    has a paper effect."""
     if not metrics:
         return None
-    keys = {papers.margin_key(m) or m for m in metrics}
-    margins = getattr(pp, "MARGINS", {})
+    margins = papers.MARGINS
     d = {k: f"{margins[k].value:g} {'relative' if margins[k].relative else 'absolute'}" if k in margins else "none"
-         for k in sorted(keys)}
+         for k in sorted({papers.margin_key(m) or m for m in metrics})}
     if any(c.table == table and papers.paper_effect(c) for c in papers.PAPER_CLAIMS):
-        d["paper effect share"] = f"{pp.PAPER_EFFECT_SHARE:g}" if hasattr(pp, "PAPER_EFFECT_SHARE") else "none"
+        d["paper effect share"] = f"{papers.PAPER_EFFECT_SHARE:g}"
     return {"id": f"margin {table}", "kind": "margin", "table": table, "definition": d}
 
 
@@ -160,13 +145,14 @@ def seeds_entry(table: str, param_sets) -> dict:
             "definition": {row: compact(s) for row, s in grid(param_sets).items()}}
 
 
-def look_entry(table: str, param_sets, level: float | None, second_look_claims) -> dict | None:
+def look_entry(table: str) -> dict | None:
     """A table's second look: its grid, its level and the claims it decides (None: the table has none)."""
+    param_sets = sweep_params(table, True)
     if not param_sets:
         return None
     return {"id": f"second look {table}", "kind": "look", "table": table, "definition": {
-        "grid": {row: compact(s) for row, s in grid(param_sets).items()}, "level": f"{level:g}" if level else "none",
-        "claims": sorted(claim_id(c) for c in second_look_claims if c.table == table)}}
+        "grid": {row: compact(s) for row, s in grid(param_sets).items()}, "level": f"{stats.SECOND_LOOK:g}",
+        "claims": sorted(claim_id(c) for c in papers.SECOND_LOOK_CLAIMS if c.table == table)}}
 
 
 def table_metrics(table: str, results: Path) -> list[str]:
@@ -184,10 +170,10 @@ def sweep_tables() -> list[str]:
 def definitions(results: Path) -> list[dict]:
     """Every definition the ledger checks, as the code and configs now give it."""
     out = [claim_entry(c) for c in papers.PAPER_CLAIMS] + [types_entry(papers.PAPER_CLAIMS), rules_entry()]
-    out += [m for t in TARGETS if t != "demo" and (m := margin_entry(t, papers, table_metrics(t, results)))]
+    out += [m for t in TARGETS if t != "demo" and (m := margin_entry(t, table_metrics(t, results)))]
     for t in sweep_tables():
         out.append(seeds_entry(t, sweep_params(t)))
-        if (look := look_entry(t, sweep_params(t, True), stats.SECOND_LOOK, papers.SECOND_LOOK_CLAIMS)):
+        if (look := look_entry(t)):
             out.append(look)
     return out
 
@@ -347,10 +333,9 @@ def runs_after(entries: list[dict], results: Path) -> list[int]:
     return out
 
 
-def render(entries: list[dict], after_counts: list[int] | None = None) -> str:
-    """The page; `after_counts`: `runs_after` (None: the counts the entries hold)."""
+def render(entries: list[dict], after_counts: list[int]) -> str:
+    """The page; `after_counts`: `runs_after`."""
     after = [e for e in entries if e.get("after_data")]
-    after_counts = after_counts or [e.get("runs_after", 0) for e in entries]
     lines = ["# Preregistration ledger", "",
              prose("ledger intro"), "",
              f"{len(entries)} entries, {len(after)} of them after the data.", "",

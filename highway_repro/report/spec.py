@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from highway_repro.report import stats
+from highway_repro.report.prose import prose
 from highway_repro.report.claims import (LAST_LOOK, UNTESTED, Claim, ClaimResult, claim_line, family, floor_claim,
                                          paper_claim_of, pooled, run_id, side_row, test_claim, trials)
 from highway_repro.report.measures import (NA, Column, Measure, Row, best, best_key, count, interval, mean_curve,
@@ -113,7 +113,7 @@ def render(spec: TableSpec, runs: list[Run], name: str = "", elsewhere: Callable
     claims = [r for r in t.results if r.claim.kind == "claim"]
     floors = [r for r in t.results if r.claim.kind == "floor"]
     if claims:
-        md += ["", f"**Claims** (95 % intervals, 99 % at a second look; {stats.VERDICTS_EXPLAINED}):"]
+        md += ["", f"**Claims** (95 % intervals, 99 % at a second look; {prose('verdicts')}):"]
         md += [f"- {claim_line(r)}" for r in claims]
     if floors:
         md += ["", "**Floors** of the cpu scale (met = the mean, or the best run, on the floor's side):"]

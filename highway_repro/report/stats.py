@@ -14,16 +14,6 @@ from functools import lru_cache, partial
 
 HELD, NOT_HELD, NO_DIFFERENCE, NOT_RESOLVED = "HELD", "DID NOT HOLD", "NO DIFFERENCE", "NOT RESOLVED"
 VERDICTS = (HELD, NOT_HELD, NO_DIFFERENCE, NOT_RESOLVED)
-VERDICTS_EXPLAINED = ("two rows trained on the same seeds (the same `seed` and `data.seed`) are compared by the "
-                      "paired interval of their per-seed differences, other rows by Welch's; "
-                      "HELD = the interval lies wholly on the claim's side, DID NOT HOLD = wholly on the other side, "
-                      "NO DIFFERENCE = it contains 0 and lies within +-delta (the equivalence margin of the metric), "
-                      "NOT RESOLVED = none of these (too few runs to tell); the Holm verdict is the same test "
-                      "with the table's claim tests as one family; the hours a decision would take are the runs' "
-                      "own CPU time per thread, 2 runs at a time, on the machines that made them; runs added after a "
-                      "comparison's first verdict are read at the second look's 99 % interval (the line says so), "
-                      "and the seeds a decision would need are counted at that level, for an 80 % chance of a "
-                      "decision at the measured spread and difference, with the verdict the estimate points to")
 LEVEL = 0.95
 # The second look. A comparison that is NOT RESOLVED on its pre-committed runs can only be decided by adding runs
 # after its interval was read, and deciding those at LEVEL again would be optional stopping (two looks at 95 % err

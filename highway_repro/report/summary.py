@@ -89,12 +89,6 @@ def papers_family(rows: list[dict]) -> int:
     return size
 
 
-def missing_paper_claims(rows: list[dict]) -> list[papers.PaperClaim]:
-    """The claims of papers.PAPER_CLAIMS that no claim line tests (their table is not made, or lacks the rows)."""
-    tested = {r.get("paper_claim_id") for r in rows if r["kind"] in ("claim", "same")}
-    return [c for i, c in enumerate(papers.PAPER_CLAIMS) if i not in tested]
-
-
 def write_summary(results_root: Path, expected: dict | None = None) -> Path:
     """`<results_root>/summary.csv` from every `*.claims.json` below it but `archive/` (superseded recipes: indexed,
     not summarised), and the index `README.md`, which names each table of `expected` (name -> how to make it) not
@@ -131,7 +125,7 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
     w.writerows(flat)
     files.write_atomic(path, fh.getvalue())
     lines = ["# Results", "",
-             prose("results intro", verdicts=stats.VERDICTS_EXPLAINED, paper_scale_only=PAPER_SCALE_ONLY,
+             prose("results intro", verdicts=prose("verdicts"), paper_scale_only=PAPER_SCALE_ONLY,
                    types="; ".join(f"**{k}** = {v}" for k, v in papers.CLAIM_TYPES.items()), no_claim=NO_CLAIM,
                    rule=papers.CLAIM_TYPE_RULE),
              "",
@@ -158,7 +152,8 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
         lines += ["", prose("results disagree", n=len(problems), problems="; ".join(problems))]
         print(f"warning: results/README.md: the tables disagree on {len(problems)} comparison(s) ({problems[0]}); "
               "`make tables` rebuilds them in order", file=sys.stderr)
-    missing = missing_paper_claims(rows)
+    tested = {r.get("paper_claim_id") for r in rows if r["kind"] in ("claim", "same")}
+    missing = [c for i, c in enumerate(papers.PAPER_CLAIMS) if i not in tested]  # their table not made, or rows lacking
     if missing:
         per_table = ", ".join(f"{t} {n}" for t, n in Counter(c.table for c in missing).items())
         lines += ["", prose("results missing", n=len(missing), tables=per_table)]

@@ -25,24 +25,16 @@ def registry() -> dict:
         "hn_table1": HN_TABLE1,
         "hn_cifar": HN_CIFAR,
         "hn_analysis": HN_ANALYSIS,
-        "ht_char_ptb": ht_table("ht_char_ptb", "Highway Transformer: Transformer-L3 on char-PTB (bpc)", "bpc"),
-        "ht_word_ptb": ht_table("ht_word_ptb", "Highway Transformer: R-Transformer-L3 on word-PTB (perplexity)",
-                                "ppl"),
-        "ht_char_ptb_rt": ht_table("ht_char_ptb_rt", "Highway Transformer: R-Transformer-L3 on char-PTB (bpc; no "
-                                   "paper numbers)", "bpc"),
-        "ht_word_ptb_l3": ht_table("ht_word_ptb_l3", "Highway Transformer: Transformer-L3 on word-PTB (perplexity; "
-                                   "no paper numbers)", "ppl"),
-        "ht_enwik8_l6": ht_table("ht_enwik8_l6", "Highway Transformer: 6-layer Transformer-XL on enwik8 (bpc), gate "
-                                 "kinds and placement", "bpc", time_column=True, reference_curves=True),
-        "ht_enwik8_l12": ht_table("ht_enwik8_l12", "Highway Transformer: 12-layer Transformer-XL on enwik8 (bpc), "
-                                  "gate placement", "bpc", time_column=True),
-        "ht_placement_scan": ht_table("ht_placement_scan", "Study: SDU tanh in exactly one layer k of the 6-layer "
-                                      "Transformer-XL on enwik8 (bpc)", "bpc", extra_figure=placement_panels),
-        "ht_zoo_char_ptb": ht_table("ht_zoo_char_ptb", "Study (gate zoo): Transformer-L3 on char-PTB (bpc)", "bpc"),
-        "ht_zoo_char_ptb_rt": ht_table("ht_zoo_char_ptb_rt", "Study (gate zoo): R-Transformer-L3 on char-PTB (bpc)",
-                                       "bpc"),
-        "ht_zoo_enwik8_l6": ht_table("ht_zoo_enwik8_l6", "Study (gate zoo): 6-layer Transformer-XL on enwik8 (bpc)",
-                                     "bpc"),
+        "ht_char_ptb": ht_table("ht_char_ptb", "bpc"),
+        "ht_word_ptb": ht_table("ht_word_ptb", "ppl"),
+        "ht_char_ptb_rt": ht_table("ht_char_ptb_rt", "bpc"),
+        "ht_word_ptb_l3": ht_table("ht_word_ptb_l3", "ppl"),
+        "ht_enwik8_l6": ht_table("ht_enwik8_l6", "bpc", time_column=True, reference_curves=True),
+        "ht_enwik8_l12": ht_table("ht_enwik8_l12", "bpc", time_column=True),
+        "ht_placement_scan": ht_table("ht_placement_scan", "bpc", extra_figure=placement_panels),
+        "ht_zoo_char_ptb": ht_table("ht_zoo_char_ptb", "bpc"),
+        "ht_zoo_char_ptb_rt": ht_table("ht_zoo_char_ptb_rt", "bpc"),
+        "ht_zoo_enwik8_l6": ht_table("ht_zoo_enwik8_l6", "bpc"),
         "ht_gate_zoo": gate_zoo_table(),
         "ht_paper_anchor": paper_anchor_table(),
     }
