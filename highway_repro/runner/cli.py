@@ -163,7 +163,7 @@ def train(names: list[str], args, results: Path, runs_root: Path) -> int:
     if args.cluster == "slurm" and not args.estimate:  # no SLURM, an unknown partition: one line, nothing planned
         from highway_repro.runner.slurm import Cluster
 
-        args.backend = Cluster(args.partition, args.preset, runs_root / ".slurm")
+        args.backend = Cluster(args.partition, args.preset, runs_root / ".slurm", args.jobs, args.detach)
     with ExitStack() if args.estimate else hold_tables(tables, args.scale, runs_root):
         return _train(names, tables, args, results, runs_root)
 
@@ -208,6 +208,8 @@ def _train(names: list[str], tables: list[str], args, results: Path, runs_root: 
                     if not p.commands:
                         report(p)
                 status = run_queue(plans, args.jobs, on_table_end=report, cluster=args.backend) or status
+                if args.detach:  # the tables that reuse their runs wait for the command that follows them
+                    break
         except SystemExit:  # stopped: the reports not yet begun are dropped
             reporter.shutdown(wait=False, cancel_futures=True)
             raise
@@ -239,6 +241,8 @@ def main(argv=None) -> int:
     ap.add_argument("--estimate", action="store_true", help="print the plan and its cost; train nothing")
     ap.add_argument("--cluster", choices=["slurm"], default=None, help="each run a SLURM job (through submitit), "
                     "--jobs of them in flight; default: local processes")
+    ap.add_argument("--detach", action="store_true", help="with --cluster slurm: return once the jobs are "
+                    "submitted; the same command later follows them, keeps what finished, submits what was lost")
     ap.add_argument("--partition", default=None, help="with --cluster slurm: the partition")
     ap.add_argument("--preset", choices=["cpu", "gpu"], default="cpu", help="with --cluster slurm: the job request "
                     "to start from (configs/hydra/launcher/submitit_cluster.yaml, submitit_cluster_gpu.yaml)")
@@ -247,6 +251,8 @@ def main(argv=None) -> int:
         ap.error(f"--jobs={args.jobs}: runs at once, at least 1")
     if args.group not in (None, "auto") and not (args.group.isdigit() and int(args.group) >= 1):
         ap.error(f"--group={args.group}: runs trained together (valid: auto, or an integer >= 1)")
+    if args.detach and args.cluster is None:
+        ap.error("--detach: only with --cluster slurm (local runs end with the runner)")
     if args.list:
         print(f"  {'table':<20} {'make target':<30} what")
         for n, t in TARGETS.items():

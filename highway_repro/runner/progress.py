@@ -26,16 +26,16 @@ def progress_line(name: str, total: int, done: int, failed: int, when: str) -> s
             + f", {left} to go; {when if left else 'finished'} ({time.strftime('%H:%M')})")
 
 
-def queue_line(plans: list) -> str:
-    """One line for a queue of several tables: their runs done / total, and the ETA of all the work left at the
-    pace of the runs this queue has finished (else the plans' estimate)."""
+def queue_line(plans: list, name: str | None = None) -> str:
+    """One line for a queue of several tables (or a cluster's, `name`): their runs done / total, and the ETA of all
+    the work left at the pace of the runs this queue has finished (else the plans' estimate)."""
     ps = [p.progress for p in plans if p.progress is not None]
     states = [(len(x.names), *x.state()) for x in ps]
     total, done, failed, now = (sum(s[i] for s in states) for i in range(4))
     starts = [x.started for x in ps if x.started is not None]
     elapsed = time.time() - min(starts) if starts else 0.0
     planned = sum(x.planned for x in ps) if all(x.planned is not None for x in ps) else None
-    return progress_line(f"queue of {len(ps)} tables", total, done, failed,
+    return progress_line(name or f"queue of {len(ps)} tables", total, done, failed,
                          eta(total - done - failed, planned, elapsed, now))
 
 

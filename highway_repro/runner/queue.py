@@ -106,21 +106,32 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None, cluster=None
     """Run the commands of every plan, in order, `jobs` at a time: a job that frees up takes the next command,
     of the same table or the next one. Each command runs in its own process group. A table ends when its last
     command ends: its runs are kept and `on_table_end(plan)` is called. A failed command does not stop the
-    others. With several tables it prints one line a minute for the whole queue (`queue_line`), beside each
-    table's own. On SIGINT/SIGTERM/SIGHUP every running command is stopped (`stop_sweep`), nothing more starts, the
-    finished runs of every started table are kept, and the runner exits 128 + signal; on any other error the
-    running commands are stopped too. `cluster` (`slurm.Cluster`): each command a SLURM job instead, `jobs` of
-    them in flight, a job lost without a result submitted again (resume=auto continues it), up to LOST_TRIES
-    times. Returns the first non-zero exit status, else 0."""
-    queue = [(p, cmd, s, 0) for p in plans for cmd, s in zip(p.commands, p.costs or [None] * len(p.commands))]
+    others. With several tables it prints one line a minute for the whole queue (`queue_line`). On
+    SIGINT/SIGTERM/SIGHUP every running command is stopped (`stop_sweep`), nothing more starts, the finished runs of
+    every started table are kept, and the runner exits 128 + signal; on any other error the running commands are
+    stopped too. `cluster` (`slurm.Cluster`): each table's commands submitted at once as SLURM job arrays, a job
+    lost without a result submitted again (resume=auto continues it) up to LOST_TRIES times, a line a minute of
+    the jobs' states; `cluster.detach`: return once they are submitted. Returns the first non-zero exit status."""
+    queue = [(p, cmd, s) for p in plans for cmd, s in zip(p.commands, p.costs or [None] * len(p.commands))]
     for p in plans:
         p.left = len(p.commands)
     live: list[tuple[TablePlan, subprocess.Popen]] = []
-    status, stop, shown, tries_of = 0, StopRequest(), time.time(), {}
+    status, stop, shown = 0, StopRequest(), time.time()
     budget, held, kills_at = mem_available_gb() if cluster is None else None, set(), {}  # GiB for its jobs
     gpus, gpu_of = gpu_ids() if jobs > 1 and cluster is None else [], {}  # one GPU per job: {pid: its GPU}
     old = on_stop_signals(stop)
     try:
+        for p in plans if cluster is not None else ():  # every command at once, as job arrays
+            _start(p, progress=not cluster.detach)
+            for job in cluster.submit([(c, s) for q, c, s in queue if q is p], p.threads, p.peak_gb, p.name):
+                print(f"+ {job.pid} ({job.limit_min} min):", shlex.join(job.cmd), flush=True)
+                live.append((p, job))
+        if cluster is not None:
+            queue = []
+            if cluster.detach:
+                print(f"[slurm] {cluster.line()}; detached: the same command follows these jobs, keeps what "
+                      "finished and submits again what was lost", flush=True)
+                return 0
         while (queue or live) and not stop.signum:
             while queue and len(live) < jobs and not stop.signum:
                 reserved = [q.peak_gb for q, _ in live]
@@ -134,37 +145,28 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None, cluster=None
                               f"{sum(reserved):.1f} of the {budget:.1f} GB available are reserved for "
                               f"{len(live)} running job(s)", flush=True)
                     break
-                p, cmd, secs, tries = queue.pop(i)
+                p, cmd, _ = queue.pop(i)
                 if not live and budget is not None and p.peak_gb > budget:
                     print(f"[{p.name}] warning: a run needs {p.peak_gb:.1f} GB at its peak, more than the "
                           f"{budget:.1f} GB available; it runs alone", file=sys.stderr, flush=True)
-                if p.start is None:
-                    p.start, p.base = time.time(), read_record(p.kept, p.fresh)
-                    if p.progress is not None:
-                        p.progress.start()
-                if cluster is not None:
-                    proc = cluster.start(cmd, p.threads, p.peak_gb, secs, p.name)
-                    print(f"+ {proc.pid} ({proc.limit_min} min):", shlex.join(cmd), flush=True)
-                    tries_of[proc.pid] = (cmd, secs, tries)
-                else:
-                    gpu = pick_gpu(gpus, [gpu_of.get(x.pid) for _, x in live])
-                    env = None if gpu is None else {**os.environ, "CUDA_VISIBLE_DEVICES": gpu}
-                    print("+", *([f"CUDA_VISIBLE_DEVICES={gpu}"] if gpu is not None else []), shlex.join(cmd),
-                          flush=True)
-                    proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, env=env)  # stopped as a group
-                    gpu_of[proc.pid] = gpu
-                    kills_at[proc.pid] = oom_kills()
+                _start(p)
+                gpu = pick_gpu(gpus, [gpu_of.get(x.pid) for _, x in live])
+                env = None if gpu is None else {**os.environ, "CUDA_VISIBLE_DEVICES": gpu}
+                print("+", *([f"CUDA_VISIBLE_DEVICES={gpu}"] if gpu is not None else []), shlex.join(cmd), flush=True)
+                proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, env=env)  # stopped as a group
+                gpu_of[proc.pid], kills_at[proc.pid] = gpu, oom_kills()
                 live.append((p, proc))
             time.sleep(0.5)
-            if len(plans) > 1 and time.time() - shown >= QUEUE_LINE_EVERY_S:
-                print(queue_line(plans), flush=True)
+            if (len(plans) > 1 or cluster is not None) and time.time() - shown >= QUEUE_LINE_EVERY_S:
+                print(queue_line(plans, cluster and f"slurm: {cluster.line()}"), flush=True)
                 shown = time.time()
             for p, proc in [x for x in live if x[1].poll() is not None]:
                 live.remove((p, proc))
-                if getattr(proc, "lost", False) and tries_of[proc.pid][2] < LOST_TRIES:
-                    cmd, secs, tries = tries_of.pop(proc.pid)
+                if getattr(proc, "lost", False) and proc.tries < LOST_TRIES:
                     print(f"[{p.name}] {proc.pid} was lost without a result: submitted again", flush=True)
-                    queue.insert(0, (p, cmd, secs, tries + 1))
+                    (job,) = cluster.submit([(proc.cmd, proc.secs)], p.threads, p.peak_gb, p.name, proc.tries + 1)
+                    print(f"+ {job.pid} ({job.limit_min} min):", shlex.join(job.cmd), flush=True)
+                    live.append((p, job))
                     continue
                 rc = exit_code(proc.returncode)
                 status = status or rc
@@ -200,14 +202,22 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None, cluster=None
     return status
 
 
+def _start(p: TablePlan, progress: bool = True) -> None:
+    """A table's first command starts: its start time, its record as it was, its progress lines."""
+    if p.start is None:
+        p.start, p.base = time.time(), read_record(p.kept, p.fresh)
+        if p.progress is not None and progress:
+            p.progress.start()
+
+
 def stop_sweep(procs: list[subprocess.Popen], stop: StopRequest | None = None, grace_s: float = 60.0) -> None:
     """Stop the running commands: SIGTERM to each one's whole process group each second (each trainer finishes
     its step, saves a checkpoint and exits; a worker of a launcher such as joblib would otherwise take the next
     job handed to it), and after `grace_s` or a second signal to the runner (`stop.count`), SIGKILL to what is
     left. Signalling only a command's main process is not enough: its workers outlive it."""
-    for job in [p for p in procs if hasattr(p, "cancel")]:  # a cluster job: scancel (its trainer saves and exits)
-        job.cancel()
-    procs = [p for p in procs if not hasattr(p, "cancel")]
+    if jobs := [p for p in procs if hasattr(p, "cluster")]:  # cluster jobs: one scancel (their trainers save)
+        jobs[0].cluster.cancel(jobs)
+    procs = [p for p in procs if not hasattr(p, "cluster")]
     deadline = time.time() + grace_s
     alive = list(procs)
     while alive and time.time() < deadline and (stop is None or stop.count < 2):
