@@ -1,25 +1,13 @@
-"""Run one paper table's sweep and build its report: what `make reproduce-<table>` calls.
+"""`python -m highway_repro.runner` (`make reproduce-<table>`, `make estimate-<table>`, `make tables`): train what is
+missing of one or more tables in one queue (`--jobs` at a time, locally or on SLURM), then build their reports.
 
     python -m highway_repro.runner ht_char_ptb --scale cpu --jobs 2   # train what is missing, then the report
-    python -m highway_repro.runner ht_char_ptb --scale cpu --estimate # print the plan and its cost, train nothing
-    python -m highway_repro.runner ht_word_ptb ht_char_ptb_rt --jobs 2 # two tables, their runs in one queue
+    python -m highway_repro.runner ht_char_ptb --scale cpu --estimate # the plan and its cost, nothing trained
     python -m highway_repro.runner --all --report-only               # make tables: every report from kept runs
-    python -m highway_repro.runner --list
 
-The grid is the union of the table's sweep files at the scale, `configs/sweep/<table>/<scale>*.yaml`
-(`runner.plan`). Runs go to `runs/sweeps/<table>-<scale>/<overrides>/` with `resume=auto`, so running the same
-command again continues unfinished jobs and skips finished ones. The runs of every table named (`--all`: every
-paper table) go through one queue, `--jobs` at a time (`runner.queue.run_queue`).
-
-Finished runs are kept: their small files (metrics.json, metrics.jsonl, config_resolved.yaml, run_info.json,
-.hydra/overrides.yaml; no checkpoints) are copied to `results/<paper>/runs/<table>-<scale>/<overrides>/`, which
-is committed. Before a sweep starts, the kept runs are put back into the sweep folder, so a sweep on a fresh
-clone trains only what is missing, and `--report-only` rebuilds every table from the repository alone.
-
-One runner per table and scale (`hold_tables`: a lock under `<runs>/.locks/`, taken before anything is planned):
-a second one stops at once with one line naming the first, exit code 2; `--report-only` leaves a table whose runner
-is at work to it (a warning line), since that runner writes the same report files when the table ends; each run
-folder has its own lock as well (`highway_repro.lock`).
+Runs go to `runs/sweeps/<table>-<scale>/<overrides>/` with `resume=auto`; finished runs are kept (their small
+files) under `results/<paper>/runs/<table>-<scale>/` and put back before a sweep starts (`runner.keep`). One runner
+per table and scale (`hold_tables`); a second one stops with one line naming the first, exit code 2.
 """
 
 from __future__ import annotations
@@ -107,8 +95,8 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path, echo: bo
 
 
 def _damaged(results: Path, scale: str, allowed: bool) -> int:
-    """Name each kept run of `scale` with a damaged file (`report.runs.load_run`: the reports count it as damaged and
-    leave it out of their statistics); 1 when there is one, unless `allowed`."""
+    """Name each kept run of `scale` with a damaged file (left out of the reports); 1 when there is one, unless
+    `allowed`."""
     from highway_repro.report.runs import load_run
 
     runs = [load_run(p.parent, results) for kept in (f"*-{scale}", f"*-{scale}-gpu")
@@ -121,8 +109,7 @@ def _damaged(results: Path, scale: str, allowed: bool) -> int:
 
 
 def _report(name: str, scale: str, runs_root: Path, results: Path, echo: bool = True) -> int:
-    """report_table, one table's failure its own: a damaged kept file (a record, say) or another user error is one
-    line naming the table, a bug its traceback, and the other reports go on; 1 when it failed."""
+    """report_table, its failure its own (a user error one line naming the table, a bug its traceback); 1 if failed."""
     try:
         return report_table(name, scale, runs_root, results, echo)
     except HighwayError as e:
@@ -137,9 +124,8 @@ def _report(name: str, scale: str, runs_root: Path, results: Path, echo: bool = 
 
 
 def hold_tables(tables, scale: str, runs_root: Path) -> ExitStack:
-    """The runner's lock of each table at `scale` (`<runs root>/.locks/<table>-<scale>.lock`, `highway_repro.lock`),
-    all taken at once: BusyError naming the holder when another runner (or report) has one of them, none then
-    held. Released when the returned stack closes."""
+    """The runner's lock of each table at `scale` (`<runs>/.locks/<table>-<scale>.lock`), all or none: BusyError
+    naming the holder of one. Released when the returned stack closes."""
     held = ExitStack()
     try:
         for t in dict.fromkeys(tables):
@@ -153,11 +139,9 @@ def hold_tables(tables, scale: str, runs_root: Path) -> ExitStack:
 
 def train(names: list[str], args, results: Path, runs_root: Path) -> int:
     """Train what is missing of the tables `names` (a target with parts: each part) in one queue, each table's
-    report as soon as its runs end. The lock of every table first (`hold_tables`: a second runner on one of them
-    stops with one line, exit code 2, before it plans or writes anything; an estimate writes nothing and takes
-    none), then the plan of every table and its cost. A table that reuses the runs of another one named here (a
-    study) waits for it: it is planned, and its runs queued, once that table ends, so that runs of the same folder
-    name are restored, not trained twice."""
+    report as soon as its runs end. The tables' locks first (`hold_tables`; an estimate takes none), then each plan
+    and its cost. A study that reuses the runs of another table named here is planned once that table has ended, so
+    that runs of one folder name are restored, not trained twice."""
     tables = list(dict.fromkeys(p for n in names for p in TARGETS[n].parts or (n,)))
     args.backend = None
     if args.cluster == "slurm" and not args.estimate:  # no SLURM, an unknown partition: one line, nothing planned
@@ -169,7 +153,6 @@ def train(names: list[str], args, results: Path, runs_root: Path) -> int:
 
 
 def _train(names: list[str], tables: list[str], args, results: Path, runs_root: Path) -> int:
-    """`train` once the tables are this runner's."""
     first = [n for n in tables if not set(TARGETS[n].reuse) & set(tables)]
     stages = [first, [n for n in tables if n not in first]]
 
@@ -308,8 +291,8 @@ def _run(names: list[str], args, results: Path, runs_root: Path) -> int:
 
         expected = {n: f"{TARGETS[n].help} (`make {make_target(n)}`)" for n in REPORTS}
         for step in (lambda: write_summary(results, expected), lambda: write_ledger(results)):
-            try:  # a damaged claims file is left out of the summary, which is written; a damaged ledger is named
-                if (wrote := step()) is not None:  # (results/preregistration.md, when a ledger is kept)
+            try:  # a damaged claims file is left out of the summary; a damaged ledger is named
+                if (wrote := step()) is not None:
                     print(f"wrote {wrote}", file=sys.stderr)
             except HighwayError as e:
                 print(f"error: {e}", file=sys.stderr)

@@ -1,6 +1,5 @@
-"""The queue of runs: commands N at a time, each in its own process group (and, on a machine with several CUDA
-GPUs, on its own GPU), held back while its memory does not fit, stopped as a whole on a signal.
-"""
+"""The queue of runs: commands N at a time, each in its own process group (and on its own GPU where there are
+several), held back while its memory does not fit, stopped as a whole on a signal; or SLURM jobs (`slurm.py`)."""
 
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ from highway_repro.runtime import on_stop_signals
 from highway_repro.targets import ROOT
 
 def mem_available_gb() -> float | None:
-    """The memory the kernel can give new work without swapping (/proc/meminfo MemAvailable), GiB; None where
-    that file does not exist (then nothing is held back)."""
+    """GiB the kernel can give new work without swapping (/proc/meminfo MemAvailable); None where unknown."""
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
@@ -34,9 +32,8 @@ def mem_available_gb() -> float | None:
 
 
 def oom_kills() -> int | None:
-    """The kernel's own count of processes its out-of-memory killer has ended: the machine's (/proc/vmstat) plus
-    this container's (cgroup v2 memory.events); None where neither exists. A job that dies of SIGKILL while this
-    count rises was killed for memory; a SIGKILL from anyone else leaves it as it is."""
+    """The kernel's count of processes its out-of-memory killer ended (/proc/vmstat plus cgroup v2 memory.events);
+    None where neither exists. A job dead of SIGKILL while it rose was killed for memory."""
     total, found = 0, False
     for path in (Path("/proc/vmstat"), Path("/sys/fs/cgroup/memory.events")):
         try:
@@ -50,14 +47,12 @@ def oom_kills() -> int | None:
 
 
 def _fits(peak: float, reserved: list[float], budget: float | None) -> bool:
-    """Whether a job of `peak` GiB fits beside the running jobs' `reserved` peaks within `budget` (the memory that
-    was available when the queue started). A job always starts when nothing runs: it can do no better later."""
+    """Whether a job of `peak` GiB fits beside the running jobs' `reserved` within `budget` (alone, it always does)."""
     return budget is None or not reserved or sum(reserved) + peak <= budget
 
 
 def _mark_killed(p: "TablePlan", why: str) -> Path | None:
-    """Note in the run folder that the job trained last (the unfinished one written to most recently) why it
-    died, in its run_info.json under `killed`: the report shows it in the run's row."""
+    """Note why it died (`killed` in run_info.json, shown in the report) in the unfinished run written to last."""
     runs = [p.sweep_dir] if p.single else [p.sweep_dir / n for n in p.todo if (p.sweep_dir / n).is_dir()]
     runs = [r for r in runs if run_status(r) not in FINISHED]
     if not runs:
@@ -73,16 +68,14 @@ def _mark_killed(p: "TablePlan", why: str) -> Path | None:
 
 
 def pick_gpu(gpus: list[str], held: list[str]) -> str | None:
-    """The GPU a job starting now gets: the one the fewest running jobs hold (`held`: theirs), the first such in
-    order, so N jobs on N GPUs each have their own and more jobs share them evenly; None with fewer than 2 GPUs
-    (the job sees every GPU, as it would alone)."""
+    """The GPU a job starting now gets: the first of those the fewest running jobs hold (`held`); None with fewer
+    than 2 GPUs (it sees every GPU)."""
     return min(gpus, key=held.count) if len(gpus) > 1 else None
 
 
 class StopRequest:
-    """The signal handler while a queue runs: SIGINT / SIGTERM / SIGHUP are only recorded here (an exception
-    raised at an arbitrary point could leave a started command untracked or a record half written); the queue
-    loop acts on them. A second signal means: kill now."""
+    """The handler of SIGINT / SIGTERM / SIGHUP while a queue runs: it records them, the queue loop acts on them (an
+    exception raised anywhere could leave a command untracked); a second one means: kill now."""
 
     def __init__(self):
         self.signum, self.count = 0, 0
@@ -103,15 +96,12 @@ LOST_TRIES = 3  # a cluster job lost without a result (a failed node, an admin's
 
 
 def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None, cluster=None) -> int:
-    """Run the commands of every plan, in order, `jobs` at a time: a job that frees up takes the next command,
-    of the same table or the next one. Each command runs in its own process group. A table ends when its last
-    command ends: its runs are kept and `on_table_end(plan)` is called. A failed command does not stop the
-    others. With several tables it prints one line a minute for the whole queue (`queue_line`). On
-    SIGINT/SIGTERM/SIGHUP every running command is stopped (`stop_sweep`), nothing more starts, the finished runs of
-    every started table are kept, and the runner exits 128 + signal; on any other error the running commands are
-    stopped too. `cluster` (`slurm.Cluster`): each table's commands submitted at once as SLURM job arrays, a job
-    lost without a result submitted again (resume=auto continues it) up to LOST_TRIES times, a line a minute of
-    the jobs' states; `cluster.detach`: return once they are submitted. Returns the first non-zero exit status."""
+    """Run the commands of every plan in order, `jobs` at a time, each in its own process group; a failed one stops
+    nothing. A table ends with its last command: its runs are kept, `on_table_end(plan)` is called. On a stop signal
+    the running commands are stopped (`stop_sweep`), the finished runs kept, and the runner exits 128 + signal.
+    `cluster` (`slurm.Cluster`): each table's commands submitted at once, a job lost without a result submitted
+    again up to LOST_TRIES times (resume=auto continues it); `cluster.detach`: return once submitted. Returns the
+    first non-zero exit status."""
     queue = [(p, cmd, s) for p in plans for cmd, s in zip(p.commands, p.costs or [None] * len(p.commands))]
     for p in plans:
         p.left = len(p.commands)
@@ -211,11 +201,10 @@ def _start(p: TablePlan, progress: bool = True) -> None:
 
 
 def stop_sweep(procs: list[subprocess.Popen], stop: StopRequest | None = None, grace_s: float = 60.0) -> None:
-    """Stop the running commands: SIGTERM to each one's whole process group each second (each trainer finishes
-    its step, saves a checkpoint and exits; a worker of a launcher such as joblib would otherwise take the next
-    job handed to it), and after `grace_s` or a second signal to the runner (`stop.count`), SIGKILL to what is
-    left. Signalling only a command's main process is not enough: its workers outlive it."""
-    if jobs := [p for p in procs if hasattr(p, "cluster")]:  # cluster jobs: one scancel (their trainers save)
+    """Stop the running commands: SIGTERM to each one's whole process group each second (a trainer saves at its
+    step; a launcher's workers would outlive their main process), SIGKILL to what is left after `grace_s` or a
+    second signal (`stop.count`); cluster jobs: one scancel."""
+    if jobs := [p for p in procs if hasattr(p, "cluster")]:
         jobs[0].cluster.cancel(jobs)
     procs = [p for p in procs if not hasattr(p, "cluster")]
     deadline = time.time() + grace_s

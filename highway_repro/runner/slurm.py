@@ -1,17 +1,9 @@
 """SLURM as the queue's second back end, through submitit: a table's commands as job arrays (docs/cluster.md).
 
-    python -m highway_repro.runner ht_char_ptb --scale cpu --cluster slurm --partition <p> --jobs 16 [--detach]
-
-A table's commands (each one run, or a group of runs trained together) go as job arrays (submitit's
-`submit_array`), chunked to at most the cluster's `MaxArraySize` (`scontrol show config`), `--jobs` of an array
-running at once (`slurm_array_parallelism`). A job's resources start from a preset, `configs/hydra/launcher/
-submitit_cluster.yaml` (`--preset cpu`) or `submitit_cluster_gpu.yaml` (`--preset gpu`), and take from the table:
-CPUs = its `threads`, memory = its runs' peak plus 1 GB, the time limit = the estimate plus its margin
-(`estimate.time_limit_min`). Preemption (USR2, or SIGTERM from `scontrol requeue`) and a time limit stop the
-trainer, which saves at its step; submitit requeues the job (up to `max_num_timeout` times for time limits), which
-resumes (`resume=auto`). Each command's job id is kept in `<runs>/.slurm/cmd-<hash>.job`: the same command started
-again (after `--detach`, a kill -9, a closed laptop) follows the jobs still in the queue, and the plan submits only
-what is neither finished nor queued. The job files go to `<runs>/.slurm/`, which the nodes must see.
+Arrays hold at most the cluster's `MaxArraySize` jobs, `--jobs` of each running at once; resources come from a
+preset (`configs/hydra/launcher/submitit_cluster*.yaml`) and the table, the time limit from the estimate. Each
+command's job id is kept in `<runs>/.slurm/cmd-<hash>.job`, so the same command started again follows the jobs
+still in the queue.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""One table's plan: what it trains (the commands for the queue, their estimated cost), printed before it starts,
-and its record (`reproduce.json`: the commands and their wall time) kept as it goes."""
+"""One table's plan (the commands for the queue and their cost, printed before it starts) and its record
+(`reproduce.json`: the commands and their wall time), kept as it goes."""
 
 from __future__ import annotations
 
@@ -22,9 +22,8 @@ from highway_repro.targets import TARGETS, kept_apart, make_target, runs_folder
 
 @dataclass(eq=False)  # one object per table: compared and hashed by identity
 class TablePlan:
-    """What a table (or a part of a target with parts) trains: `commands` for the queue, each a Hydra multirun (a
-    whole grid when jobs == 1: Hydra runs its jobs one after another in one process; one run each when jobs > 1,
-    so that the queue keeps every job busy across the end of one table and the start of the next)."""
+    """What a table (or a part of a target) trains: `commands` for the queue, each a Hydra multirun (a whole grid on
+    one job; one run, or one group, each on several jobs or a cluster, so that every job stays busy)."""
     name: str
     sweep_dir: Path
     kept: Path
@@ -49,9 +48,8 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
                fresh: bool = False, estimate_only: bool = False, pending: set = frozenset(),
                group: str = "1", split: bool = False) -> TablePlan:
     """Print the plan of table `name` and its cost; put its kept runs back into its sweep folder (not for an
-    estimate, which writes and deletes nothing) and return what is left to train. `pending`: run folder names
-    that a table before it in the queue trains and it reuses (an estimate counts them as restored). `split`: one
-    command per run (or per group) even on one job, as a cluster takes them."""
+    estimate: it writes nothing) and return what is left to train. `pending`: run folder names that a table before
+    it in the queue trains and it reuses. `split`: one command per run (or group) even on one job (a cluster)."""
     t = TARGETS[name]
     sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
     cfg, fgs = plan_grids(name, scale, extra)
@@ -139,7 +137,7 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
 
 
 def cost_of(secs: list[float], threads: int, jobs: int) -> str:
-    """`N x <a run> = C CPU-hours, W wall with J job(s) ± M % across machines` of runs taking `secs` each."""
+    """`N x <a run> = C CPU-hours, W wall with J job(s) ± M % across machines`."""
     total = sum(secs)
     return (f"{len(secs)} x {duration(total / len(secs))} = {total * threads / 3600:.1f} CPU-hours, "
             f"{duration(wall_s(secs, jobs))} wall with {jobs} job(s) ± {MARGIN * 100:.0f} % across machines")
@@ -149,7 +147,7 @@ GROUP_PEAK = 3.0  # a group's peak memory against a lone run's (Fig. 1, 11 membe
 
 
 def group_of(cfg, group: str) -> int:
-    """Runs a group at most (`group`: auto or a size), 1 where the table's model cannot group (`grouped.GROUPABLE`)."""
+    """Runs a group at most (`group`: auto or a size), 1 where the table's model cannot group."""
     from highway_repro.train.grouped import GROUPABLE, group_size
 
     size = group_size(group if group == "auto" else int(group))
@@ -158,9 +156,8 @@ def group_of(cfg, group: str) -> int:
 
 def group_commands(cfg, files: list[str], gs: list[list[str]], todo: list[str],
                    size: int) -> list[tuple[list[str], list[str]]]:
-    """(the overrides, the run names) of one grouped multirun per cell (a row's runs, which differ in their seed or
-    trial only), at most `size` runs each, to follow the train command; [] where a run's cell has no single repeat
-    key."""
+    """(the overrides, the run names) of one grouped multirun per cell (runs that differ in their seed or trial
+    only), at most `size` runs each; [] where a run's cell has no single repeat key."""
     exclude = list(cfg.hydra.job.config.override_dirname.exclude_keys)
     cells, left = {}, set(todo)
     for f, g in zip(files, gs):
@@ -182,8 +179,8 @@ def group_commands(cfg, files: list[str], gs: list[list[str]], todo: list[str],
 
 
 def tick(p: TablePlan) -> None:
-    """A progress tick: keep the runs finished so far and record the table's time up to now, so that a runner
-    killed -9 (a machine that goes away) loses neither its finished runs nor more than a tick of its time."""
+    """A progress tick: keep the runs finished so far and record the table's time up to now (a runner killed -9
+    loses no finished run and at most a tick of its time)."""
     if p.sweep_dir.exists():
         keep(p.sweep_dir, p.kept, single=p.single, apart=p.apart, reused=p.reused)
     if p.start is not None:
@@ -191,10 +188,8 @@ def tick(p: TablePlan) -> None:
 
 
 def record_time(p: TablePlan, end: float) -> None:
-    """Write the table's record: the one it had when the table started, plus this command and its time from
-    the first start to `end` (`wall_s`, and the interval itself, so that overlapping parts of one target are not
-    counted twice). Written again at each tick and at the end: the last write holds. `p.start` and `p.base`
-    are set by the runner when the table's first command starts."""
+    """Write the table's record: the one it had when the table started (`p.base`), plus this command and its time
+    from the first start to `end` (`wall_s`, and the interval, so that overlapping parts count once)."""
     record = dict(p.base)
     record["commands"] = list(dict.fromkeys(p.base["commands"] + [p.shown]))
     record["wall_s"] = p.base.get("wall_s", 0.0) + end - p.start
@@ -204,8 +199,7 @@ def record_time(p: TablePlan, end: float) -> None:
 
 
 def finish_table(p: TablePlan) -> None:
-    """Keep the table's finished runs and add this command and its time (first start to last end) to its
-    record (`record_time`)."""
+    """Keep the table's finished runs and add this command and its time to its record."""
     if p.progress is not None and p.progress.is_alive():
         p.progress.stop.set()
         p.progress.join()  # a tick may be keeping files right now
