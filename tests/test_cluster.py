@@ -89,6 +89,7 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 JobRequeue=1
+MaxArraySize=4
 ReturnToService=2
 MpiDefault=none
 SchedulerType=sched/backfill
@@ -163,18 +164,29 @@ def _runs(results: Path) -> dict:
 
 @needs_mirror
 def test_a_table_on_slurm_equals_the_table_run_locally(slurm, tmp_path):
-    """ht_char_ptb at the smoke scale (5 runs) through the runner on SLURM, each run a job, and locally: the same
-    runs bit for bit (their times aside), the same reports and summary (their header's command, wall-time and
-    machine lines aside); on SLURM again over the local kept runs: each restored, no job submitted."""
+    """ht_char_ptb at the smoke scale (5 runs) through the runner on SLURM with --detach, each run a job of an array
+    of at most MaxArraySize (4 here: two arrays), 2 of an array at once; the same command later follows the jobs it
+    submitted (none submitted twice). Against the table run locally: the same runs bit for bit (their times aside),
+    the same reports and summary (their header's command, wall-time and machine lines aside); on SLURM again over
+    the local kept runs: each restored, no job submitted."""
     env = {**slurm["env"], "HIGHWAY_DATA_MIRROR": os.environ["HIGHWAY_DATA_MIRROR"]}
     local = _runner("ht_char_ptb", "--scale", "smoke", "--runs", str(tmp_path / "l" / "runs"), "--results",
                     str(tmp_path / "l" / "results"), env=env)
     assert local.returncode == 0, local.stderr[-3000:]
     cluster = ["--cluster", "slurm", "--partition", slurm["partition"], "--jobs", "2"]
-    r = _runner("ht_char_ptb", "--scale", "smoke", *cluster, "--runs", str(tmp_path / "s" / "runs"), "--results",
-                str(tmp_path / "s" / "results"), env=env)
+    table = ["ht_char_ptb", "--scale", "smoke", *cluster, "--runs", str(tmp_path / "s" / "runs"), "--results",
+             str(tmp_path / "s" / "results")]
+    r = _runner(*table, "--detach", env=env)
+    ids = re.findall(r"\+ slurm job (\S+) ", r.stdout)
+    assert r.returncode == 0 and len(ids) == 5 and "5 submitted, " in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+    arrays = {i.split("_")[0] for i in ids}
+    assert len(arrays) == 2 and sorted(i.partition("_")[2] for i in ids) == ["", "0", "1", "2", "3"], ids
+    pending = subprocess.run(["squeue", "-h", "-r", "-o", "%i"], env=env, capture_output=True, text=True).stdout
+    assert set(pending.split()) & set(ids), pending  # detached: its jobs go on without it
+    r = _runner(*table, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.count("+ slurm job ") == 5, r.stdout[-3000:]
+    followed = re.findall(r"\+ slurm job (\S+) ", r.stdout)
+    assert set(followed) <= set(ids) and r.stdout.count("re-attached to slurm job") == len(followed), r.stdout
     assert _runs(tmp_path / "s" / "results") == _runs(tmp_path / "l" / "results") != {}
     info = [json.loads(f.read_text()) for f in (tmp_path / "s" / "results").rglob("run_info.json")]
     assert len(info) == 5 and all(i["slurm_job"] and i["host"] and i["world_size"] == 1 for i in info), info
@@ -282,3 +294,66 @@ def test_a_runner_killed_mid_run_and_started_again_follows_its_job(slurm, tmp_pa
     assert "re-attached to slurm job" in again.stdout and ids[0] == ids[1] != [], again.stdout[-3000:]
     assert json.loads((folder / "metrics.json").read_text())["status"] == "done"
     assert "resumed from" not in (folder / "train.log").read_text()
+
+
+@needs_mirror
+def test_a_run_at_its_time_limit_is_requeued_and_ends_as_if_never_stopped(slurm, tmp_path):
+    """A job reaches its time limit mid-run (its limit cut to the minute it is in, with a job asked for 10 minutes:
+    submitit then counts any USR2 as a time limit, `max_num_timeout` of the preset): the trainer saves at its step,
+    the job is requeued and the run resumes there, ending identical to the same run never stopped, locally."""
+    env = {**slurm["env"], "HIGHWAY_DATA_MIRROR": os.environ["HIGHWAY_DATA_MIRROR"]}
+    run = ["ht_char_ptb", "--scale", "smoke", "variant=baseline", "seed=0", "trainer.max_steps=6000",
+           "trainer.eval_every=0", "trainer.log_every=100", "trainer.checkpoint_every=100000"]
+    folder = (tmp_path / "s" / "runs" / "ht_char_ptb-smoke"
+              / "seed=0,trainer.eval_every=0,trainer.max_steps=6000,variant=baseline")
+    runner = subprocess.Popen([sys.executable, "-m", "highway_repro.runner", *run, "--cluster", "slurm",
+                               "--partition", slurm["partition"], "hydra.launcher.timeout_min=10",
+                               "hydra.launcher.signal_delay_s=60", "--runs", str(tmp_path / "s" / "runs"),
+                               "--results", str(tmp_path / "s" / "results")], cwd=REPO, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def squeue(*fields: str) -> list[str]:
+        return subprocess.run(["squeue", "-h", "-o", " ".join(fields)], env=env, capture_output=True,
+                              text=True).stdout.split()
+
+    try:
+        _wait("training past step 300", lambda: (folder / "metrics.jsonl").exists() and len(
+            (folder / "metrics.jsonl").read_text().splitlines()) > 3 and squeue("%T")[:1] == ["RUNNING"], timeout=180)
+        j, used = squeue("%i", "%M")[:2]  # its elapsed time, [m]m:ss
+        minutes = int(used.split(":")[-2]) + 1  # the limit: the end of the minute it is in; USR2 60 s before
+        subprocess.run(["scontrol", "update", f"JobId={j}", f"TimeLimit={minutes}"], env=env, check=True)
+        _wait("the job to be requeued", lambda: squeue("%i", "%T")[:2] == [j, "PENDING"], timeout=150)
+        subprocess.run(["scontrol", "update", f"JobId={j}", "StartTime=now", "TimeLimit=10"], env=env, check=True)
+        out, _ = runner.communicate(timeout=300)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == 0, out[-3000:]
+    logs = "".join(p.read_text() for p in (tmp_path / "s" / "runs" / ".slurm").rglob("*_log.err"))
+    assert "this job is timed-out" in logs, logs[-3000:]
+    resumed = [x for x in (folder / "train.log").read_text().splitlines() if "resumed from" in x]
+    assert len(resumed) == 1 and 0 < int(resumed[0].rsplit(" ", 1)[1]) < 6000, resumed
+    local = _runner(*run, "--runs", str(tmp_path / "l" / "runs"), "--results", str(tmp_path / "l" / "results"),
+                    env=env)
+    assert local.returncode == 0, local.stderr[-3000:]
+    assert _runs(tmp_path / "s" / "results") == _runs(tmp_path / "l" / "results") != {}
+
+
+def test_ctrl_c_on_the_runner_cancels_its_jobs_in_one_line(slurm, tmp_path):
+    """SIGINT to the runner while its jobs (long runs) are queued or running: one scancel of them all, said in one
+    line; exit 130, squeue empty of them at once."""
+    env = {**slurm["env"], "HIGHWAY_DATA_MIRROR": os.environ.get("HIGHWAY_DATA_MIRROR", "")}
+    runner = subprocess.Popen([sys.executable, "-m", "highway_repro.runner", "ht_char_ptb", "--scale", "smoke",
+                               "trainer.max_steps=1000000", "--cluster", "slurm", "--partition", slurm["partition"],
+                               "--jobs", "1", "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "results")],
+                              cwd=REPO, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _wait("the jobs to be submitted", lambda: len(list((tmp_path / "runs" / ".slurm").glob("cmd-*.job"))) == 5,
+          timeout=120)
+    runner.send_signal(signal.SIGINT)
+    out, _ = runner.communicate(timeout=120)
+    ids = re.findall(r"\+ slurm job (\S+) ", out)
+    assert runner.returncode == 130 and len(ids) == 5, out[-3000:]
+    assert [x for x in out.splitlines() if "cancelled" in x] == [f"[slurm] cancelled 5 job(s): {' '.join(ids)}"], out
+    _wait("squeue without them", lambda: not set(subprocess.run(["squeue", "-h", "-r", "-o", "%i"], env=env,
+          capture_output=True, text=True).stdout.split()) & set(ids), timeout=20)

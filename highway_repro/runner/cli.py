@@ -147,7 +147,7 @@ def train(names: list[str], args, results: Path, runs_root: Path) -> int:
     if args.cluster == "slurm" and not args.estimate:  # no SLURM, an unknown partition: one line, nothing planned
         from highway_repro.runner.slurm import Cluster
 
-        args.backend = Cluster(args.partition, args.preset, runs_root / ".slurm", args.jobs, args.detach)
+        args.backend = Cluster(args.partition, args.preset, runs_root / ".slurm", args.jobs, args.detach, args.request)
     with ExitStack() if args.estimate else hold_tables(tables, args.scale, runs_root):
         return _train(names, tables, args, results, runs_root)
 
@@ -243,6 +243,8 @@ def main(argv=None) -> int:
         return 0
     tables = list(dict.fromkeys(a for a in args.args if a in TARGETS))
     args.extra = [a for a in args.args if a not in TARGETS]
+    args.request = [a for a in args.extra if args.cluster and a.startswith("hydra.launcher.")]  # the job request's
+    args.extra = [a for a in args.extra if a not in args.request]
     for a in args.extra:
         if "=" not in a and not a.startswith("~"):
             ap.error(f"table={a!r} is not a table (valid: {', '.join(sorted(TARGETS))}) nor an override key=value")

@@ -115,11 +115,20 @@ class Job:
 class Cluster:
     """Submits the queue's commands as SLURM job arrays to `partition`, resources from `preset` and the table."""
 
-    def __init__(self, partition: str | None, preset_name: str, folder: Path, jobs: int, detach: bool = False):
+    def __init__(self, partition: str | None, preset_name: str, folder: Path, jobs: int, detach: bool = False,
+                 request: list[str] = ()):
+        """`request`: `hydra.launcher.<key>=<value>` overrides of the preset (`mem_gb=8`; `timeout_min=30`: the time
+        limit of every job, not the estimate's)."""
         valid = [p.rstrip("*") for p in _slurm("sinfo", "-h", "-o", "%P").split()]
         if partition is None or partition not in valid:
             raise ConfigError(f"partition {partition} is not a partition of this SLURM (valid: {', '.join(valid)})")
         self.partition, self.preset, self.folder, self.jobs = partition, preset(preset_name), folder, jobs
+        for o in request:
+            key, _, value = o.removeprefix("hydra.launcher.").partition("=")
+            if key not in self.preset:
+                raise ConfigError(f"{o}: {key} is not a key of the job request (valid: {', '.join(self.preset)})")
+            self.preset[key] = __import__("yaml").safe_load(value)
+        self.limit = int(self.preset["timeout_min"]) if any(".timeout_min=" in o for o in request) else None
         self.detach, self.max_array, self.states, self.seen = detach, max_array_size(), {}, 0.0
         self.followed: list[Job] = []  # every job this runner follows, finished and lost ones included
 
@@ -151,7 +160,7 @@ class Cluster:
         self.refresh(force=bool(old))
         p, out, new = self.preset, [], []
         for cmd, secs in items:
-            limit = time_limit_min(secs, threads, int(p.get("timeout_min") or 60))
+            limit = self.limit or time_limit_min(secs, threads, int(p.get("timeout_min") or 60))
             if self.states.get(old.get(shlex.join(cmd))) in ACTIVE:  # a runner before this one's
                 job = Job(self, submitit.SlurmJob(folder=self.folder / "%j", job_id=old[shlex.join(cmd)]), cmd,
                           secs, limit, tries)
