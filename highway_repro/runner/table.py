@@ -13,7 +13,7 @@ from pathlib import Path
 from highway_repro.engine.loggers import write_json_atomic
 from highway_repro.errors import ConfigError, make_folder
 from highway_repro.report.header import duration
-from highway_repro.runner.estimate import DEFAULT_PEAK_GB, MARGIN, peak_gb, per_run_s, wall_s
+from highway_repro.runner.estimate import DEFAULT_PEAK_GB, MARGIN, on_cpu, peak_gb, per_run_s, wall_s
 from highway_repro.runner.keep import (FINISHED, SINGLE_RUN, keep, refuse_other_recipe, restore, reused_names,
                                        run_status)
 from highway_repro.runner.plan import REPEAT_KEYS, dirname, job_names, jobs_of, hydra_key, override_key, plan_grids
@@ -88,10 +88,11 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     if size > 1 and todo and not grouped:
         size, how = 1, how + "; not grouped (a cell has no single repeat key, e.g. seed and trial both given)"
     known = None not in secs
-    cost = (f"estimated {cost_of(secs, threads, jobs)} ({how})" if todo and known
+    per = threads if on_cpu(cfg) else 0  # a GPU run: GPU-hours
+    cost = (f"estimated {cost_of(secs, per, jobs)} ({how})" if todo and known
             else f"no estimate ({how})" if todo else "nothing to train")
     if None not in whole and whole and len(todo) < len(names):
-        cost += f"; the whole table: {cost_of(whole, threads, jobs)}"
+        cost += f"; the whole table: {cost_of(whole, per, jobs)}"
     source = str(kept) + "".join(f", {results / runs_folder(o, scale)}" for o in t.reuse)
     queued_from = f", {len(queued)} to come from {', '.join(t.reuse)} before it in this queue" if queued else ""
     print(f"[{name}] scale={scale}: {len(names)} runs, {len(done)} finished ({len(restored)} restored from {source}"
@@ -137,9 +138,10 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
 
 
 def cost_of(secs: list[float], threads: int, jobs: int) -> str:
-    """`N x <a run> = C CPU-hours, W wall with J job(s) ± M % across machines`."""
+    """`N x <a run> = C CPU-hours (threads 0: GPU-hours), W wall with J job(s) ± M % across machines`."""
     total = sum(secs)
-    return (f"{len(secs)} x {duration(total / len(secs))} = {total * threads / 3600:.1f} CPU-hours, "
+    hours = f"{total * threads / 3600:.1f} CPU-hours" if threads else f"{total / 3600:.1f} GPU-hours"
+    return (f"{len(secs)} x {duration(total / len(secs))} = {hours}, "
             f"{duration(wall_s(secs, jobs))} wall with {jobs} job(s) ± {MARGIN * 100:.0f} % across machines")
 
 
