@@ -40,16 +40,12 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path, echo: bo
     with `parts` reads the runs of its parts. `echo`: print the table (not for `make tables`: every report)."""
     t = TARGETS[name]
     sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
-    record = read_record(kept, False)
-    meta = {"commands": record["commands"] or [f"make {make_target(name)} SCALE={scale}"],  # none: not run yet
-            "scale": scale, "wall_s": wall_of([record]) or None,  # commands that overlapped count once
+    records = [read_record(results / runs_folder(part, scale), False) for part in t.parts or (name,)]
+    meta = {"commands": (not t.parts and records[0]["commands"]) or [f"make {make_target(name)} SCALE={scale}"],
+            "scale": scale, "wall_s": wall_of(records) or None,  # commands that overlapped count once
             "planned": sum(len(grid_names(p, scale)) for p in t.parts or (name,)),
             "part_of": next((n for n, x in TARGETS.items() if name in x.parts), None),
             "scale_files": scale_files(name, scale)}
-    if t.parts:
-        records = [read_record(results / runs_folder(part, scale), False) for part in t.parts]
-        meta = {**meta, "commands": [f"make {make_target(name)} SCALE={scale}"],
-                "wall_s": wall_of(records) or None}
     from highway_repro.report import build_table, findings_path
 
     if t.after and not (sweep_dir / "ckpt").is_dir():  # the follow-up step needs the run with its checkpoint
@@ -60,9 +56,8 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path, echo: bo
             return 0
         meta["findings"] = files.read_bytes(found, results).decode(errors="replace")  # rebuilt from files
     elif t.after:
-        commands = meta["commands"] or [f"make {make_target(name)} SCALE={scale}"]
         cmd = [sys.executable, "-m", t.after, str(sweep_dir), "--out", str(results / t.results), "--scale", scale]
-        cmd += [a for c in commands for a in ("--command", c)]
+        cmd += [a for c in meta["commands"] for a in ("--command", c)]
         cmd += ["--wall-s", str(meta["wall_s"])] if meta["wall_s"] else []
         proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)  # a stopped queue stops it too
         FOLLOW_UPS.add(proc)
@@ -126,15 +121,11 @@ def _report(name: str, scale: str, runs_root: Path, results: Path, echo: bool = 
 def hold_tables(tables, scale: str, runs_root: Path) -> ExitStack:
     """The runner's lock of each table at `scale` (`<runs>/.locks/<table>-<scale>.lock`), all or none: BusyError
     naming the holder of one. Released when the returned stack closes."""
-    held = ExitStack()
-    try:
+    with ExitStack() as held:  # a lock that cannot be taken releases those taken before it
         for t in dict.fromkeys(tables):
             held.enter_context(take(runs_root / ".locks" / f"{t}-{scale}.lock", f"table {t} at scale {scale}",
                                     "one runner per table and scale"))
-    except BaseException:
-        held.close()
-        raise
-    return held
+        return held.pop_all()
 
 
 def train(names: list[str], args, results: Path, runs_root: Path) -> int:
@@ -211,24 +202,18 @@ def main(argv=None) -> int:
     ap.add_argument("--all", action="store_true", help="every paper table, in order")
     ap.add_argument("--list", action="store_true", help="list the tables")
     ap.add_argument("--scale", default="cpu", choices=SCALES)
-    ap.add_argument("--jobs", type=int, default=1,
-                    help="runs at once (one process each, across tables with --all), each with the scale's threads")
-    ap.add_argument("--group", default=None, help="runs of a row trained together in one process (hydra/launcher="
-                    "grouped): auto (a row's runs, up to 32), a size, or 1 (each run alone); default: the table's own")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at once (with --cluster: jobs of an array at once)")
+    ap.add_argument("--group", default=None, help="runs of a row trained together: auto, a size, or 1 (alone)")
     ap.add_argument("--fresh", action="store_true", help="delete the sweep folder and ignore the kept runs")
     ap.add_argument("--results", default=None, help="results root (default: results/, or runs/smoke_results for smoke)")
     ap.add_argument("--runs", default="runs/sweeps", help="where sweep folders go")
     ap.add_argument("--report-only", action="store_true", help="only rebuild the report(s) from the kept runs")
-    ap.add_argument("--allow-damaged", action="store_true", help="with --report-only: exit 0 even when a kept "
-                    "run's metrics.json cannot be parsed (it is named, counted as damaged, left out of the tables)")
+    ap.add_argument("--allow-damaged", action="store_true", help="with --report-only: exit 0 beside damaged runs")
     ap.add_argument("--estimate", action="store_true", help="print the plan and its cost; train nothing")
-    ap.add_argument("--cluster", choices=["slurm"], default=None, help="each run a SLURM job (through submitit), "
-                    "--jobs of them in flight; default: local processes")
-    ap.add_argument("--detach", action="store_true", help="with --cluster slurm: return once the jobs are "
-                    "submitted; the same command later follows them, keeps what finished, submits what was lost")
+    ap.add_argument("--cluster", choices=["slurm"], default=None, help="each run a SLURM job (docs/cluster.md)")
+    ap.add_argument("--detach", action="store_true", help="with --cluster: return once the jobs are submitted")
     ap.add_argument("--partition", default=None, help="with --cluster slurm: the partition")
-    ap.add_argument("--preset", choices=["cpu", "gpu"], default="cpu", help="with --cluster slurm: the job request "
-                    "to start from (configs/hydra/launcher/submitit_cluster.yaml, submitit_cluster_gpu.yaml)")
+    ap.add_argument("--preset", choices=["cpu", "gpu"], default="cpu", help="with --cluster slurm: the job request")
     args = ap.parse_intermixed_args(argv)
     if args.jobs < 1:
         ap.error(f"--jobs={args.jobs}: runs at once, at least 1")

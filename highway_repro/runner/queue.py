@@ -3,7 +3,6 @@ several), held back while its memory does not fit, stopped as a whole on a signa
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
@@ -14,7 +13,7 @@ from pathlib import Path
 
 from highway_repro.engine.loggers import write_json_atomic
 from highway_repro.runner.estimate import gpu_ids
-from highway_repro.runner.keep import FINISHED, read_record, run_status
+from highway_repro.runner.keep import FINISHED, read_record, run_object, run_status
 from highway_repro.runner.progress import queue_line
 from highway_repro.runner.table import TablePlan, finish_table
 from highway_repro.runtime import on_stop_signals
@@ -58,12 +57,7 @@ def _mark_killed(p: "TablePlan", why: str) -> Path | None:
     if not runs:
         return None
     run = max(runs, key=lambda r: max((f.stat().st_mtime for f in r.rglob("*") if f.is_file()), default=0.0))
-    info_path = run / "run_info.json"
-    try:
-        info = json.loads(info_path.read_text()) if info_path.exists() else {}
-    except (OSError, ValueError):
-        info = {}
-    write_json_atomic(info_path, {**info, "killed": why})
+    write_json_atomic(run / "run_info.json", {**(run_object(run / "run_info.json") or {}), "killed": why})
     return run
 
 

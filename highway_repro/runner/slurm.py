@@ -55,11 +55,6 @@ def preset(name: str) -> dict:
     return {**(preset("cpu") if PRESETS["cpu"] in cfg.pop("defaults", []) else {}), **cfg}
 
 
-def _ignore_usr2() -> None:
-    """In the trainer's process: SLURM's USR2 goes to every process of the job; submitit's handler answers it."""
-    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-
-
 class TrainCommand:
     """A train command run in a SLURM job (what submitit pickles and calls there): returns its exit status. On
     preemption (USR2) or at its time limit submitit calls `checkpoint`: the trainer gets SIGTERM, saves at its step
@@ -72,7 +67,9 @@ class TrainCommand:
     def __call__(self) -> int:
         stopped = []
         signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
-        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, preexec_fn=_ignore_usr2)  # USR2 is for submitit
+        # SLURM's USR2 goes to every process of the job: it is for submitit's handler, not for the trainer
+        self.proc = subprocess.Popen(self.cmd, cwd=ROOT,
+                                     preexec_fn=lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN))
         while self.proc.poll() is None or stopped:  # stopped: no result; SLURM requeues the job or it is lost
             time.sleep(1.0)  # (not wait(): its lock would stop `checkpoint`, called from a signal handler)
         return self.proc.returncode
@@ -84,9 +81,6 @@ class TrainCommand:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait()
         return DelayedSubmission(TrainCommand(self.cmd))
-
-    def __getstate__(self):
-        return {"cmd": self.cmd, "proc": None}
 
 
 class Job:
