@@ -8,6 +8,7 @@ still in the queue.
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import math
 import shlex
@@ -131,7 +132,7 @@ class Cluster:
         LOST_CHECK_S."""
         if force or time.time() - self.seen > LOST_CHECK_S:
             self.seen = time.time()
-            out = _slurm("squeue", "--me", "-r", "-h", "-o", "%i %T")
+            out = _slurm("squeue", "-u", getpass.getuser(), "-r", "-h", "-o", "%i %T")
             self.states = dict(line.split()[:2] for line in out.splitlines() if len(line.split()) >= 2)
 
     def gone(self, job: Job) -> bool:
