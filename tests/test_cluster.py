@@ -217,16 +217,18 @@ def test_the_private_slurm_runs_a_job(slurm):
 
 
 @needs_mirror
-def test_a_run_survives_requeue_preemption_and_scancel_as_if_never_stopped(slurm, tmp_path):
-    """One run of 6,000 smoke steps on SLURM: `scontrol requeue` (SIGTERM), submitit's preemption signal (USR2) and
-    an admin's `scancel` each stop it mid-run; the trainer saves at its step, the job is requeued (the first two;
-    SLURM holds a requeued job ~2 min, released here with StartTime=now) or found lost and submitted again by the
-    runner (the last); the run ends identical to the same run never stopped, locally."""
+def test_a_run_survives_requeue_preemption_a_time_limit_and_scancel_as_if_never_stopped(slurm, tmp_path):
+    """One run of 9,000 smoke steps on SLURM, its job asked for 10 minutes (submitit then takes any USR2 for a time
+    limit, counted against the preset's `max_num_timeout`): `scontrol requeue` (SIGTERM), submitit's preemption signal
+    (USR2), the job's time limit cut to the minute it is in (SLURM's own USR2, 60 s before) and an admin's `scancel`
+    each stop it mid-run; the trainer saves at its step, the job is requeued (the first three; SLURM holds a requeued
+    job ~2 min, released here with StartTime=now) or found lost and submitted again by the runner (the last); the run
+    ends identical to the same run never stopped, locally."""
     env = {**slurm["env"], "HIGHWAY_DATA_MIRROR": os.environ["HIGHWAY_DATA_MIRROR"]}
-    run = ["ht_char_ptb", "--scale", "smoke", "variant=baseline", "seed=0", "trainer.max_steps=6000",
+    run = ["ht_char_ptb", "--scale", "smoke", "variant=baseline", "seed=0", "trainer.max_steps=9000",
            "trainer.eval_every=0", "trainer.log_every=100", "trainer.checkpoint_every=100000"]  # no periodic one
     folder = (tmp_path / "s" / "runs" / "ht_char_ptb-smoke"
-              / "seed=0,trainer.eval_every=0,trainer.max_steps=6000,variant=baseline")
+              / "seed=0,trainer.eval_every=0,trainer.max_steps=9000,variant=baseline")
 
     def step() -> int:
         try:
@@ -238,24 +240,31 @@ def test_a_run_survives_requeue_preemption_and_scancel_as_if_never_stopped(slurm
         out = subprocess.run(["squeue", "-h", "-o", "%i %T"], env=env, capture_output=True, text=True).stdout.split()
         return out[0] if out and out[1] == "RUNNING" else ""
 
+    def time_limit(j: str) -> None:  # the end of the minute it is in
+        used = subprocess.run(["squeue", "-h", "-j", j, "-o", "%M"], env=env, capture_output=True, text=True).stdout
+        subprocess.run(["scontrol", "update", f"JobId={j}", f"TimeLimit={int(used.split(':')[-2]) + 1}"], env=env,
+                       check=True)
+
     def state(j: str) -> str:
         return subprocess.run(["squeue", "-h", "-j", j, "-o", "%T"], env=env, capture_output=True,
                               text=True).stdout.strip()
 
     runner = subprocess.Popen([sys.executable, "-m", "highway_repro.runner", *run, "--cluster", "slurm",
-                               "--partition", slurm["partition"], "--runs", str(tmp_path / "s" / "runs"),
+                               "--partition", slurm["partition"], "hydra.launcher.timeout_min=10",
+                               "hydra.launcher.signal_delay_s=60", "--runs", str(tmp_path / "s" / "runs"),
                                "--results", str(tmp_path / "s" / "results")], cwd=REPO, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         at = 0
-        for stop in (["scontrol", "requeue"], ["scancel", "--signal=USR2"], ["scancel"]):
+        for stop in (["scontrol", "requeue"], ["scancel", "--signal=USR2"], ["time limit"], ["scancel"]):
             _wait(f"training past step {at + 500}", lambda: step() >= at + 500 and job(), timeout=180)
             j = job()
-            subprocess.run([*stop, j], env=env, check=True)
-            _wait("the job to stop", lambda: job() != j, timeout=60)
+            time_limit(j) if stop == ["time limit"] else subprocess.run([*stop, j], env=env, check=True)
+            _wait("the job to stop", lambda: job() != j, timeout=90)
             if stop != ["scancel"]:  # requeued: held by SLURM for ~2 min once pending
                 _wait("the job to be requeued", lambda: state(j) == "PENDING", timeout=90)
-                subprocess.run(["scontrol", "update", f"JobId={j}", "StartTime=now"], env=env, check=True)
+                subprocess.run(["scontrol", "update", f"JobId={j}", "StartTime=now", "TimeLimit=10"], env=env,
+                               check=True)
             at = step()
         out, _ = runner.communicate(timeout=300)
     finally:
@@ -263,9 +272,11 @@ def test_a_run_survives_requeue_preemption_and_scancel_as_if_never_stopped(slurm
             runner.kill()
     assert runner.returncode == 0, out[-3000:]
     assert "was lost without a result: submitted again" in out, out[-3000:]
+    logs = "".join(p.read_text() for p in (tmp_path / "s" / "runs" / ".slurm").rglob("*_log.err"))
+    assert logs.count("this job is timed-out") == 2, logs[-3000:]  # USR2 and the time limit, each requeued
     resumed = [int(x.rsplit(" ", 1)[1]) for x in (folder / "train.log").read_text().splitlines()
                if "resumed from" in x]  # "... resumed from <ckpt> at step N": the step each stop came at
-    assert len(resumed) == 3 and 0 < resumed[0] < resumed[1] < resumed[2], resumed
+    assert len(resumed) == 4 and 0 < resumed[0] < resumed[1] < resumed[2] < resumed[3], resumed
     local = _runner(*run, "--runs", str(tmp_path / "l" / "runs"), "--results", str(tmp_path / "l" / "results"),
                     env=env)
     assert local.returncode == 0, local.stderr[-3000:]
@@ -294,49 +305,6 @@ def test_a_runner_killed_mid_run_and_started_again_follows_its_job(slurm, tmp_pa
     assert "re-attached to slurm job" in again.stdout and ids[0] == ids[1] != [], again.stdout[-3000:]
     assert json.loads((folder / "metrics.json").read_text())["status"] == "done"
     assert "resumed from" not in (folder / "train.log").read_text()
-
-
-@needs_mirror
-def test_a_run_at_its_time_limit_is_requeued_and_ends_as_if_never_stopped(slurm, tmp_path):
-    """A job reaches its time limit mid-run (its limit cut to the minute it is in, with a job asked for 10 minutes:
-    submitit then counts any USR2 as a time limit, `max_num_timeout` of the preset): the trainer saves at its step,
-    the job is requeued and the run resumes there, ending identical to the same run never stopped, locally."""
-    env = {**slurm["env"], "HIGHWAY_DATA_MIRROR": os.environ["HIGHWAY_DATA_MIRROR"]}
-    run = ["ht_char_ptb", "--scale", "smoke", "variant=baseline", "seed=0", "trainer.max_steps=6000",
-           "trainer.eval_every=0", "trainer.log_every=100", "trainer.checkpoint_every=100000"]
-    folder = (tmp_path / "s" / "runs" / "ht_char_ptb-smoke"
-              / "seed=0,trainer.eval_every=0,trainer.max_steps=6000,variant=baseline")
-    runner = subprocess.Popen([sys.executable, "-m", "highway_repro.runner", *run, "--cluster", "slurm",
-                               "--partition", slurm["partition"], "hydra.launcher.timeout_min=10",
-                               "hydra.launcher.signal_delay_s=60", "--runs", str(tmp_path / "s" / "runs"),
-                               "--results", str(tmp_path / "s" / "results")], cwd=REPO, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-    def squeue(*fields: str) -> list[str]:
-        return subprocess.run(["squeue", "-h", "-o", " ".join(fields)], env=env, capture_output=True,
-                              text=True).stdout.split()
-
-    try:
-        _wait("training past step 300", lambda: (folder / "metrics.jsonl").exists() and len(
-            (folder / "metrics.jsonl").read_text().splitlines()) > 3 and squeue("%T")[:1] == ["RUNNING"], timeout=180)
-        j, used = squeue("%i", "%M")[:2]  # its elapsed time, [m]m:ss
-        minutes = int(used.split(":")[-2]) + 1  # the limit: the end of the minute it is in; USR2 60 s before
-        subprocess.run(["scontrol", "update", f"JobId={j}", f"TimeLimit={minutes}"], env=env, check=True)
-        _wait("the job to be requeued", lambda: squeue("%i", "%T")[:2] == [j, "PENDING"], timeout=150)
-        subprocess.run(["scontrol", "update", f"JobId={j}", "StartTime=now", "TimeLimit=10"], env=env, check=True)
-        out, _ = runner.communicate(timeout=300)
-    finally:
-        if runner.poll() is None:
-            runner.kill()
-    assert runner.returncode == 0, out[-3000:]
-    logs = "".join(p.read_text() for p in (tmp_path / "s" / "runs" / ".slurm").rglob("*_log.err"))
-    assert "this job is timed-out" in logs, logs[-3000:]
-    resumed = [x for x in (folder / "train.log").read_text().splitlines() if "resumed from" in x]
-    assert len(resumed) == 1 and 0 < int(resumed[0].rsplit(" ", 1)[1]) < 6000, resumed
-    local = _runner(*run, "--runs", str(tmp_path / "l" / "runs"), "--results", str(tmp_path / "l" / "results"),
-                    env=env)
-    assert local.returncode == 0, local.stderr[-3000:]
-    assert _runs(tmp_path / "s" / "results") == _runs(tmp_path / "l" / "results") != {}
 
 
 def test_ctrl_c_on_the_runner_cancels_its_jobs_in_one_line(slurm, tmp_path):
