@@ -218,17 +218,17 @@ def test_the_private_slurm_runs_a_job(slurm):
 
 @needs_mirror
 def test_a_run_survives_requeue_preemption_a_time_limit_and_scancel_as_if_never_stopped(slurm, tmp_path):
-    """One run of 9,000 smoke steps on SLURM, its job asked for 10 minutes (submitit then takes any USR2 for a time
+    """One run of 6,000 smoke steps on SLURM, its job asked for 10 minutes (submitit then takes any USR2 for a time
     limit, counted against the preset's `max_num_timeout`): `scontrol requeue` (SIGTERM), submitit's preemption signal
-    (USR2), the job's time limit cut to the minute it is in (SLURM's own USR2, 60 s before) and an admin's `scancel`
+    (USR2), the job's time limit cut to the minute it is in (SLURM's USR2, 60 s before it) and an admin's `scancel`
     each stop it mid-run; the trainer saves at its step, the job is requeued (the first three; SLURM holds a requeued
     job ~2 min, released here with StartTime=now) or found lost and submitted again by the runner (the last); the run
     ends identical to the same run never stopped, locally."""
     env = {**slurm["env"], "HIGHWAY_DATA_MIRROR": os.environ["HIGHWAY_DATA_MIRROR"]}
-    run = ["ht_char_ptb", "--scale", "smoke", "variant=baseline", "seed=0", "trainer.max_steps=9000",
+    run = ["ht_char_ptb", "--scale", "smoke", "variant=baseline", "seed=0", "trainer.max_steps=6000",
            "trainer.eval_every=0", "trainer.log_every=100", "trainer.checkpoint_every=100000"]  # no periodic one
     folder = (tmp_path / "s" / "runs" / "ht_char_ptb-smoke"
-              / "seed=0,trainer.eval_every=0,trainer.max_steps=9000,variant=baseline")
+              / "seed=0,trainer.eval_every=0,trainer.max_steps=6000,variant=baseline")
 
     def step() -> int:
         try:
@@ -240,10 +240,22 @@ def test_a_run_survives_requeue_preemption_a_time_limit_and_scancel_as_if_never_
         out = subprocess.run(["squeue", "-h", "-o", "%i %T"], env=env, capture_output=True, text=True).stdout.split()
         return out[0] if out and out[1] == "RUNNING" else ""
 
-    def time_limit(j: str) -> None:  # the end of the minute it is in
+    def timed_out() -> int:
+        return sum(p.read_text().count("this job is timed-out") for p in (tmp_path / "s" / "runs").rglob("*_log.err"))
+
+    def time_limit(j: str) -> None:
+        """Cut the job's limit to the end of the minute it is in, its trainer paused (SIGSTOP) until SLURM's timer
+        (every 30 s) sends USR2, so that a fast machine does not end the run first."""
+        trainers = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _has(p, str(folder.parent))]
+        for pid in trainers:
+            os.kill(pid, signal.SIGSTOP)
+        before = timed_out()
         used = subprocess.run(["squeue", "-h", "-j", j, "-o", "%M"], env=env, capture_output=True, text=True).stdout
         subprocess.run(["scontrol", "update", f"JobId={j}", f"TimeLimit={int(used.split(':')[-2]) + 1}"], env=env,
                        check=True)
+        _wait("SLURM's USR2 at the time limit", lambda: timed_out() > before, timeout=120)
+        for pid in trainers:
+            os.kill(pid, signal.SIGCONT)
 
     def state(j: str) -> str:
         return subprocess.run(["squeue", "-h", "-j", j, "-o", "%T"], env=env, capture_output=True,
@@ -272,8 +284,7 @@ def test_a_run_survives_requeue_preemption_a_time_limit_and_scancel_as_if_never_
             runner.kill()
     assert runner.returncode == 0, out[-3000:]
     assert "was lost without a result: submitted again" in out, out[-3000:]
-    logs = "".join(p.read_text() for p in (tmp_path / "s" / "runs" / ".slurm").rglob("*_log.err"))
-    assert logs.count("this job is timed-out") == 2, logs[-3000:]  # USR2 and the time limit, each requeued
+    assert timed_out() == 2  # USR2 and the time limit, each requeued
     resumed = [int(x.rsplit(" ", 1)[1]) for x in (folder / "train.log").read_text().splitlines()
                if "resumed from" in x]  # "... resumed from <ckpt> at step N": the step each stop came at
     assert len(resumed) == 4 and 0 < resumed[0] < resumed[1] < resumed[2] < resumed[3], resumed
@@ -281,6 +292,15 @@ def test_a_run_survives_requeue_preemption_a_time_limit_and_scancel_as_if_never_
                     env=env)
     assert local.returncode == 0, local.stderr[-3000:]
     assert _runs(tmp_path / "s" / "results") == _runs(tmp_path / "l" / "results") != {}
+
+
+def _has(proc: Path, text: str) -> bool:
+    """Whether a process (/proc/<pid>) is a trainer whose command line holds `text`."""
+    try:
+        cmd = (proc / "cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+    return "highway_repro.train" in cmd and text in cmd
 
 
 @needs_mirror
