@@ -329,7 +329,7 @@ def test_a_runner_killed_mid_run_and_started_again_follows_its_job(slurm, tmp_pa
 
 def test_ctrl_c_on_the_runner_cancels_its_jobs_in_one_line(slurm, tmp_path):
     """SIGINT to the runner while its jobs (long runs) are queued or running: one scancel of them all, said in one
-    line; exit 130, squeue empty of them at once."""
+    line; exit 130, squeue empty of them within a minute (the running one saves at its step first)."""
     env = {**slurm["env"], "HIGHWAY_DATA_MIRROR": os.environ.get("HIGHWAY_DATA_MIRROR", "")}
     runner = subprocess.Popen([sys.executable, "-m", "highway_repro.runner", "ht_char_ptb", "--scale", "smoke",
                                "trainer.max_steps=1000000", "--cluster", "slurm", "--partition", slurm["partition"],
@@ -344,4 +344,4 @@ def test_ctrl_c_on_the_runner_cancels_its_jobs_in_one_line(slurm, tmp_path):
     assert runner.returncode == 130 and len(ids) == 5, out[-3000:]
     assert [x for x in out.splitlines() if "cancelled" in x] == [f"[slurm] cancelled 5 job(s): {' '.join(ids)}"], out
     _wait("squeue without them", lambda: not set(subprocess.run(["squeue", "-h", "-r", "-o", "%i"], env=env,
-          capture_output=True, text=True).stdout.split()) & set(ids), timeout=20)
+          capture_output=True, text=True).stdout.split()) & set(ids), timeout=60)
