@@ -89,6 +89,7 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 JobRequeue=1
+MaxArraySize=4
 ReturnToService=2
 MpiDefault=none
 SchedulerType=sched/backfill
@@ -163,18 +164,29 @@ def _runs(results: Path) -> dict:
 
 @needs_mirror
 def test_a_table_on_slurm_equals_the_table_run_locally(slurm, tmp_path):
-    """ht_char_ptb at the smoke scale (5 runs) through the runner on SLURM, each run a job, and locally: the same
-    runs bit for bit (their times aside), the same reports and summary (their header's command, wall-time and
-    machine lines aside); on SLURM again over the local kept runs: each restored, no job submitted."""
+    """ht_char_ptb at the smoke scale (5 runs) through the runner on SLURM with --detach, each run a job of an array
+    of at most MaxArraySize (4 here: two arrays), 2 of an array at once; the same command later follows the jobs it
+    submitted (none submitted twice). Against the table run locally: the same runs bit for bit (their times aside),
+    the same reports and summary (their header's command, wall-time and machine lines aside); on SLURM again over
+    the local kept runs: each restored, no job submitted."""
     env = {**slurm["env"], "HIGHWAY_DATA_MIRROR": os.environ["HIGHWAY_DATA_MIRROR"]}
     local = _runner("ht_char_ptb", "--scale", "smoke", "--runs", str(tmp_path / "l" / "runs"), "--results",
                     str(tmp_path / "l" / "results"), env=env)
     assert local.returncode == 0, local.stderr[-3000:]
     cluster = ["--cluster", "slurm", "--partition", slurm["partition"], "--jobs", "2"]
-    r = _runner("ht_char_ptb", "--scale", "smoke", *cluster, "--runs", str(tmp_path / "s" / "runs"), "--results",
-                str(tmp_path / "s" / "results"), env=env)
+    table = ["ht_char_ptb", "--scale", "smoke", *cluster, "--runs", str(tmp_path / "s" / "runs"), "--results",
+             str(tmp_path / "s" / "results")]
+    r = _runner(*table, "--detach", env=env)
+    ids = re.findall(r"\+ slurm job (\S+) ", r.stdout)
+    assert r.returncode == 0 and len(ids) == 5 and "5 submitted, " in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+    arrays = {i.split("_")[0] for i in ids}
+    assert len(arrays) == 2 and sorted(i.partition("_")[2] for i in ids) == ["", "0", "1", "2", "3"], ids
+    pending = subprocess.run(["squeue", "-h", "-r", "-o", "%i"], env=env, capture_output=True, text=True).stdout
+    assert set(pending.split()) & set(ids), pending  # detached: its jobs go on without it
+    r = _runner(*table, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.count("+ slurm job ") == 5, r.stdout[-3000:]
+    followed = re.findall(r"\+ slurm job (\S+) ", r.stdout)
+    assert set(followed) <= set(ids) and r.stdout.count("re-attached to slurm job") == len(followed), r.stdout
     assert _runs(tmp_path / "s" / "results") == _runs(tmp_path / "l" / "results") != {}
     info = [json.loads(f.read_text()) for f in (tmp_path / "s" / "results").rglob("run_info.json")]
     assert len(info) == 5 and all(i["slurm_job"] and i["host"] and i["world_size"] == 1 for i in info), info
@@ -205,11 +217,13 @@ def test_the_private_slurm_runs_a_job(slurm):
 
 
 @needs_mirror
-def test_a_run_survives_requeue_preemption_and_scancel_as_if_never_stopped(slurm, tmp_path):
-    """One run of 6,000 smoke steps on SLURM: `scontrol requeue` (SIGTERM), submitit's preemption signal (USR2) and
-    an admin's `scancel` each stop it mid-run; the trainer saves at its step, the job is requeued (the first two;
-    SLURM holds a requeued job ~2 min, released here with StartTime=now) or found lost and submitted again by the
-    runner (the last); the run ends identical to the same run never stopped, locally."""
+def test_a_run_survives_requeue_preemption_a_time_limit_and_scancel_as_if_never_stopped(slurm, tmp_path):
+    """One run of 6,000 smoke steps on SLURM, its job asked for 10 minutes (submitit then takes any USR2 for a time
+    limit, counted against the preset's `max_num_timeout`): `scontrol requeue` (SIGTERM), submitit's preemption signal
+    (USR2), the job's time limit cut to the minute it is in (SLURM's USR2, 60 s before it) and an admin's `scancel`
+    each stop it mid-run; the trainer saves at its step, the job is requeued (the first three; SLURM holds a requeued
+    job ~2 min, released here with StartTime=now) or found lost and submitted again by the runner (the last); the run
+    ends identical to the same run never stopped, locally."""
     env = {**slurm["env"], "HIGHWAY_DATA_MIRROR": os.environ["HIGHWAY_DATA_MIRROR"]}
     run = ["ht_char_ptb", "--scale", "smoke", "variant=baseline", "seed=0", "trainer.max_steps=6000",
            "trainer.eval_every=0", "trainer.log_every=100", "trainer.checkpoint_every=100000"]  # no periodic one
@@ -226,24 +240,43 @@ def test_a_run_survives_requeue_preemption_and_scancel_as_if_never_stopped(slurm
         out = subprocess.run(["squeue", "-h", "-o", "%i %T"], env=env, capture_output=True, text=True).stdout.split()
         return out[0] if out and out[1] == "RUNNING" else ""
 
+    def timed_out() -> int:
+        return sum(p.read_text().count("this job is timed-out") for p in (tmp_path / "s" / "runs").rglob("*_log.err"))
+
+    def time_limit(j: str) -> None:
+        """Cut the job's limit to the end of the minute it is in, its trainer paused (SIGSTOP) until SLURM's timer
+        (every 30 s) sends USR2, so that a fast machine does not end the run first."""
+        trainers = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _has(p, str(folder.parent))]
+        for pid in trainers:
+            os.kill(pid, signal.SIGSTOP)
+        before = timed_out()
+        used = subprocess.run(["squeue", "-h", "-j", j, "-o", "%M"], env=env, capture_output=True, text=True).stdout
+        subprocess.run(["scontrol", "update", f"JobId={j}", f"TimeLimit={int(used.split(':')[-2]) + 1}"], env=env,
+                       check=True)
+        _wait("SLURM's USR2 at the time limit", lambda: timed_out() > before, timeout=120)
+        for pid in trainers:
+            os.kill(pid, signal.SIGCONT)
+
     def state(j: str) -> str:
         return subprocess.run(["squeue", "-h", "-j", j, "-o", "%T"], env=env, capture_output=True,
                               text=True).stdout.strip()
 
     runner = subprocess.Popen([sys.executable, "-m", "highway_repro.runner", *run, "--cluster", "slurm",
-                               "--partition", slurm["partition"], "--runs", str(tmp_path / "s" / "runs"),
+                               "--partition", slurm["partition"], "hydra.launcher.timeout_min=10",
+                               "hydra.launcher.signal_delay_s=60", "--runs", str(tmp_path / "s" / "runs"),
                                "--results", str(tmp_path / "s" / "results")], cwd=REPO, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         at = 0
-        for stop in (["scontrol", "requeue"], ["scancel", "--signal=USR2"], ["scancel"]):
+        for stop in (["scontrol", "requeue"], ["scancel", "--signal=USR2"], ["time limit"], ["scancel"]):
             _wait(f"training past step {at + 500}", lambda: step() >= at + 500 and job(), timeout=180)
             j = job()
-            subprocess.run([*stop, j], env=env, check=True)
-            _wait("the job to stop", lambda: job() != j, timeout=60)
+            time_limit(j) if stop == ["time limit"] else subprocess.run([*stop, j], env=env, check=True)
+            _wait("the job to stop", lambda: job() != j, timeout=90)
             if stop != ["scancel"]:  # requeued: held by SLURM for ~2 min once pending
                 _wait("the job to be requeued", lambda: state(j) == "PENDING", timeout=90)
-                subprocess.run(["scontrol", "update", f"JobId={j}", "StartTime=now"], env=env, check=True)
+                subprocess.run(["scontrol", "update", f"JobId={j}", "StartTime=now", "TimeLimit=10"], env=env,
+                               check=True)
             at = step()
         out, _ = runner.communicate(timeout=300)
     finally:
@@ -251,13 +284,23 @@ def test_a_run_survives_requeue_preemption_and_scancel_as_if_never_stopped(slurm
             runner.kill()
     assert runner.returncode == 0, out[-3000:]
     assert "was lost without a result: submitted again" in out, out[-3000:]
+    assert timed_out() == 2  # USR2 and the time limit, each requeued
     resumed = [int(x.rsplit(" ", 1)[1]) for x in (folder / "train.log").read_text().splitlines()
                if "resumed from" in x]  # "... resumed from <ckpt> at step N": the step each stop came at
-    assert len(resumed) == 3 and 0 < resumed[0] < resumed[1] < resumed[2], resumed
+    assert len(resumed) == 4 and 0 < resumed[0] < resumed[1] < resumed[2] < resumed[3], resumed
     local = _runner(*run, "--runs", str(tmp_path / "l" / "runs"), "--results", str(tmp_path / "l" / "results"),
                     env=env)
     assert local.returncode == 0, local.stderr[-3000:]
     assert _runs(tmp_path / "s" / "results") == _runs(tmp_path / "l" / "results") != {}
+
+
+def _has(proc: Path, text: str) -> bool:
+    """Whether a process (/proc/<pid>) is a trainer whose command line holds `text`."""
+    try:
+        cmd = (proc / "cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+    return "highway_repro.train" in cmd and text in cmd
 
 
 @needs_mirror
@@ -282,3 +325,23 @@ def test_a_runner_killed_mid_run_and_started_again_follows_its_job(slurm, tmp_pa
     assert "re-attached to slurm job" in again.stdout and ids[0] == ids[1] != [], again.stdout[-3000:]
     assert json.loads((folder / "metrics.json").read_text())["status"] == "done"
     assert "resumed from" not in (folder / "train.log").read_text()
+
+
+def test_ctrl_c_on_the_runner_cancels_its_jobs_in_one_line(slurm, tmp_path):
+    """SIGINT to the runner while its jobs (long runs) are queued or running: one scancel of them all, said in one
+    line; exit 130, squeue empty of them within a minute (the running one saves at its step first)."""
+    env = {**slurm["env"], "HIGHWAY_DATA_MIRROR": os.environ.get("HIGHWAY_DATA_MIRROR", "")}
+    runner = subprocess.Popen([sys.executable, "-m", "highway_repro.runner", "ht_char_ptb", "--scale", "smoke",
+                               "trainer.max_steps=1000000", "--cluster", "slurm", "--partition", slurm["partition"],
+                               "--jobs", "1", "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "results")],
+                              cwd=REPO, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _wait("the jobs to be submitted", lambda: len(list((tmp_path / "runs" / ".slurm").glob("cmd-*.job"))) == 5,
+          timeout=120)
+    runner.send_signal(signal.SIGINT)
+    out, _ = runner.communicate(timeout=120)
+    ids = re.findall(r"\+ slurm job (\S+) ", out)
+    assert runner.returncode == 130 and len(ids) == 5, out[-3000:]
+    assert [x for x in out.splitlines() if "cancelled" in x] == [f"[slurm] cancelled 5 job(s): {' '.join(ids)}"], out
+    _wait("squeue without them", lambda: not set(subprocess.run(["squeue", "-h", "-r", "-o", "%i"], env=env,
+          capture_output=True, text=True).stdout.split()) & set(ids), timeout=60)

@@ -146,6 +146,22 @@ def test_a_killed_cache_writer_leaves_no_temp_file_after_the_next_build(offline_
     assert d.num_tokens("val") == 30 * 9
 
 
+def test_a_cache_build_removes_only_its_own_hosts_dead_temp_files(tmp_path):
+    """A cache folder on a file system shared by several nodes: a build removes the temp file of a dead writer of its
+    own host, and leaves a live writer's and every file of another host (whose processes it cannot see) alone."""
+    from highway_repro.data.prepared import _sweep_temp_files, _writer
+
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()
+    host = _writer().split("-")[0]
+    names = {"mine_dead": f"train.npy.{host}-{dead.pid}.abc.tmp", "mine_live": f"val.npy.{host}-{os.getppid()}.d.tmp",
+             "other_dead": f"train.npy.othernode-{dead.pid}.abc.tmp", "other_live": "val.npy.othernode-1.x.tmp"}
+    for n in names.values():
+        (tmp_path / n).write_bytes(b"half")
+    _sweep_temp_files(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(v for k, v in names.items() if k != "mine_dead")
+
+
 def test_a_corrupt_data_cache_is_refused_in_one_line_until_its_folder_is_deleted(offline_mirror):
     """A prepared folder changed after it was written is refused in one line naming the file and the folder to
     delete, never rebuilt in its place; once the folder is deleted, the next build writes it again from the source."""

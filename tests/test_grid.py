@@ -749,3 +749,24 @@ def test_runs_go_to_a_cpu_unless_a_gpu_is_asked_for_or_auto_finds_one(monkeypatc
     assert on("auto") and on("cpu") and not on("cuda") and not on("cuda:1")
     monkeypatch.setattr(estimate, "gpu_ids", lambda: ["0"])  # the trainer sends auto to the GPU
     assert not on("auto") and on("cpu") and not estimate.on_cpu(OmegaConf.create({}))
+
+
+def test_a_table_on_gpus_is_priced_in_gpu_hours_from_the_paper_scale_file(tmp_path, capsys):
+    """ht_char_ptb at the paper scale on a GPU: 5 runs at est_step_s 0.0239 x 99,600 steps = 2,380 s (39.7 min)
+    each, 3.3 GPU-hours, on 8 jobs the time of one run."""
+    from highway_repro.runner.table import plan_table
+
+    plan_table("ht_char_ptb", "paper", 8, ["trainer.device=cuda"], tmp_path / "runs", tmp_path / "results",
+               estimate_only=True)
+    out = capsys.readouterr().out
+    assert "estimated 5 x 39.7 min = 3.3 GPU-hours, 39.7 min wall with 8 job(s)" in out, out
+
+
+def test_the_cluster_page_holds_the_costs_the_estimate_gives_now():
+    """docs/cluster.md's cost table is what scripts/cluster_costs.py writes from the estimate today."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cluster_costs", REPO / "scripts" / "cluster_costs.py")
+    costs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(costs)
+    assert costs.table() in (REPO / "docs" / "cluster.md").read_text(), "run python scripts/cluster_costs.py"

@@ -18,6 +18,7 @@ import hashlib
 import io
 import json
 import os
+import socket
 import tempfile
 from pathlib import Path
 
@@ -46,10 +47,16 @@ def _read_committed(text: str) -> dict[str, dict[str, str]]:
 COMMITTED: dict[str, dict[str, str]] = _read_committed(SUMS_FILE.read_text())
 
 
+def _writer() -> str:
+    """This process as a cache writer: `<host>-<pid>`, unique across the nodes that share a cache folder."""
+    return f"{socket.gethostname().split('.')[0].replace('-', '_')}-{os.getpid()}"
+
+
 def _save_atomic(path: Path, write) -> None:
-    """Write `path` through `<name>.<pid>.<random>.tmp` and a rename; a failed write removes its temp file; in a
-    prepared folder, a killed writer's is swept by the next build (:func:`_sweep_temp_files`)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.{os.getpid()}.", suffix=".tmp")
+    """Write `path` through `<name>.<host>-<pid>.<random>.tmp` (a name of its writer's own, on a file system shared
+    by several nodes too) and a rename; a failed write removes its temp file; in a prepared folder, a killed writer's
+    is swept by the next build on its host (:func:`_sweep_temp_files`)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.{_writer()}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
@@ -67,12 +74,13 @@ def _save_atomic(path: Path, write) -> None:
 
 
 def _sweep_temp_files(folder: Path) -> None:
-    """Remove the temp files (`<name>.<pid>.<random>.tmp`) that a killed writer left in a cache folder; those of a
-    writer that still runs (another process building the same cache) are left to it."""
-    for tmp in folder.glob("*.tmp"):
-        parts = tmp.name.split(".")
-        pid = int(parts[-3]) if len(parts) >= 4 and parts[-3].isdigit() else None
-        if pid is None or (pid != os.getpid() and not pid_alive(pid)):
+    """Remove the temp files (`<name>.<host>-<pid>.<random>.tmp`) that a killed writer of this host left in a cache
+    folder; those of a writer that still runs, and every one of another host (whose processes this one cannot see:
+    nodes sharing the folder), are left to their writers."""
+    host, _ = _writer().split("-")
+    for tmp in folder.glob(f"*.{host}-*.tmp"):
+        pid = tmp.name.split(".")[-3].rpartition("-")[2]
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             tmp.unlink(missing_ok=True)
 
 

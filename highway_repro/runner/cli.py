@@ -1,25 +1,13 @@
-"""Run one paper table's sweep and build its report: what `make reproduce-<table>` calls.
+"""`python -m highway_repro.runner` (`make reproduce-<table>`, `make estimate-<table>`, `make tables`): train what is
+missing of one or more tables in one queue (`--jobs` at a time, locally or on SLURM), then build their reports.
 
     python -m highway_repro.runner ht_char_ptb --scale cpu --jobs 2   # train what is missing, then the report
-    python -m highway_repro.runner ht_char_ptb --scale cpu --estimate # print the plan and its cost, train nothing
-    python -m highway_repro.runner ht_word_ptb ht_char_ptb_rt --jobs 2 # two tables, their runs in one queue
+    python -m highway_repro.runner ht_char_ptb --scale cpu --estimate # the plan and its cost, nothing trained
     python -m highway_repro.runner --all --report-only               # make tables: every report from kept runs
-    python -m highway_repro.runner --list
 
-The grid is the union of the table's sweep files at the scale, `configs/sweep/<table>/<scale>*.yaml`
-(`runner.plan`). Runs go to `runs/sweeps/<table>-<scale>/<overrides>/` with `resume=auto`, so running the same
-command again continues unfinished jobs and skips finished ones. The runs of every table named (`--all`: every
-paper table) go through one queue, `--jobs` at a time (`runner.queue.run_queue`).
-
-Finished runs are kept: their small files (metrics.json, metrics.jsonl, config_resolved.yaml, run_info.json,
-.hydra/overrides.yaml; no checkpoints) are copied to `results/<paper>/runs/<table>-<scale>/<overrides>/`, which
-is committed. Before a sweep starts, the kept runs are put back into the sweep folder, so a sweep on a fresh
-clone trains only what is missing, and `--report-only` rebuilds every table from the repository alone.
-
-One runner per table and scale (`hold_tables`: a lock under `<runs>/.locks/`, taken before anything is planned):
-a second one stops at once with one line naming the first, exit code 2; `--report-only` leaves a table whose runner
-is at work to it (a warning line), since that runner writes the same report files when the table ends; each run
-folder has its own lock as well (`highway_repro.lock`).
+Runs go to `runs/sweeps/<table>-<scale>/<overrides>/` with `resume=auto`; finished runs are kept (their small
+files) under `results/<paper>/runs/<table>-<scale>/` and put back before a sweep starts (`runner.keep`). One runner
+per table and scale (`hold_tables`); a second one stops with one line naming the first, exit code 2.
 """
 
 from __future__ import annotations
@@ -52,16 +40,12 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path, echo: bo
     with `parts` reads the runs of its parts. `echo`: print the table (not for `make tables`: every report)."""
     t = TARGETS[name]
     sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
-    record = read_record(kept, False)
-    meta = {"commands": record["commands"] or [f"make {make_target(name)} SCALE={scale}"],  # none: not run yet
-            "scale": scale, "wall_s": wall_of([record]) or None,  # commands that overlapped count once
+    records = [read_record(results / runs_folder(part, scale), False) for part in t.parts or (name,)]
+    meta = {"commands": (not t.parts and records[0]["commands"]) or [f"make {make_target(name)} SCALE={scale}"],
+            "scale": scale, "wall_s": wall_of(records) or None,  # commands that overlapped count once
             "planned": sum(len(grid_names(p, scale)) for p in t.parts or (name,)),
             "part_of": next((n for n, x in TARGETS.items() if name in x.parts), None),
             "scale_files": scale_files(name, scale)}
-    if t.parts:
-        records = [read_record(results / runs_folder(part, scale), False) for part in t.parts]
-        meta = {**meta, "commands": [f"make {make_target(name)} SCALE={scale}"],
-                "wall_s": wall_of(records) or None}
     from highway_repro.report import build_table, findings_path
 
     if t.after and not (sweep_dir / "ckpt").is_dir():  # the follow-up step needs the run with its checkpoint
@@ -72,9 +56,8 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path, echo: bo
             return 0
         meta["findings"] = files.read_bytes(found, results).decode(errors="replace")  # rebuilt from files
     elif t.after:
-        commands = meta["commands"] or [f"make {make_target(name)} SCALE={scale}"]
         cmd = [sys.executable, "-m", t.after, str(sweep_dir), "--out", str(results / t.results), "--scale", scale]
-        cmd += [a for c in commands for a in ("--command", c)]
+        cmd += [a for c in meta["commands"] for a in ("--command", c)]
         cmd += ["--wall-s", str(meta["wall_s"])] if meta["wall_s"] else []
         proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)  # a stopped queue stops it too
         FOLLOW_UPS.add(proc)
@@ -107,8 +90,8 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path, echo: bo
 
 
 def _damaged(results: Path, scale: str, allowed: bool) -> int:
-    """Name each kept run of `scale` with a damaged file (`report.runs.load_run`: the reports count it as damaged and
-    leave it out of their statistics); 1 when there is one, unless `allowed`."""
+    """Name each kept run of `scale` with a damaged file (left out of the reports); 1 when there is one, unless
+    `allowed`."""
     from highway_repro.report.runs import load_run
 
     runs = [load_run(p.parent, results) for kept in (f"*-{scale}", f"*-{scale}-gpu")
@@ -121,8 +104,7 @@ def _damaged(results: Path, scale: str, allowed: bool) -> int:
 
 
 def _report(name: str, scale: str, runs_root: Path, results: Path, echo: bool = True) -> int:
-    """report_table, one table's failure its own: a damaged kept file (a record, say) or another user error is one
-    line naming the table, a bug its traceback, and the other reports go on; 1 when it failed."""
+    """report_table, its failure its own (a user error one line naming the table, a bug its traceback); 1 if failed."""
     try:
         return report_table(name, scale, runs_root, results, echo)
     except HighwayError as e:
@@ -137,39 +119,31 @@ def _report(name: str, scale: str, runs_root: Path, results: Path, echo: bool = 
 
 
 def hold_tables(tables, scale: str, runs_root: Path) -> ExitStack:
-    """The runner's lock of each table at `scale` (`<runs root>/.locks/<table>-<scale>.lock`, `highway_repro.lock`),
-    all taken at once: BusyError naming the holder when another runner (or report) has one of them, none then
-    held. Released when the returned stack closes."""
-    held = ExitStack()
-    try:
+    """The runner's lock of each table at `scale` (`<runs>/.locks/<table>-<scale>.lock`), all or none: BusyError
+    naming the holder of one. Released when the returned stack closes."""
+    with ExitStack() as held:  # a lock that cannot be taken releases those taken before it
         for t in dict.fromkeys(tables):
             held.enter_context(take(runs_root / ".locks" / f"{t}-{scale}.lock", f"table {t} at scale {scale}",
                                     "one runner per table and scale"))
-    except BaseException:
-        held.close()
-        raise
-    return held
+        return held.pop_all()
 
 
 def train(names: list[str], args, results: Path, runs_root: Path) -> int:
     """Train what is missing of the tables `names` (a target with parts: each part) in one queue, each table's
-    report as soon as its runs end. The lock of every table first (`hold_tables`: a second runner on one of them
-    stops with one line, exit code 2, before it plans or writes anything; an estimate writes nothing and takes
-    none), then the plan of every table and its cost. A table that reuses the runs of another one named here (a
-    study) waits for it: it is planned, and its runs queued, once that table ends, so that runs of the same folder
-    name are restored, not trained twice."""
+    report as soon as its runs end. The tables' locks first (`hold_tables`; an estimate takes none), then each plan
+    and its cost. A study that reuses the runs of another table named here is planned once that table has ended, so
+    that runs of one folder name are restored, not trained twice."""
     tables = list(dict.fromkeys(p for n in names for p in TARGETS[n].parts or (n,)))
     args.backend = None
     if args.cluster == "slurm" and not args.estimate:  # no SLURM, an unknown partition: one line, nothing planned
         from highway_repro.runner.slurm import Cluster
 
-        args.backend = Cluster(args.partition, args.preset, runs_root / ".slurm")
+        args.backend = Cluster(args.partition, args.preset, runs_root / ".slurm", args.jobs, args.detach, args.request)
     with ExitStack() if args.estimate else hold_tables(tables, args.scale, runs_root):
         return _train(names, tables, args, results, runs_root)
 
 
 def _train(names: list[str], tables: list[str], args, results: Path, runs_root: Path) -> int:
-    """`train` once the tables are this runner's."""
     first = [n for n in tables if not set(TARGETS[n].reuse) & set(tables)]
     stages = [first, [n for n in tables if n not in first]]
 
@@ -208,6 +182,8 @@ def _train(names: list[str], tables: list[str], args, results: Path, runs_root: 
                     if not p.commands:
                         report(p)
                 status = run_queue(plans, args.jobs, on_table_end=report, cluster=args.backend) or status
+                if args.detach:  # the tables that reuse their runs wait for the command that follows them
+                    break
         except SystemExit:  # stopped: the reports not yet begun are dropped
             reporter.shutdown(wait=False, cancel_futures=True)
             raise
@@ -226,27 +202,25 @@ def main(argv=None) -> int:
     ap.add_argument("--all", action="store_true", help="every paper table, in order")
     ap.add_argument("--list", action="store_true", help="list the tables")
     ap.add_argument("--scale", default="cpu", choices=SCALES)
-    ap.add_argument("--jobs", type=int, default=1,
-                    help="runs at once (one process each, across tables with --all), each with the scale's threads")
-    ap.add_argument("--group", default=None, help="runs of a row trained together in one process (hydra/launcher="
-                    "grouped): auto (a row's runs, up to 32), a size, or 1 (each run alone); default: the table's own")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at once (with --cluster: jobs of an array at once)")
+    ap.add_argument("--group", default=None, help="runs of a row trained together: auto, a size, or 1 (alone)")
     ap.add_argument("--fresh", action="store_true", help="delete the sweep folder and ignore the kept runs")
     ap.add_argument("--results", default=None, help="results root (default: results/, or runs/smoke_results for smoke)")
     ap.add_argument("--runs", default="runs/sweeps", help="where sweep folders go")
     ap.add_argument("--report-only", action="store_true", help="only rebuild the report(s) from the kept runs")
-    ap.add_argument("--allow-damaged", action="store_true", help="with --report-only: exit 0 even when a kept "
-                    "run's metrics.json cannot be parsed (it is named, counted as damaged, left out of the tables)")
+    ap.add_argument("--allow-damaged", action="store_true", help="with --report-only: exit 0 beside damaged runs")
     ap.add_argument("--estimate", action="store_true", help="print the plan and its cost; train nothing")
-    ap.add_argument("--cluster", choices=["slurm"], default=None, help="each run a SLURM job (through submitit), "
-                    "--jobs of them in flight; default: local processes")
+    ap.add_argument("--cluster", choices=["slurm"], default=None, help="each run a SLURM job (docs/cluster.md)")
+    ap.add_argument("--detach", action="store_true", help="with --cluster: return once the jobs are submitted")
     ap.add_argument("--partition", default=None, help="with --cluster slurm: the partition")
-    ap.add_argument("--preset", choices=["cpu", "gpu"], default="cpu", help="with --cluster slurm: the job request "
-                    "to start from (configs/hydra/launcher/submitit_cluster.yaml, submitit_cluster_gpu.yaml)")
+    ap.add_argument("--preset", choices=["cpu", "gpu"], default="cpu", help="with --cluster slurm: the job request")
     args = ap.parse_intermixed_args(argv)
     if args.jobs < 1:
         ap.error(f"--jobs={args.jobs}: runs at once, at least 1")
     if args.group not in (None, "auto") and not (args.group.isdigit() and int(args.group) >= 1):
         ap.error(f"--group={args.group}: runs trained together (valid: auto, or an integer >= 1)")
+    if args.detach and args.cluster is None:
+        ap.error("--detach: only with --cluster slurm (local runs end with the runner)")
     if args.list:
         print(f"  {'table':<20} {'make target':<30} what")
         for n, t in TARGETS.items():
@@ -254,6 +228,8 @@ def main(argv=None) -> int:
         return 0
     tables = list(dict.fromkeys(a for a in args.args if a in TARGETS))
     args.extra = [a for a in args.args if a not in TARGETS]
+    args.request = [a for a in args.extra if args.cluster and a.startswith("hydra.launcher.")]  # the job request's
+    args.extra = [a for a in args.extra if a not in args.request]
     for a in args.extra:
         if "=" not in a and not a.startswith("~"):
             ap.error(f"table={a!r} is not a table (valid: {', '.join(sorted(TARGETS))}) nor an override key=value")
@@ -302,8 +278,8 @@ def _run(names: list[str], args, results: Path, runs_root: Path) -> int:
 
         expected = {n: f"{TARGETS[n].help} (`make {make_target(n)}`)" for n in REPORTS}
         for step in (lambda: write_summary(results, expected), lambda: write_ledger(results)):
-            try:  # a damaged claims file is left out of the summary, which is written; a damaged ledger is named
-                if (wrote := step()) is not None:  # (results/preregistration.md, when a ledger is kept)
+            try:  # a damaged claims file is left out of the summary; a damaged ledger is named
+                if (wrote := step()) is not None:
                     print(f"wrote {wrote}", file=sys.stderr)
             except HighwayError as e:
                 print(f"error: {e}", file=sys.stderr)

@@ -21,20 +21,13 @@ from highway_repro.runner.plan import REPEAT_KEYS, override_key
 MARGIN = 0.25  # a run's time on another machine of its kind, either way (the module's docstring)
 
 
-def run_info(run: Path) -> dict | None:
-    """A run folder's run_info.json ({} when it has none; None when it cannot be read)."""
-    return run_object(run / "run_info.json")
-
-
 def run_seconds(runs: list[Path], gpu: bool | None = None) -> list[float]:
-    """Seconds of each finished run with its cores to itself, as the budgets assume (jobs x threads = cores): a CPU
-    run's CPU time / its threads, which a machine shared with other work does not inflate (its wall time does: the
-    same Transformer-XL run took 2,197 s of wall time and 1,720 CPU-s beside a third process); a GPU run's wall
-    time. A diverged run counts with what it cost (often seconds): a random search's cell diverges that often
-    again. `gpu`: only the runs made on a GPU (True) or on a CPU (False); None: all."""
+    """Seconds of each finished run with its cores to itself: a CPU run's CPU time / its threads (which a loaded
+    machine does not inflate, as it does wall time), a GPU run's wall time; a diverged run with what it cost (a
+    random search's cell diverges that often again). `gpu`: only the runs made on a GPU (True) or a CPU (False)."""
     out = []
     for r in runs:
-        if (m := run_object(r / "metrics.json")) is None or (info := run_info(r)) is None:
+        if (m := run_object(r / "metrics.json")) is None or (info := run_object(r / "run_info.json")) is None:
             continue
         if m.get("status") not in FINISHED or (gpu is not None and bool(info.get("cuda_device")) != gpu):
             continue
@@ -47,20 +40,18 @@ def run_seconds(runs: list[Path], gpu: bool | None = None) -> list[float]:
 
 
 def _positive(v) -> bool:
-    """Whether a logged value is a positive finite number (a kept file may hold anything)."""
+    """Whether a kept value is a positive finite number."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf")
 
 
 def on_cpu(cfg) -> bool:
-    """Whether the runs go to a CPU: trainer.device cpu, or auto on a machine without a CUDA GPU (`gpu_ids`; the
-    trainer sends auto to a GPU where there is one)."""
+    """Whether the runs go to a CPU: trainer.device cpu, or auto on a machine without a CUDA GPU (`gpu_ids`)."""
     device = str(cfg.get("trainer", {}).get("device", "auto"))
     return not device.startswith("cuda") and (device != "auto" or not gpu_ids())
 
 
 def gpu_ids() -> list[str]:
-    """The CUDA GPUs the queue may hand out: those of CUDA_VISIBLE_DEVICES where it is set, else each GPU that
-    `nvidia-smi -L` lists; [] on a machine without one."""
+    """The CUDA GPUs the queue may hand out: CUDA_VISIBLE_DEVICES's where set, else `nvidia-smi -L`'s; [] if none."""
     given = os.environ.get("CUDA_VISIBLE_DEVICES")
     if given is not None:
         return [d.strip() for d in given.split(",") if d.strip() and d.strip() != "-1"]
@@ -83,9 +74,8 @@ def grid_cell(name: str) -> str:
 
 
 def per_run_s(names: list[str], kept: list[Path], cfg) -> tuple[list[float | None], str]:
-    """(seconds of each of `names`, how): the mean of the kept runs (run folders) of its grid cell made on the
-    device the runs go to (`on_cpu`), else `scale_s`; None where neither is known. Cells differ in cost (a
-    depth-100 net against a depth-10 one), so the runs kept first, often the cheap ones, do not price the rest."""
+    """(seconds of each of `names`, how): the mean of its grid cell's kept runs (`kept`: run folders) made on the
+    device the runs go to (`on_cpu`), else `scale_s`; None where neither is known (cells differ in cost)."""
     by_cell: dict[str, list[float]] = {}
     for r in kept:
         for sec in run_seconds([r], gpu=not on_cpu(cfg)):
@@ -101,8 +91,8 @@ def per_run_s(names: list[str], kept: list[Path], cfg) -> tuple[list[float | Non
 
 
 def wall_s(secs: list[float], jobs: int) -> float:
-    """Wall seconds of runs taking `secs` each, started in order on `jobs` workers, each run on the first worker
-    free (how the joblib launcher hands out a sweep's jobs): 5 equal runs on 2 jobs take 3 runs' time, not 2.5."""
+    """Wall seconds of runs taking `secs` each, in order on `jobs` workers, each on the first one free: 5 equal runs
+    on 2 jobs take 3 runs' time, not 2.5."""
     free = [0.0] * max(1, jobs)
     for s in secs:
         heapq.heapreplace(free, free[0] + s)
@@ -110,8 +100,8 @@ def wall_s(secs: list[float], jobs: int) -> float:
 
 
 def time_limit_min(secs: float | None, threads: int = 1, default: int = 60) -> int:
-    """A cluster job's time limit in minutes for work of `secs` one-thread seconds on `threads` threads: the
-    estimate plus its MARGIN, plus 5 minutes to start (imports, data); `default` where there is no estimate."""
+    """A cluster job's time limit in minutes for `secs` one-thread seconds on `threads` threads: the estimate plus
+    MARGIN, plus 5 minutes to start (imports, data); `default` without an estimate."""
     if not secs:
         return default
     return math.ceil(secs / max(1, threads) * (1 + MARGIN) / 60) + 5
@@ -122,9 +112,8 @@ DEFAULT_PEAK_GB = 2.0  # a run with no measured or estimated peak (the cpu-scale
 
 
 def peak_gb(cfg, kept: Path | None) -> tuple[float, str]:
-    """GiB one run of this table holds at its peak: the largest `peak_rss_gb` of its kept runs made on a CPU
-    (run_info.json, written by the trainer; a run on a GPU holds its model there, so its host memory says nothing of
-    a CPU run's), else the scale file's `est_peak_gb`, else DEFAULT_PEAK_GB."""
+    """GiB one run of this table holds at its peak: the largest `peak_rss_gb` of its kept runs made on a CPU (a GPU
+    run's host memory says nothing of a CPU run's), else the scale file's `est_peak_gb`, else DEFAULT_PEAK_GB."""
     seen = []
     for f in kept.glob("*/run_info.json") if kept is not None else ():
         info = run_object(f) or {}

@@ -1,10 +1,6 @@
-"""The kept-run store: finished runs' small files under `results/<paper>/runs/<table>-<scale>/<job>/`.
-
-Kept files (metrics.json, metrics.jsonl, config_resolved.yaml, run_info.json, .hydra/overrides.yaml; never
-checkpoints) are committed; before a sweep starts they are put back into its sweep folder, so `resume=auto`
-skips every kept run, and a report is built from the repository alone. A kept run made with another recipe than
-the config files now give its job is never counted as done (`refuse_other_recipe`, `other_recipe`).
-"""
+"""The kept-run store: finished runs' small files (`targets.KEPT_FILES`, never checkpoints) under
+`results/<paper>/runs/<table>-<scale>/<job>/`, committed; put back into the sweep folder before a sweep starts, so
+`resume=auto` skips them. A kept run made with another recipe than its job's now is never counted as done."""
 
 from __future__ import annotations
 
@@ -23,8 +19,7 @@ SINGLE_RUN = "run"  # the kept folder of a single-run table's run
 
 
 def run_object(path: Path) -> dict | None:
-    """A run folder's JSON file (metrics.json, run_info.json) as a dict: {} when absent, None when damaged
-    (`files.read_json`, no link below the folder that holds the run folder)."""
+    """A run folder's JSON file (metrics.json, run_info.json) as a dict: {} when absent, None when damaged."""
     try:
         return files.read_json(path, path.parent.parent, kind=dict) or {}
     except KeptFileError:
@@ -32,8 +27,8 @@ def run_object(path: Path) -> dict | None:
 
 
 def results_root(kept: Path) -> Path:
-    """The results root of a kept-runs folder (`<results>/<paper>/runs/<table>-<scale>`, `targets.runs_folder`): no
-    link below it is followed on the way to a kept file."""
+    """The results root of a kept-runs folder (`<results>/<paper>/runs/<table>-<scale>`): no link below it is
+    followed."""
     return Path(kept).parents[2]
 
 
@@ -41,27 +36,17 @@ def run_status(run: Path) -> str | None:
     return (run_object(run / "metrics.json") or {}).get("status")
 
 
-def _runs_in(sweep_dir: Path, single: bool) -> list[Path]:
-    """The run folders of a sweep folder (one per job), or the folder itself for a single-run table."""
-    return [sweep_dir] if single else sorted(p.parent for p in sweep_dir.glob("*/metrics.json"))
-
-
-def made_on_gpu(run: Path) -> bool:
-    """Whether the run folder's run was made on a GPU (its run_info.json names a CUDA device)."""
-    return bool((run_object(run / "run_info.json") or {}).get("cuda_device"))
-
-
 def keep(sweep_dir: Path, kept: Path, single: bool = False, apart: Path | None = None,
          reused: frozenset = frozenset()) -> int:
-    """Copy the small files of every finished run of the sweep folder into the kept-runs folder
-    (a single-run table keeps its run as <kept>/run); a run made on a GPU into `apart` instead, where given (the
-    table's <name>-<scale>-gpu: `targets.runs_folder`). `reused`: folder names of runs restored from the tables a
-    study reuses, kept there, not copied. Returns the number of files written."""
+    """Copy the small files of every finished run of the sweep folder into the kept-runs folder (a single-run table's
+    as <kept>/run), a run made on a GPU into `apart` where given; `reused`: folder names of runs kept by the tables a
+    study reuses, not copied. Returns the number of files written."""
     n, root = 0, results_root(kept)
-    for run in _runs_in(sweep_dir, single):
+    for run in [sweep_dir] if single else sorted(p.parent for p in sweep_dir.glob("*/metrics.json")):
         if run_status(run) not in FINISHED or run.name in reused:
             continue
-        dst = (apart if apart is not None and made_on_gpu(run) else kept) / (SINGLE_RUN if single else run.name)
+        gpu = apart is not None and (run_object(run / "run_info.json") or {}).get("cuda_device")
+        dst = (apart if gpu else kept) / (SINGLE_RUN if single else run.name)
         for f in KEPT_FILES:
             if (run / f).exists() and _kept(dst / f, root) != files.read_bytes(run / f, sweep_dir.parent):
                 files.copy_file(run / f, dst / f, sweep_dir.parent, root)
@@ -70,8 +55,7 @@ def keep(sweep_dir: Path, kept: Path, single: bool = False, apart: Path | None =
 
 
 def _kept(path: Path, root: Path) -> bytes | None:
-    """A kept file's bytes, None where it is absent or damaged: a damaged one (a run trained again after `restore`
-    left it, say) is written over, a link at its path removed first (never followed)."""
+    """A kept file's bytes, None where absent or damaged (then written over; a link at its path removed first)."""
     try:
         return files.read_bytes(path, root)
     except KeptFileError:
@@ -82,13 +66,10 @@ def _kept(path: Path, root: Path) -> bytes | None:
 
 def restore(kept: Path, sweep_dir: Path, names: list[str] | None = None, dry: bool = False,
             single: bool = False) -> list[str]:
-    """Put kept runs back into the sweep folder (where it has no finished run of that name), so `resume=auto`
-    skips them instead of training them again; `names`: only runs of these folder names (a study reusing the
-    runs of a table of the same experiment; a single-run table's one run is its one job); `dry`: copy nothing
-    (an estimate); `single`: a single-run table, whose run is kept as <kept>/run and runs in the sweep folder
-    itself (its follow-up step, the gate analyses, kept its findings, so the report is rebuilt without the
-    weights; `--fresh` trains and analyses it again).
-    Returns the folder names restored ("run" for a single-run table)."""
+    """Put kept runs back into the sweep folder where it has no finished run of that name, so `resume=auto` skips
+    them; `names`: only runs of these folder names (a study reusing a table's runs); `dry`: copy nothing (an
+    estimate); `single`: a single-run table (kept as <kept>/run, run in the sweep folder itself). Returns the folder
+    names restored ("run" for a single-run table)."""
     out, root = [], results_root(kept)
     for run in [kept / SINGLE_RUN] if single else sorted(p.parent for p in kept.glob("*/metrics.json")):
         dst = sweep_dir if single else sweep_dir / run.name
@@ -108,8 +89,7 @@ def restore(kept: Path, sweep_dir: Path, names: list[str] | None = None, dry: bo
 
 
 def read_record(kept: Path, fresh: bool) -> dict:
-    """A table's record, `reproduce.json` in its kept folder (the commands that trained it and their wall time);
-    an empty one for a fresh start."""
+    """A table's record, `reproduce.json` in its kept folder (its commands, their wall time); empty when `fresh`."""
     record = None if fresh else files.read_json(kept / "reproduce.json", results_root(kept), kind=dict)
     if record is None:
         return {"commands": [], "wall_s": 0.0}
@@ -124,11 +104,9 @@ def read_record(kept: Path, fresh: bool) -> dict:
 
 
 def table_runs(name: str, scale: str, runs_root: Path, results: Path) -> list:
-    """The runs a table's report reads: its kept runs and (a study) those of the tables it reuses that are cells of
-    its grid, as the runner would restore them (`report.grids.kept_folders`: a reused run is read from the table
-    that made it), plus the runs of its local sweep folder that none of those has (failed or unfinished ones, or
-    not yet kept); so a study is reported, partial, from the runs other tables made before it trains any of its
-    own. Its runs made on a GPU (kept apart) come last: the report compares one device's runs."""
+    """The runs a table's report reads: its kept runs and a study's cells kept by the tables it reuses
+    (`report.grids.kept_folders`), plus its sweep folder's runs that none of those has (failed, unfinished, not yet
+    kept); its runs made on a GPU (kept apart) last: the report compares one device's runs."""
     from highway_repro.report import load_runs
     from highway_repro.report.runs import load_run
 
@@ -143,18 +121,16 @@ def table_runs(name: str, scale: str, runs_root: Path, results: Path) -> list:
 
 
 def reused_names(name: str, scale: str, results: Path) -> frozenset:
-    """The folder names of the finished runs study `name` takes from the tables it reuses, its own kept runs of those
-    names aside (`report.grids.kept_folders`): `keep` leaves them where they are kept."""
+    """The folder names of the finished runs study `name` takes from the tables it reuses (`keep` leaves them)."""
     reused = {results / runs_folder(o, scale) for o in TARGETS[name].reuse}
     return frozenset(f.name for f in kept_folders(name, scale, results)
                      if f.parent in reused and run_status(f) in FINISHED)
 
 
 def other_recipe(part: str, scale: str, folders: list[Path]) -> dict[str, str]:
-    """The run folders of table `part` that were made with another recipe than the config files now give their job
-    (a scale file changed after they ran): {folder name: the differing keys}; a run whose saved config or overrides
-    are damaged (`files.read_config`, `report.runs.read_overrides`) or do not compose: {folder name: why}. A run without
-    its saved config or overrides is taken as it is."""
+    """{folder name: the differing keys} of the run folders of table `part` made with another recipe than the config
+    files now give their job, {folder name: why} of those whose saved config or overrides are damaged or do not
+    compose; a run without its saved config or overrides is taken as it is."""
     import yaml
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
@@ -173,8 +149,7 @@ def other_recipe(part: str, scale: str, folders: list[Path]) -> dict[str, str]:
         except KeptFileError as e:  # a damaged run is no recipe's: never counted as done
             out[folder.name] = str(e)
             continue
-        # composed without the overrides of keys that are no part of the recipe (`logger=wandb` and its
-        # `${hydra:...}` names, `threads`, `trainer.device`): the comparison leaves those keys out anyway
+        # without the overrides of keys outside the recipe (logger=wandb's ${hydra:...} names, threads, device)
         job = [o for o in lines or [] if override_key(o) not in ("experiment", "scale", "sweep")
                and not override_key(o).startswith("hydra") and in_recipe(override_key(o))]
         repeat = [o for o in job if override_key(o) in REPEAT_KEYS]
@@ -205,9 +180,8 @@ def other_recipe(part: str, scale: str, folders: list[Path]) -> dict[str, str]:
 
 
 def refuse_other_recipe(name: str, scale: str, done: list[str], sweep_dir: Path, results: Path) -> None:
-    """ConfigError when a finished run that table `name` would count as done (in its sweep folder, or kept and
-    restored or about to be) was made with another recipe than the config files now give its job: such a run
-    would be neither trained again nor reported (`report_table` leaves it out), a hole in the table."""
+    """ConfigError when a finished run that table `name` would count as done was made with another recipe than its
+    job's now: neither trained again nor reported, it would be a hole in the table."""
     t = TARGETS[name]
     folders = [[sweep_dir / n if t.sweep else sweep_dir, results / runs_folder(name, scale) / n]
                + [results / runs_folder(o, scale) / n for o in t.reuse] for n in done]
@@ -221,9 +195,8 @@ def refuse_other_recipe(name: str, scale: str, done: list[str], sweep_dir: Path,
 
 
 def wall_of(records: list[dict]) -> float:
-    """The wall time of several tables' records (the parts of one target, whose runs overlap in one queue): the
-    union of their intervals, plus the time of older records that have none. Also for one record whose commands
-    overlapped (two checkouts training rows of one table side by side, their records merged)."""
+    """The wall time of records whose commands may overlap (the parts of one target): the union of their intervals,
+    plus the time of older records that have none."""
     spans = sorted(tuple(i) for r in records for i in r.get("intervals", []))
     total, end = 0.0, float("-inf")
     for a, b in spans:

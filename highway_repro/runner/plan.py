@@ -1,10 +1,8 @@
-"""A table's grid, from its sweep files, to the runs it plans: one folder name per run.
+"""A table's grid, from its sweep files, to the runs it plans: one folder name (Hydra's `override_dirname`) per run.
 
-A table's grid at a scale is the union of its sweep files, `configs/sweep/<table>/<scale>.yaml` and any
-`configs/sweep/<table>/<scale>-<more>.yaml` (Hydra's basic sweeper takes Cartesian products only: a table
-whose rows have different seed counts is several products). Each file is a whole grid that
-`python -m highway_repro.train -m sweep=<table>/<file> scale=<scale>` runs as it is; the runner runs every
-file's jobs into one sweep folder, each job's folder named by Hydra's `override_dirname`.
+The grid at a scale is the union of `configs/sweep/<table>/<scale>.yaml` and any `<scale>-<more>.yaml` (Hydra's
+basic sweeper takes Cartesian products only); each is a whole grid that `python -m highway_repro.train -m
+sweep=<table>/<file>` runs as it is.
 """
 
 from __future__ import annotations
@@ -28,8 +26,7 @@ def split_sweep(overrides: list[str]) -> tuple[list[str], list[str]]:
 
 
 def sweep_files(name: str, scale: str) -> list[str]:
-    """The sweep files of table `name` at `scale` as `sweep=` choices: `<name>/<scale>` first, then the
-    `<name>/<scale>-*` files in name order; [] for a single-run table."""
+    """The sweep files of table `name` at `scale` as `sweep=` choices, `<name>/<scale>` first; [] for a single run."""
     if not TARGETS[name].sweep:
         return []
     folder = CONFIG_DIR / "sweep" / name
@@ -43,8 +40,7 @@ def sweep_files(name: str, scale: str) -> list[str]:
 
 
 def compose_table(t: Target, scale: str, plain: list[str], sweep: str | None = None):
-    """The composed config of the table at `scale` (hydra node included), as its sweep jobs start from;
-    `sweep`: the sweep file (`<table>/<file>`) whose grid `hydra.sweeper.params` holds."""
+    """The composed config of the table at `scale` (hydra node included); `sweep`: the sweep file it composes."""
     from hydra import compose, initialize_config_dir
 
     from highway_repro.resolvers import register
@@ -62,9 +58,8 @@ def override_key(o: str) -> str:
 
 
 def grid_of(cfg, extra: list[str], rows: list[str] | None = None) -> list[str] | None:
-    """One sweep file's grid as overrides (its `hydra.sweeper.params`), then the command line's `extra`. `rows`:
-    the rows (variants) chosen by hand, which replace the first file's rows and cut a later file's to those it
-    shares (None when that leaves it no row)."""
+    """One sweep file's grid as overrides (`hydra.sweeper.params`), then `extra`; `rows`: the variants chosen by
+    hand, which cut the file's rows to those (None when none is left)."""
     grid = {str(k): str(v) for k, v in (cfg.hydra.sweeper.params or {}).items()}
     if rows is not None and "variant" in grid:
         grid["variant"] = ",".join(v for v in grid["variant"].split(",") if v in rows)
@@ -74,9 +69,8 @@ def grid_of(cfg, extra: list[str], rows: list[str] | None = None) -> list[str] |
 
 
 def jobs_of(grid: list[str]) -> list[list[str]]:
-    """Every job (a list of key=value overrides) of one grid, as Hydra's basic sweeper expands it, read by Hydra's
-    public override parser: each key's values (a later override of a key takes its place), their product in order;
-    a sweep that is not a list of values (an interval) is a ValueError naming the key."""
+    """Every job (key=value overrides) of one grid as Hydra's basic sweeper expands it (Hydra's override parser; a
+    later override of a key takes its place); an interval sweep is a ValueError naming the key."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     choices: dict[str, list[str]] = {}
@@ -90,22 +84,20 @@ def jobs_of(grid: list[str]) -> list[list[str]]:
 
 
 def hydra_key(o: str) -> bool:
-    """Whether an override is Hydra's own (`hydra/launcher=...`, `hydra.launcher.partition=...`): never part of
-    a job's `override_dirname`, nor of its recipe."""
+    """Whether an override is Hydra's own (`hydra/launcher=...`, `hydra.launcher.x=...`): no part of a run's name."""
     key = override_key(o)
     return key == "hydra" or key.startswith(("hydra/", "hydra."))
 
 
 def dirname(job: list[str], exclude: list[str]) -> str:
-    """The job's folder name: Hydra's `override_dirname` (sorted key=value, excluded keys and Hydra's own
-    overrides left out)."""
+    """The job's folder name: Hydra's `override_dirname` (sorted, excluded keys and Hydra's own left out)."""
     return ",".join(sorted(o for o in job if override_key(o) not in exclude and not hydra_key(o)))
 
 
 def plan_grids(name: str, scale: str, extra: list[str]) -> tuple[object, list[tuple[str | None, list[str]]]]:
-    """(the composed config of the first sweep file, [(sweep file, grid overrides)] of every file). A single-run
-    table has one grid: `extra` itself, with no sweep file. Rows given by hand (`variant=a,b`) replace the first
-    file's rows and cut the later files' to those."""
+    """(the composed config of the first sweep file, [(sweep file, grid overrides)] of every file); a single-run
+    table's one grid is `extra` itself. Rows given by hand (`variant=a,b`) replace the first file's rows and cut the
+    later files' to those."""
     t = TARGETS[name]
     plain, _ = split_sweep(extra)
     files = sweep_files(name, scale)
@@ -143,6 +135,5 @@ def job_names(cfg, gs: list[list[str]], sweep: bool = True) -> list[str]:
 
 @functools.lru_cache(maxsize=None)
 def grid_names(name: str, scale: str) -> tuple[str, ...]:
-    """The job folder names of table `name`'s grid at `scale`, as `plan` gives them with no extra overrides;
-    composed once per process (a report asks for a study's grid more than once)."""
+    """The job folder names of table `name`'s grid at `scale` (`plan` without overrides), once per process."""
     return tuple(plan(name, scale, [])[2])

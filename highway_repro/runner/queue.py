@@ -1,10 +1,8 @@
-"""The queue of runs: commands N at a time, each in its own process group (and, on a machine with several CUDA
-GPUs, on its own GPU), held back while its memory does not fit, stopped as a whole on a signal.
-"""
+"""The queue of runs: commands N at a time, each in its own process group (and on its own GPU where there are
+several), held back while its memory does not fit, stopped as a whole on a signal; or SLURM jobs (`slurm.py`)."""
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
@@ -15,15 +13,14 @@ from pathlib import Path
 
 from highway_repro.engine.loggers import write_json_atomic
 from highway_repro.runner.estimate import gpu_ids
-from highway_repro.runner.keep import FINISHED, read_record, run_status
+from highway_repro.runner.keep import FINISHED, read_record, run_object, run_status
 from highway_repro.runner.progress import queue_line
 from highway_repro.runner.table import TablePlan, finish_table
 from highway_repro.runtime import on_stop_signals
 from highway_repro.targets import ROOT
 
 def mem_available_gb() -> float | None:
-    """The memory the kernel can give new work without swapping (/proc/meminfo MemAvailable), GiB; None where
-    that file does not exist (then nothing is held back)."""
+    """GiB the kernel can give new work without swapping (/proc/meminfo MemAvailable); None where unknown."""
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
@@ -34,9 +31,8 @@ def mem_available_gb() -> float | None:
 
 
 def oom_kills() -> int | None:
-    """The kernel's own count of processes its out-of-memory killer has ended: the machine's (/proc/vmstat) plus
-    this container's (cgroup v2 memory.events); None where neither exists. A job that dies of SIGKILL while this
-    count rises was killed for memory; a SIGKILL from anyone else leaves it as it is."""
+    """The kernel's count of processes its out-of-memory killer ended (/proc/vmstat plus cgroup v2 memory.events);
+    None where neither exists. A job dead of SIGKILL while it rose was killed for memory."""
     total, found = 0, False
     for path in (Path("/proc/vmstat"), Path("/sys/fs/cgroup/memory.events")):
         try:
@@ -50,39 +46,30 @@ def oom_kills() -> int | None:
 
 
 def _fits(peak: float, reserved: list[float], budget: float | None) -> bool:
-    """Whether a job of `peak` GiB fits beside the running jobs' `reserved` peaks within `budget` (the memory that
-    was available when the queue started). A job always starts when nothing runs: it can do no better later."""
+    """Whether a job of `peak` GiB fits beside the running jobs' `reserved` within `budget` (alone, it always does)."""
     return budget is None or not reserved or sum(reserved) + peak <= budget
 
 
 def _mark_killed(p: "TablePlan", why: str) -> Path | None:
-    """Note in the run folder that the job trained last (the unfinished one written to most recently) why it
-    died, in its run_info.json under `killed`: the report shows it in the run's row."""
+    """Note why it died (`killed` in run_info.json, shown in the report) in the unfinished run written to last."""
     runs = [p.sweep_dir] if p.single else [p.sweep_dir / n for n in p.todo if (p.sweep_dir / n).is_dir()]
     runs = [r for r in runs if run_status(r) not in FINISHED]
     if not runs:
         return None
     run = max(runs, key=lambda r: max((f.stat().st_mtime for f in r.rglob("*") if f.is_file()), default=0.0))
-    info_path = run / "run_info.json"
-    try:
-        info = json.loads(info_path.read_text()) if info_path.exists() else {}
-    except (OSError, ValueError):
-        info = {}
-    write_json_atomic(info_path, {**info, "killed": why})
+    write_json_atomic(run / "run_info.json", {**(run_object(run / "run_info.json") or {}), "killed": why})
     return run
 
 
 def pick_gpu(gpus: list[str], held: list[str]) -> str | None:
-    """The GPU a job starting now gets: the one the fewest running jobs hold (`held`: theirs), the first such in
-    order, so N jobs on N GPUs each have their own and more jobs share them evenly; None with fewer than 2 GPUs
-    (the job sees every GPU, as it would alone)."""
+    """The GPU a job starting now gets: the first of those the fewest running jobs hold (`held`); None with fewer
+    than 2 GPUs (it sees every GPU)."""
     return min(gpus, key=held.count) if len(gpus) > 1 else None
 
 
 class StopRequest:
-    """The signal handler while a queue runs: SIGINT / SIGTERM / SIGHUP are only recorded here (an exception
-    raised at an arbitrary point could leave a started command untracked or a record half written); the queue
-    loop acts on them. A second signal means: kill now."""
+    """The handler of SIGINT / SIGTERM / SIGHUP while a queue runs: it records them, the queue loop acts on them (an
+    exception raised anywhere could leave a command untracked); a second one means: kill now."""
 
     def __init__(self):
         self.signum, self.count = 0, 0
@@ -103,24 +90,32 @@ LOST_TRIES = 3  # a cluster job lost without a result (a failed node, an admin's
 
 
 def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None, cluster=None) -> int:
-    """Run the commands of every plan, in order, `jobs` at a time: a job that frees up takes the next command,
-    of the same table or the next one. Each command runs in its own process group. A table ends when its last
-    command ends: its runs are kept and `on_table_end(plan)` is called. A failed command does not stop the
-    others. With several tables it prints one line a minute for the whole queue (`queue_line`), beside each
-    table's own. On SIGINT/SIGTERM/SIGHUP every running command is stopped (`stop_sweep`), nothing more starts, the
-    finished runs of every started table are kept, and the runner exits 128 + signal; on any other error the
-    running commands are stopped too. `cluster` (`slurm.Cluster`): each command a SLURM job instead, `jobs` of
-    them in flight, a job lost without a result submitted again (resume=auto continues it), up to LOST_TRIES
-    times. Returns the first non-zero exit status, else 0."""
-    queue = [(p, cmd, s, 0) for p in plans for cmd, s in zip(p.commands, p.costs or [None] * len(p.commands))]
+    """Run the commands of every plan in order, `jobs` at a time, each in its own process group; a failed one stops
+    nothing. A table ends with its last command: its runs are kept, `on_table_end(plan)` is called. On a stop signal
+    the running commands are stopped (`stop_sweep`), the finished runs kept, and the runner exits 128 + signal.
+    `cluster` (`slurm.Cluster`): each table's commands submitted at once, a job lost without a result submitted
+    again up to LOST_TRIES times (resume=auto continues it); `cluster.detach`: return once submitted. Returns the
+    first non-zero exit status."""
+    queue = [(p, cmd, s) for p in plans for cmd, s in zip(p.commands, p.costs or [None] * len(p.commands))]
     for p in plans:
         p.left = len(p.commands)
     live: list[tuple[TablePlan, subprocess.Popen]] = []
-    status, stop, shown, tries_of = 0, StopRequest(), time.time(), {}
+    status, stop, shown = 0, StopRequest(), time.time()
     budget, held, kills_at = mem_available_gb() if cluster is None else None, set(), {}  # GiB for its jobs
     gpus, gpu_of = gpu_ids() if jobs > 1 and cluster is None else [], {}  # one GPU per job: {pid: its GPU}
     old = on_stop_signals(stop)
     try:
+        for p in plans if cluster is not None else ():  # every command at once, as job arrays
+            _start(p, progress=not cluster.detach)
+            for job in cluster.submit([(c, s) for q, c, s in queue if q is p], p.threads, p.peak_gb, p.name):
+                print(f"+ {job.pid} ({job.limit_min} min):", shlex.join(job.cmd), flush=True)
+                live.append((p, job))
+        if cluster is not None:
+            queue = []
+            if cluster.detach:
+                print(f"[slurm] {cluster.line()}; detached: the same command follows these jobs, keeps what "
+                      "finished and submits again what was lost", flush=True)
+                return 0
         while (queue or live) and not stop.signum:
             while queue and len(live) < jobs and not stop.signum:
                 reserved = [q.peak_gb for q, _ in live]
@@ -134,37 +129,28 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None, cluster=None
                               f"{sum(reserved):.1f} of the {budget:.1f} GB available are reserved for "
                               f"{len(live)} running job(s)", flush=True)
                     break
-                p, cmd, secs, tries = queue.pop(i)
+                p, cmd, _ = queue.pop(i)
                 if not live and budget is not None and p.peak_gb > budget:
                     print(f"[{p.name}] warning: a run needs {p.peak_gb:.1f} GB at its peak, more than the "
                           f"{budget:.1f} GB available; it runs alone", file=sys.stderr, flush=True)
-                if p.start is None:
-                    p.start, p.base = time.time(), read_record(p.kept, p.fresh)
-                    if p.progress is not None:
-                        p.progress.start()
-                if cluster is not None:
-                    proc = cluster.start(cmd, p.threads, p.peak_gb, secs, p.name)
-                    print(f"+ {proc.pid} ({proc.limit_min} min):", shlex.join(cmd), flush=True)
-                    tries_of[proc.pid] = (cmd, secs, tries)
-                else:
-                    gpu = pick_gpu(gpus, [gpu_of.get(x.pid) for _, x in live])
-                    env = None if gpu is None else {**os.environ, "CUDA_VISIBLE_DEVICES": gpu}
-                    print("+", *([f"CUDA_VISIBLE_DEVICES={gpu}"] if gpu is not None else []), shlex.join(cmd),
-                          flush=True)
-                    proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, env=env)  # stopped as a group
-                    gpu_of[proc.pid] = gpu
-                    kills_at[proc.pid] = oom_kills()
+                _start(p)
+                gpu = pick_gpu(gpus, [gpu_of.get(x.pid) for _, x in live])
+                env = None if gpu is None else {**os.environ, "CUDA_VISIBLE_DEVICES": gpu}
+                print("+", *([f"CUDA_VISIBLE_DEVICES={gpu}"] if gpu is not None else []), shlex.join(cmd), flush=True)
+                proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, env=env)  # stopped as a group
+                gpu_of[proc.pid], kills_at[proc.pid] = gpu, oom_kills()
                 live.append((p, proc))
             time.sleep(0.5)
-            if len(plans) > 1 and time.time() - shown >= QUEUE_LINE_EVERY_S:
-                print(queue_line(plans), flush=True)
+            if (len(plans) > 1 or cluster is not None) and time.time() - shown >= QUEUE_LINE_EVERY_S:
+                print(queue_line(plans, cluster and f"slurm: {cluster.line()}"), flush=True)
                 shown = time.time()
             for p, proc in [x for x in live if x[1].poll() is not None]:
                 live.remove((p, proc))
-                if getattr(proc, "lost", False) and tries_of[proc.pid][2] < LOST_TRIES:
-                    cmd, secs, tries = tries_of.pop(proc.pid)
+                if getattr(proc, "lost", False) and proc.tries < LOST_TRIES:
                     print(f"[{p.name}] {proc.pid} was lost without a result: submitted again", flush=True)
-                    queue.insert(0, (p, cmd, secs, tries + 1))
+                    (job,) = cluster.submit([(proc.cmd, proc.secs)], p.threads, p.peak_gb, p.name, proc.tries + 1)
+                    print(f"+ {job.pid} ({job.limit_min} min):", shlex.join(job.cmd), flush=True)
+                    live.append((p, job))
                     continue
                 rc = exit_code(proc.returncode)
                 status = status or rc
@@ -200,14 +186,21 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None, cluster=None
     return status
 
 
+def _start(p: TablePlan, progress: bool = True) -> None:
+    """A table's first command starts: its start time, its record as it was, its progress lines."""
+    if p.start is None:
+        p.start, p.base = time.time(), read_record(p.kept, p.fresh)
+        if p.progress is not None and progress:
+            p.progress.start()
+
+
 def stop_sweep(procs: list[subprocess.Popen], stop: StopRequest | None = None, grace_s: float = 60.0) -> None:
-    """Stop the running commands: SIGTERM to each one's whole process group each second (each trainer finishes
-    its step, saves a checkpoint and exits; a worker of a launcher such as joblib would otherwise take the next
-    job handed to it), and after `grace_s` or a second signal to the runner (`stop.count`), SIGKILL to what is
-    left. Signalling only a command's main process is not enough: its workers outlive it."""
-    for job in [p for p in procs if hasattr(p, "cancel")]:  # a cluster job: scancel (its trainer saves and exits)
-        job.cancel()
-    procs = [p for p in procs if not hasattr(p, "cancel")]
+    """Stop the running commands: SIGTERM to each one's whole process group each second (a trainer saves at its
+    step; a launcher's workers would outlive their main process), SIGKILL to what is left after `grace_s` or a
+    second signal (`stop.count`); cluster jobs: one scancel."""
+    if jobs := [p for p in procs if hasattr(p, "cluster")]:
+        jobs[0].cluster.cancel(jobs)
+    procs = [p for p in procs if not hasattr(p, "cluster")]
     deadline = time.time() + grace_s
     alive = list(procs)
     while alive and time.time() < deadline and (stop is None or stop.count < 2):

@@ -1,5 +1,5 @@
-"""One table's plan: what it trains (the commands for the queue, their estimated cost), printed before it starts,
-and its record (`reproduce.json`: the commands and their wall time) kept as it goes."""
+"""One table's plan (the commands for the queue and their cost, printed before it starts) and its record
+(`reproduce.json`: the commands and their wall time), kept as it goes."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from highway_repro.engine.loggers import write_json_atomic
 from highway_repro.errors import ConfigError, make_folder
 from highway_repro.report.header import duration
-from highway_repro.runner.estimate import DEFAULT_PEAK_GB, MARGIN, peak_gb, per_run_s, wall_s
+from highway_repro.runner.estimate import DEFAULT_PEAK_GB, MARGIN, on_cpu, peak_gb, per_run_s, wall_s
 from highway_repro.runner.keep import (FINISHED, SINGLE_RUN, keep, refuse_other_recipe, restore, reused_names,
                                        run_status)
 from highway_repro.runner.plan import REPEAT_KEYS, dirname, job_names, jobs_of, hydra_key, override_key, plan_grids
@@ -22,9 +22,8 @@ from highway_repro.targets import TARGETS, kept_apart, make_target, runs_folder
 
 @dataclass(eq=False)  # one object per table: compared and hashed by identity
 class TablePlan:
-    """What a table (or a part of a target with parts) trains: `commands` for the queue, each a Hydra multirun (a
-    whole grid when jobs == 1: Hydra runs its jobs one after another in one process; one run each when jobs > 1,
-    so that the queue keeps every job busy across the end of one table and the start of the next)."""
+    """What a table (or a part of a target) trains: `commands` for the queue, each a Hydra multirun (a whole grid on
+    one job; one run, or one group, each on several jobs or a cluster, so that every job stays busy)."""
     name: str
     sweep_dir: Path
     kept: Path
@@ -49,9 +48,8 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
                fresh: bool = False, estimate_only: bool = False, pending: set = frozenset(),
                group: str = "1", split: bool = False) -> TablePlan:
     """Print the plan of table `name` and its cost; put its kept runs back into its sweep folder (not for an
-    estimate, which writes and deletes nothing) and return what is left to train. `pending`: run folder names
-    that a table before it in the queue trains and it reuses (an estimate counts them as restored). `split`: one
-    command per run (or per group) even on one job, as a cluster takes them."""
+    estimate: it writes nothing) and return what is left to train. `pending`: run folder names that a table before
+    it in the queue trains and it reuses. `split`: one command per run (or group) even on one job (a cluster)."""
     t = TARGETS[name]
     sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
     cfg, fgs = plan_grids(name, scale, extra)
@@ -90,10 +88,11 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     if size > 1 and todo and not grouped:
         size, how = 1, how + "; not grouped (a cell has no single repeat key, e.g. seed and trial both given)"
     known = None not in secs
-    cost = (f"estimated {cost_of(secs, threads, jobs)} ({how})" if todo and known
+    per = threads if on_cpu(cfg) else 0  # a GPU run: GPU-hours
+    cost = (f"estimated {cost_of(secs, per, jobs)} ({how})" if todo and known
             else f"no estimate ({how})" if todo else "nothing to train")
     if None not in whole and whole and len(todo) < len(names):
-        cost += f"; the whole table: {cost_of(whole, threads, jobs)}"
+        cost += f"; the whole table: {cost_of(whole, per, jobs)}"
     source = str(kept) + "".join(f", {results / runs_folder(o, scale)}" for o in t.reuse)
     queued_from = f", {len(queued)} to come from {', '.join(t.reuse)} before it in this queue" if queued else ""
     print(f"[{name}] scale={scale}: {len(names)} runs, {len(done)} finished ({len(restored)} restored from {source}"
@@ -139,9 +138,10 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
 
 
 def cost_of(secs: list[float], threads: int, jobs: int) -> str:
-    """`N x <a run> = C CPU-hours, W wall with J job(s) ± M % across machines` of runs taking `secs` each."""
+    """`N x <a run> = C CPU-hours (threads 0: GPU-hours), W wall with J job(s) ± M % across machines`."""
     total = sum(secs)
-    return (f"{len(secs)} x {duration(total / len(secs))} = {total * threads / 3600:.1f} CPU-hours, "
+    hours = f"{total * threads / 3600:.1f} CPU-hours" if threads else f"{total / 3600:.1f} GPU-hours"
+    return (f"{len(secs)} x {duration(total / len(secs))} = {hours}, "
             f"{duration(wall_s(secs, jobs))} wall with {jobs} job(s) ± {MARGIN * 100:.0f} % across machines")
 
 
@@ -149,7 +149,7 @@ GROUP_PEAK = 3.0  # a group's peak memory against a lone run's (Fig. 1, 11 membe
 
 
 def group_of(cfg, group: str) -> int:
-    """Runs a group at most (`group`: auto or a size), 1 where the table's model cannot group (`grouped.GROUPABLE`)."""
+    """Runs a group at most (`group`: auto or a size), 1 where the table's model cannot group."""
     from highway_repro.train.grouped import GROUPABLE, group_size
 
     size = group_size(group if group == "auto" else int(group))
@@ -158,9 +158,8 @@ def group_of(cfg, group: str) -> int:
 
 def group_commands(cfg, files: list[str], gs: list[list[str]], todo: list[str],
                    size: int) -> list[tuple[list[str], list[str]]]:
-    """(the overrides, the run names) of one grouped multirun per cell (a row's runs, which differ in their seed or
-    trial only), at most `size` runs each, to follow the train command; [] where a run's cell has no single repeat
-    key."""
+    """(the overrides, the run names) of one grouped multirun per cell (runs that differ in their seed or trial
+    only), at most `size` runs each; [] where a run's cell has no single repeat key."""
     exclude = list(cfg.hydra.job.config.override_dirname.exclude_keys)
     cells, left = {}, set(todo)
     for f, g in zip(files, gs):
@@ -182,8 +181,8 @@ def group_commands(cfg, files: list[str], gs: list[list[str]], todo: list[str],
 
 
 def tick(p: TablePlan) -> None:
-    """A progress tick: keep the runs finished so far and record the table's time up to now, so that a runner
-    killed -9 (a machine that goes away) loses neither its finished runs nor more than a tick of its time."""
+    """A progress tick: keep the runs finished so far and record the table's time up to now (a runner killed -9
+    loses no finished run and at most a tick of its time)."""
     if p.sweep_dir.exists():
         keep(p.sweep_dir, p.kept, single=p.single, apart=p.apart, reused=p.reused)
     if p.start is not None:
@@ -191,10 +190,8 @@ def tick(p: TablePlan) -> None:
 
 
 def record_time(p: TablePlan, end: float) -> None:
-    """Write the table's record: the one it had when the table started, plus this command and its time from
-    the first start to `end` (`wall_s`, and the interval itself, so that overlapping parts of one target are not
-    counted twice). Written again at each tick and at the end: the last write holds. `p.start` and `p.base`
-    are set by the runner when the table's first command starts."""
+    """Write the table's record: the one it had when the table started (`p.base`), plus this command and its time
+    from the first start to `end` (`wall_s`, and the interval, so that overlapping parts count once)."""
     record = dict(p.base)
     record["commands"] = list(dict.fromkeys(p.base["commands"] + [p.shown]))
     record["wall_s"] = p.base.get("wall_s", 0.0) + end - p.start
@@ -204,8 +201,7 @@ def record_time(p: TablePlan, end: float) -> None:
 
 
 def finish_table(p: TablePlan) -> None:
-    """Keep the table's finished runs and add this command and its time (first start to last end) to its
-    record (`record_time`)."""
+    """Keep the table's finished runs and add this command and its time to its record."""
     if p.progress is not None and p.progress.is_alive():
         p.progress.stop.set()
         p.progress.join()  # a tick may be keeping files right now
