@@ -87,7 +87,7 @@ OFFICIAL_DIR ?=
 parity: setup ## our models vs the official code, weights copied across (results/parity.md, ~1 min): OFFICIAL_DIR=<checkouts>
 	$(BIN)/python scripts/parity.py $(if $(OFFICIAL_DIR),--official-dir "$(OFFICIAL_DIR)")
 
-readme: setup ## the README's glance (one line per table, the claims picture) from results/summary.csv; the guide's cost line from the estimate (the runner's, in the venv)
+readme: setup ## the README's glance (one line per table, the claims picture) from results/summary.csv; the costs in docs/guide.md and docs/cluster.md from the runner's estimate
 	$(BIN)/python scripts/update_readme.py
 
 # HF transformers 4.36.2 (the last with Transformer-XL) pins clash with this project's: its own venv

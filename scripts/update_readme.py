@@ -10,8 +10,9 @@ number, else its first row) on the metric that row reports. The full list of com
 results/README.md (`highway_repro/report/claims_list.py`, loaded here by path). results/summary.csv,
 results/claims.png and results/README.md are written by `make tables`.
 
-It also writes the cost of every paper table from scratch on 2 jobs, the estimate's `[all]` line, between the cost
-markers of docs/guide.md (`whole_set_cost`), so that no cost is typed by hand.
+It also writes the costs the runner's estimate gives, so that no cost is typed by hand: every paper table from scratch
+on 2 jobs (the estimate's `[all]` line) between the cost markers of docs/guide.md (`whole_set_cost`), and each paper
+table's runs on 1 to 32 GPUs between the cost markers of docs/cluster.md (`cluster_costs`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- glance:begin -->", "<!-- glance:end -->"
+COST_MARKERS = ("<!-- cost:begin -->", "<!-- cost:end -->")
 COST = re.compile(r"(<!-- cost:begin -->).*?(<!-- cost:end -->)")
+CLUSTER_MARKERS, GPUS = ("<!-- costs:begin -->", "<!-- costs:end -->"), (1, 8, 32)
 ESTIMATE = ["-m", "highway_repro.runner", "--all", "--fresh", "--estimate", "--jobs", "2", "--scale", "cpu"]
 _spec = importlib.util.spec_from_file_location("claims_list", ROOT / "highway_repro" / "report" / "claims_list.py")
 claims_list = importlib.util.module_from_spec(_spec)
@@ -124,15 +127,47 @@ def whole_set_cost(root: Path) -> str | None:
     return m[1] if m else None
 
 
-def write_cost(path: Path, cost: str) -> bool:
-    """`cost` between the cost markers of `path`, written whole; False where the file has no markers."""
-    text = path.read_text()
-    if COST.search(text) is None:
+def write_between(path: Path, begin: str, end: str, inner: str) -> bool:
+    """`inner` between the first `begin` and the `end` after it in `path`, written whole or not at all (a temporary
+    file, then a rename); False where the file has no such markers."""
+    head, found, rest = path.read_text().partition(begin)
+    body, closed, tail = rest.partition(end)
+    if not (found and closed):
         return False
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(COST.sub(lambda m: m[1] + cost + m[2], text))
+    tmp.write_text(head + begin + inner + end + tail)
     os.replace(tmp, path)
     return True
+
+
+def write_cost(path: Path, cost: str) -> bool:
+    """`cost` between the cost markers of `path`; False where the file has no markers."""
+    return write_between(path, *COST_MARKERS, cost)
+
+
+def cluster_costs(root: Path = ROOT) -> str:
+    """docs/cluster.md's cost table: each paper table's runs at the paper scale on GPUs, priced by the runner's one
+    cost rule (`runner.estimate.per_run_s`: a cell's kept GPU runs, else the scale file's `est_step_s` x steps) and
+    laid out on N GPUs as the queue lays them (`runner.estimate.wall_s`: each run on the first GPU free)."""
+    from highway_repro.report.header import duration
+    from highway_repro.runner.estimate import MARGIN, per_run_s, wall_s
+    from highway_repro.runner.plan import job_names, plan_grids
+    from highway_repro.targets import PAPER_TABLES, TARGETS, make_target, runs_folder
+
+    lines = [f"| table | runs | a run | GPU-hours | {' | '.join(f'{n} GPU' + 's' * (n > 1) for n in GPUS)} |",
+             "|---|---:|---:|---:|" + "---:|" * len(GPUS)]
+    for name in PAPER_TABLES:
+        cfg, fgs = plan_grids(name, "paper", ["trainer.device=cuda"])
+        names = job_names(cfg, [g for _, g in fgs], TARGETS[name].sweep)
+        kept = [p.parent for p in (root / "results" / runs_folder(name, "paper")).glob("*/metrics.json")]
+        secs, _ = per_run_s(names, kept, cfg)
+        if None in secs:
+            lines.append(f"| `make {make_target(name)}` | {len(names)} | no estimate | | " + "| " * len(GPUS))
+            continue
+        walls = " | ".join(duration(wall_s(secs, n)) for n in GPUS)
+        lines.append(f"| `make {make_target(name)}` | {len(names):,} | {duration(sum(secs) / len(secs))} | "
+                     f"{sum(secs) / 3600:,.1f} | {walls} |")
+    return "\n".join(lines) + f"\n\n± {MARGIN * 100:.0f} % across machines (`runner/estimate.py`)."
 
 
 def main(root: Path = ROOT) -> int:
@@ -147,15 +182,9 @@ def main(root: Path = ROOT) -> int:
             rows = list(csv.DictReader(fh))
     body = glance(rows, root / "results") if rows else (
         "_results/summary.csv has no claims yet: `make tables` builds it from the run folders of the tables._")
-    text = readme.read_text()
-    if BEGIN not in text or END not in text:
+    if not write_between(readme, BEGIN, END, "\n" + body + "\n"):
         print(f"README.md has no {BEGIN} ... {END} markers", file=sys.stderr)
         return 1
-    head, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    tmp = readme.with_name(f".{readme.name}.{os.getpid()}.tmp")  # whole or not at all: write, then rename
-    tmp.write_text(head + BEGIN + "\n" + body + "\n" + END + tail)
-    os.replace(tmp, readme)
     print(f"README.md: {counts([r for r in rows if r['kind'] == 'claim'])}")
     guide = root / "docs" / "guide.md"
     if guide.is_file() and not guide.is_symlink() and COST.search(guide.read_text()):
@@ -165,6 +194,10 @@ def main(root: Path = ROOT) -> int:
             return 1
         write_cost(guide, cost)
         print(f"docs/guide.md: the whole set costs {cost}")
+    cluster = root / "docs" / "cluster.md"
+    if cluster.is_file() and not cluster.is_symlink() and CLUSTER_MARKERS[0] in cluster.read_text():
+        write_between(cluster, *CLUSTER_MARKERS, "\n" + cluster_costs(root) + "\n")
+        print("docs/cluster.md: each paper table's cost on 1 to 32 GPUs")
     return 0
 
 

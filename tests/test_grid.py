@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import CONFIG_DIR, EXPERIMENTS, REPO, SCALES, compose, needs_mirror
+from conftest import CONFIG_DIR, EXPERIMENTS, REPO, SCALES, compose, load_script, needs_mirror
 
 VARIANTS = sorted(p.stem for p in (CONFIG_DIR / "variant").glob("*.yaml"))
 
@@ -763,10 +763,6 @@ def test_a_table_on_gpus_is_priced_in_gpu_hours_from_the_paper_scale_file(tmp_pa
 
 
 def test_the_cluster_page_holds_the_costs_the_estimate_gives_now():
-    """docs/cluster.md's cost table is what scripts/cluster_costs.py writes from the estimate today."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("cluster_costs", REPO / "scripts" / "cluster_costs.py")
-    costs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(costs)
-    assert costs.table() in (REPO / "docs" / "cluster.md").read_text(), "run python scripts/cluster_costs.py"
+    """docs/cluster.md's cost table is what `make readme` writes from the estimate today."""
+    assert load_script("update_readme").cluster_costs(REPO) in (REPO / "docs" / "cluster.md").read_text(), \
+        "run make readme"
