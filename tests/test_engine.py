@@ -123,10 +123,26 @@ def test_jsonl_truncate_after(tmp_path):
     for s in (1, 2, 3):
         lg.log({"train/loss": float(s)}, s)
     with open(tmp_path / "metrics.jsonl", "a") as f:
-        f.write('{"step": 4, "trai')  # a line cut by a kill
+        f.write('[1]\n{"step": 4, "trai')  # a line no run writes; a line cut by a kill
+    outside = tmp_path / "outside.txt"
+    outside.write_text("kept\n")
+    (tmp_path / "metrics.jsonl.tmp").symlink_to(outside)  # a planted link beside the history: never written through
     lg.truncate_after(2)
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert [x["step"] for x in lines] == [1, 2]
+    assert [x["step"] for x in lines] == [1, 2] and outside.read_text() == "kept\n"
+
+
+def test_the_w_and_b_files_of_a_resumed_run_are_read_through_no_link(tmp_path):
+    """`wandb_last_step` reads a run folder's W&B run files as kept files: a link below `wandb/` is refused."""
+    from highway_repro.engine.loggers import wandb_last_step
+    from highway_repro.files import KeptFileError
+
+    (tmp_path / "outside.wandb").write_bytes(b"elsewhere")
+    segment = tmp_path / "wandb" / "offline-run-20260101_000000-abc"
+    segment.mkdir(parents=True)
+    (segment / "run-abc.wandb").symlink_to(tmp_path / "outside.wandb")
+    with pytest.raises(KeptFileError, match="symbolic link"):
+        wandb_last_step(tmp_path / "wandb", "abc")
 
 
 # ----------------------------------------------------------------------------- the loop: throughput, FLOPs, gates

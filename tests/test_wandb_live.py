@@ -117,7 +117,8 @@ def test_a_resumed_w_and_b_run_logs_again_the_steps_its_earlier_segment_lacks(tm
     first.finish({"status": "interrupted"})
     read_offline_run(next((tmp_path / "wandb").glob("offline-run-*")))  # (waits for W&B to have written it all)
     lines = [{"step": s, "train/loss": 1.0 / (s + 1)} for s in (0, 2, 4, 6, 8)] + [{"step": 8, "val/loss": "nan"}]
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"step": 10, "tr')
+    text = "".join(json.dumps(line) + "\n" for line in lines) + "[6]\n"  # (a line no run writes: passed over)
+    (tmp_path / "metrics.jsonl").write_text(text + '{"step": 10, "tr')
     second = WandbLogger(tmp_path, name="job", config=config, resume_id=first.run_id)
     second.truncate_to((tmp_path / "metrics.jsonl").stat().st_size - len('{"step": 10, "tr'))
     second.run.finish()

@@ -136,18 +136,18 @@ class JsonlLogger:
 
     def truncate_after(self, step: int) -> None:
         """On resume: drop lines logged after the checkpoint's step (they will be logged again)."""
-        if not self.path.exists():
+        blob = files.read_bytes(self.path)
+        if blob is None:
             return
         keep = []
-        for line in self.path.read_text().splitlines():
+        for line in blob.splitlines():
             try:
-                if json.loads(line).get("step", 0) <= step:
-                    keep.append(line)
-            except json.JSONDecodeError:  # a line cut by a kill
+                record = files.parse_json(line, self.path)
+            except files.KeptFileError:  # a line cut by a kill
                 continue
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(k + "\n" for k in keep))
-        os.replace(tmp, self.path)
+            if isinstance(record, dict) and record.get("step", 0) <= step:
+                keep.append(line + b"\n")
+        files.write_atomic(self.path, b"".join(keep))
 
     def position(self) -> int:
         """The size of metrics.jsonl in bytes (stored in checkpoints)."""
@@ -233,11 +233,13 @@ class WandbLogger(JsonlLogger):
         logged."""
         last = wandb_last_step(self.path.parent / "wandb", self.run.id, Path(self.run.dir).parent)
         n = 0
-        for line in self.path.read_text().splitlines() if self.path.exists() else ():
+        for line in (files.read_bytes(self.path) or b"").splitlines():  # (a link or an oversized file: refused)
             try:
-                record = json.loads(line)
-                step = int(record.pop("step"))
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                record = files.parse_json(line, self.path)
+                step = int(record.pop("step")) if isinstance(record, dict) else None
+            except (files.KeptFileError, KeyError, TypeError, ValueError):
+                continue
+            if step is None:
                 continue
             if last is None or step > last:
                 values = {k: float(v) if v in ("nan", "inf", "-inf") else v for k, v in record.items()}
@@ -282,15 +284,18 @@ def wandb_records(blob: bytes):
             buf = b""
 
 
+WANDB_FILE_BYTES = 2**30  # a W&B run file larger than this is refused unread
+
+
 def wandb_last_step(folder: Path, run_id: str, current: Path | None = None) -> int | None:
     """The last history step that the segments of W&B run `run_id` under `folder` (`<run>/wandb/`: one
     `offline-run-*-<id>` or `run-*-<id>` folder per start of the run) hold on disk, the segment `current` left out;
-    None when none holds a step."""
+    None when none holds a step. Read as kept files (`files.read_bytes`: a link below `folder` is refused)."""
     steps = []
     for f in sorted(Path(folder).glob(f"*run-*-{run_id}*/run-{run_id}.wandb")):
         if f.parent == current:
             continue
-        for record in wandb_records(f.read_bytes()):
+        for record in wandb_records(files.read_bytes(f, folder, limit=WANDB_FILE_BYTES) or b""):
             if record.WhichOneof("record_type") == "history":
                 steps += [int(json.loads(i.value_json)) for i in record.history.item
                           if (i.key or "/".join(i.nested_key)) == "_step"]
