@@ -45,7 +45,7 @@ def _verdict(r: dict) -> str:
     second = " at 99 %, the second look" if float(r.get("level") or 0.95) > 0.95 else ""  # stats.SECOND_LOOK
     second += ", paired by seed" if r.get("ci_unpaired_low") else ""
     ci = (f" [{num(r['ci_low'])}, {num(r['ci_high'])}]{second}" if r["ci_low"] else
-          f" ({r['detail']})" if r["detail"].startswith("not testable") else " (no interval)")  # report.spec.UNTESTED
+          f" ({r['detail']})" if r["detail"].startswith("not testable") else " (no interval)")  # report.claims.UNTESTED
     if not counted(r):  # its numbers, for information
         return f"{uncounted(r)}{ci}"
     # runs per row: seeds of a trained row, trials of a random search (its table's line says which)

@@ -10,8 +10,10 @@ import math
 from highway_repro.report import papers, power, stats
 from highway_repro.report.plots import Panel, curve_panel, plot
 from highway_repro.report.prose import prose
-from highway_repro.report.spec import (Claim, Column, Measure, TableSpec, best, best_key, count, mean_curve, num,
-                                       params, paper, stat, top_mean, trials)
+from highway_repro.report.claims import Claim, trials
+from highway_repro.report.measures import (Column, Measure, best, best_key, count, mean_curve, num, params, paper, stat,
+                                           top_mean)
+from highway_repro.report.spec import TableSpec
 
 # ------------------------------------------------------------------ measures shared by the tables
 TEST_ACC = Measure("test/acc", "test accuracy %", scale=100.0, digits=2, lower_is_better=False)

@@ -13,8 +13,10 @@ from highway_repro.report.grids import SWEEP_DIR, grid_of
 from highway_repro.report.plots import T_BAND, Panel, curve_panel, plot, t_band
 from highway_repro.report.prose import prose
 from highway_repro.report.runs import Run
-from highway_repro.report.spec import (NA, Claim, Column, Measure, TableSpec, count, mean_pm, params, paper,
-                                       pct, ratio_to_baseline, rel_change, stat, steps_to_reach, test_claim)
+from highway_repro.report.claims import Claim, test_claim
+from highway_repro.report.measures import (NA, Column, Measure, count, mean_pm, params, paper, pct, ratio_to_baseline,
+                                           rel_change, stat, steps_to_reach)
+from highway_repro.report.spec import TableSpec
 
 
 def sweep_rows(name: str) -> tuple[str, ...]:

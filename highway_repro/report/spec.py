@@ -1,7 +1,6 @@
 """One table style for both papers: a `TableSpec` (rows grouped by config `keys`, columns, claims, floors), rendered
 by `render` into Markdown, CSV and the tested claims. Its parts live in `measures.py` (`Measure`, `Row`, number
-formats, the columns) and `claims.py` (`Claim` and its tests); every public name of the three is reachable from
-here.
+formats, the columns) and `claims.py` (`Claim` and its tests).
 """
 
 from __future__ import annotations
@@ -13,20 +12,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from highway_repro.report.prose import prose
-from highway_repro.report.claims import (LAST_LOOK, UNTESTED, Claim, ClaimResult, claim_line, family, floor_claim,
-                                         paper_claim_of, pooled, run_id, side_row, test_claim, trials)
-from highway_repro.report.measures import (NA, Column, Measure, Row, best, best_key, count, interval, mean_curve,
-                                           mean_pm, num, paper, params, pct, ratio_to_baseline, reach_steps, rel_change,
-                                           stat, steps_to_reach, top_mean)
+from highway_repro.report.claims import Claim, ClaimResult, claim_line, family, floor_claim, pooled, test_claim
+from highway_repro.report.measures import Measure, Row
 from highway_repro.report.papers import PaperTable
 from highway_repro.report.runs import Run
-
-__all__ = ["NA", "Measure", "Row", "interval", "mean_pm", "num", "pct",
-           "Column", "best", "best_key", "count", "mean_curve", "paper", "params", "ratio_to_baseline", "reach_steps",
-           "rel_change", "stat", "steps_to_reach", "top_mean",
-           "LAST_LOOK", "UNTESTED", "Claim", "ClaimResult", "claim_line", "family", "floor_claim", "paper_claim_of",
-           "pooled", "run_id", "side_row", "test_claim", "trials",
-           "TableSpec", "Rendered", "group", "claims_of", "render", "floor_met"]
 
 
 @dataclass(frozen=True)
