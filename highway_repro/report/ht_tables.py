@@ -14,8 +14,8 @@ from highway_repro.report.plots import T_BAND, Panel, curve_panel, plot, t_band
 from highway_repro.report.prose import prose
 from highway_repro.report.runs import Run
 from highway_repro.report.claims import Claim, test_claim
-from highway_repro.report.measures import (NA, Column, Measure, count, mean_pm, params, paper, pct, ratio_to_baseline,
-                                           rel_change, stat, steps_to_reach)
+from highway_repro.report.measures import (NA, Column, Measure, column, count, mean_pm, params, paper, pct,
+                                           ratio_to_baseline, rel_change, stat, steps_to_reach)
 from highway_repro.report.spec import TableSpec
 
 
@@ -254,7 +254,7 @@ def paper_anchor_table() -> TableSpec:
     columns = (params(), count(), *(stat(m) for m in at.values()),
                paper(f"official log, step {step}", lambda i: official(i), "official_val_bpc"),
                Column("ours - official (95 % interval)", gap_cell, lambda row, t: {"minus_official": gap(row)[0]}),
-               Column(f"within {tol} bpc", within_cell, lambda row, t: {"within_tolerance": within_cell(row, t)}),
+               column(f"within {tol} bpc", "within_tolerance", within_cell),
                stat(test))
 
     def claims(by_id) -> list[Claim]:
@@ -298,7 +298,7 @@ def gate_zoo_table() -> TableSpec:
         def value(row, t):
             base = t.by_id.get((row.id[0], other))
             return NA if base is None or base is row else pct(row.mean(test), base.mean(test))
-        return Column(header, value, lambda row, t: {name: value(row, t)})
+        return column(header, name, value)
 
     def claims(by_id) -> list[Claim]:
         out = []
