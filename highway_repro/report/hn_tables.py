@@ -22,13 +22,11 @@ TRAIN_LOSS = Measure("train/loss", "final training loss", digits=4)
 
 def _fig1_figure(t, path):
     depths = sorted({row.id[0] for row in t.rows}, key=float)
-    kinds = [k for k in ("plain", "highway", "residual") if any(row.id[1] == k for row in t.rows)]
     colors = {"plain": "tab:red", "highway": "tab:blue", "residual": "tab:green"}
-    best_panels, top_panels = [], []
-    for d in depths:
-        bp = Panel(f"depth {d}: best", {}, logy=True)
-        tp = Panel(f"depth {d}: mean of top {papers.FIG1_TOP_K}", {}, logy=True)
-        for k in kinds:
+    best_panels = [Panel(f"depth {d}: best", {}, logy=True) for d in depths]
+    top_panels = [Panel(f"depth {d}: mean of top {papers.FIG1_TOP_K}", {}, logy=True) for d in depths]
+    for d, bp, tp in zip(depths, best_panels, top_panels):
+        for k, color in colors.items():
             row = t.by_id.get((d, k))
             ranked = row.ranked(TRAIN_LOSS) if row else []
             if not ranked:
@@ -37,9 +35,7 @@ def _fig1_figure(t, path):
             if hist:
                 bp.series[k] = tuple(map(list, zip(*hist)))
             tp.series[k] = mean_curve([r for _, r in ranked[:papers.FIG1_TOP_K]], "train/loss", only_training=True)
-            bp.colors[k] = tp.colors[k] = colors[k]
-        best_panels.append(bp)
-        top_panels.append(tp)
+            bp.colors[k] = tp.colors[k] = color
     best_panels[0].ylabel = "training loss (running mean)"
     common = _common_k(t)
     curves = [_expected_best_panel(t, d, colors, common) for d in depths]
