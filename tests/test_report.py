@@ -477,6 +477,18 @@ def test_paper_numbers_live_in_papers_yaml():
             assert v not in consts, (py.name, v)
 
 
+def test_every_floor_is_on_a_known_table_and_its_primary_measure():
+    """papers.yaml's floors are read by table name on the table's primary measure: a floor of another name or metric
+    would be tested on nothing, or on the wrong number."""
+    from highway_repro.report import papers, registry
+
+    tables = registry()
+    assert {"hn_fig1", "hn_table1", "ht_char_ptb"} <= set(papers.FLOORS)
+    for name, floors in papers.FLOORS.items():
+        assert name in tables, name
+        assert all(f.key == tables[name].primary.key for f in floors), name
+
+
 def test_every_table_builds_from_failed_runs_only(tmp_path):
     """A sweep whose jobs all failed still gives every table (rows with the error, no claim decided)."""
     from highway_repro.report import registry

@@ -126,8 +126,7 @@ HN_FIG1 = TableSpec(
     columns=(count(trials=True), best(TRAIN_LOSS, "best final training loss", sci=True),
              *top_mean(TRAIN_LOSS, papers.FIG1_TOP_K, "mean of top-k", sci=True), expected_best_at_common_k(),
              best_key(TRAIN_LOSS, "trial", "best trial")),
-    primary=TRAIN_LOSS, primary_pick="best", claims=_fig1_claims, floors=tuple(papers.FLOORS["hn_fig1"]),
-    measures={"train/loss": TRAIN_LOSS},
+    primary=TRAIN_LOSS, primary_pick="best", claims=_fig1_claims,
     notes=prose("fig1 notes", top_k=papers.FIG1_TOP_K, test=FIG1_TEST, trials=papers.FIG1_TRIALS,
                 paper=papers.FIG1_PAPER),
     figure=_fig1_figure)
@@ -153,7 +152,6 @@ HN_TABLE1 = TableSpec(
                        papers.table1_threshold(p), paper_value=p["mean"],
                        paper_note=f"; paper {p['mean']} ± {p['std']}")
                  for row, p in papers.HN_TABLE1.rows.items()),
-    floors=tuple(papers.FLOORS["hn_table1"]), measures={"test/acc": TEST_ACC},
     paper=papers.HN_TABLE1, paper_of=lambda row_id, split: (papers.HN_TABLE1.rows.get(row_id) or {}).get("mean"))
 
 
@@ -166,14 +164,13 @@ HN_CIFAR = TableSpec(
                   ("highway",), TEST_ACC, "higher", papers.CIFAR_CLAIM_AT_LEAST,
                   paper_value=papers.HN_CIFAR.rows[("highway",)]["mean"]),
             Claim("is ahead of the plain net of equal depth", ("highway",), TEST_ACC, "higher", ("plain",))),
-    floors=tuple(papers.FLOORS["hn_cifar"]), measures={"test/acc": TEST_ACC},
     paper=papers.HN_CIFAR, paper_of=lambda row_id, split: (papers.HN_CIFAR.rows.get(row_id) or {}).get("mean"),
     notes=prose("cifar notes"))
 
 HN_ANALYSIS = TableSpec(
     "Highway Networks, Figs. 2-4: gate analyses of a trained FC highway net on MNIST",
     keys=("model.kind",), columns=(params(), count(), stat(TRAIN_LOSS), stat(TEST_ACC)),
-    primary=TEST_ACC, floors=tuple(papers.FLOORS["hn_analysis"]), measures={"test/acc": TEST_ACC})
+    primary=TEST_ACC)
 
 DEMO = TableSpec(
     "Demo: plain vs highway MLP on MNIST",

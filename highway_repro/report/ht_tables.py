@@ -178,7 +178,6 @@ def ht_table(name: str, metric: str, time_column: bool = False, reference_curves
         plot(path, [ours, ref], panel_size=(6.0, 4.5))
 
     return TableSpec(title, keys=("variant",), columns=tuple(columns), primary=test, claims=claims,
-                     floors=tuple(papers.FLOORS.get(name, ())), measures={test.key: test},
                      order={"variant": sweep_rows(name)},
                      baseline=("baseline",), label=_variant_label, label_header="variant", paper=pt,
                      paper_of=lambda row_id, split: paper_pair(row_id)[0 if split == "val" else 1],
@@ -342,6 +341,6 @@ def gate_zoo_table() -> TableSpec:
                               delta_vs("baseline", "Δ test vs baseline", "rel_vs_baseline"),
                               delta_vs("baseline_matched", "Δ test vs matched baseline", "rel_vs_matched"),
                               stat(auc)),
-                     primary=test, claims=claims, measures={test.key: test},
+                     primary=test, claims=claims,
                      order={"name": tuple(ZOO_MODELS), "variant": rows}, paper=papers.HT["ht_gate_zoo"],
                      notes=notes)

@@ -14,6 +14,7 @@ from typing import Callable
 from highway_repro.report.prose import prose
 from highway_repro.report.claims import Claim, ClaimResult, claim_line, family, floor_claim, pooled, test_claim
 from highway_repro.report.measures import Measure, Row
+from highway_repro.report import papers
 from highway_repro.report.papers import PaperTable
 from highway_repro.report.runs import Run
 
@@ -23,10 +24,8 @@ class TableSpec:
     title: str
     keys: tuple  # config keys that place a run in a row
     columns: tuple  # Column, ... (after the row's key cells)
-    primary: Measure  # the row's number in results/summary.csv
+    primary: Measure  # the row's number in results/summary.csv; the floors' measure (papers.FLOORS)
     claims: tuple | Callable = ()  # Claim, ... or fn(rows: dict id -> Row) -> [Claim]
-    floors: tuple = ()  # papers.Floor, ...
-    measures: dict = field(default_factory=dict)  # metric key -> Measure, for floors
     order: dict = field(default_factory=dict)  # key -> values in display order (others after, sorted)
     baseline: tuple | None = None  # the row deltas and ratios compare with
     label: Callable | None = None  # fn(row) -> str; None: the key values, one column each
@@ -68,10 +67,11 @@ def group(spec: TableSpec, runs: list[Run]) -> list[Row]:
     return rows
 
 
-def claims_of(spec: TableSpec, by_id: dict) -> list[Claim]:
-    """The spec's claims and floors on the rows the runs have (a smoke sweep may have other rows)."""
+def claims_of(spec: TableSpec, by_id: dict, name: str = "") -> list[Claim]:
+    """The spec's claims and table `name`'s floors (papers.FLOORS) on the rows the runs have (a smoke sweep may have
+    other rows)."""
     claims = list(spec.claims(by_id) if callable(spec.claims) else spec.claims)
-    claims += [floor_claim(f, spec.measures[f.key]) for f in spec.floors]
+    claims += [floor_claim(f, spec.primary) for f in papers.FLOORS.get(name, ())]
     return [c for c in claims if (all(i in by_id for i in c.row) if pooled(c.row) else c.row in by_id)]
 
 
@@ -82,7 +82,7 @@ def render(spec: TableSpec, runs: list[Run], name: str = "", elsewhere: Callable
     rows = group(spec, runs)
     by_id = {r.id: r for r in rows}
     t = Rendered(spec, rows, by_id, by_id.get(spec.baseline) if spec.baseline else None, [])
-    t.results = [test_claim(c, by_id, name, spec.keys) for c in claims_of(spec, by_id)]
+    t.results = [test_claim(c, by_id, name, spec.keys) for c in claims_of(spec, by_id, name)]
     family(t.results, elsewhere)
     key_heads = [spec.label_header] if spec.label else [k.split(".")[-1] for k in spec.keys]
     head = key_heads + [c.header for c in spec.columns]
