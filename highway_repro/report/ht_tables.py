@@ -13,7 +13,7 @@ from highway_repro.report.grids import SWEEP_DIR, grid_of
 from highway_repro.report.plots import T_BAND, Panel, curve_panel, plot, t_band
 from highway_repro.report.prose import prose
 from highway_repro.report.runs import Run
-from highway_repro.report.claims import Claim, test_claim
+from highway_repro.report.claims import Claim
 from highway_repro.report.measures import (NA, Column, Measure, column, count, mean_pm, params, paper, pct,
                                            ratio_to_baseline, rel_change, stat, steps_to_reach)
 from highway_repro.report.spec import TableSpec
@@ -151,12 +151,12 @@ def ht_table(name: str, metric: str, time_column: bool = False, reference_curves
                                  measures[pc.statistic], pc.side, against))
         return out
 
-    def notes(runs, by_id) -> str:
+    def notes(runs, t) -> str:
         best = any(r.config.get("trainer", {}).get("final_eval") == "best" for r in runs)
         weights = ("of the best-validation weights (trainer.final_eval=best; the best step is judged on the "
                    "intermediate evaluations' val subset, the last step too)" if best else "after the last step")
         text = (prose("ht columns", metric=metric, weights=weights, auc_label=auc_label) + "\n\n" + _settings(runs)
-                + "\n" + _unigram_note(runs, metric, by_id.get(("baseline",))))
+                + "\n" + _unigram_note(runs, metric, t.baseline_row))
         if time_column:
             text += "\n\n" + prose("ht time")
         return text
@@ -261,7 +261,7 @@ def paper_anchor_table() -> TableSpec:
                       f"{step}: {pc.says}", pc.row, last, pc.side, pc.against)
                 for pc in papers.PAPER_CLAIMS if pc.table == "ht_paper_anchor"]
 
-    def notes(runs, by_id) -> str:
+    def notes(runs, t) -> str:
         return prose("anchor data", step=step, tol=tol) + "\n\n" + _settings(runs)
 
     def figure(t, path):
@@ -311,9 +311,9 @@ def gate_zoo_table() -> TableSpec:
                       (model, "baseline")) for (model, v) in by_id if v == "baseline_matched"]
         return out
 
-    def notes(runs, by_id) -> str:
-        spec_claims = claims(by_id)
-        results = {(c.row, c.against[1]): test_claim(c, by_id) for c in spec_claims if c.row in by_id}
+    def notes(runs, t) -> str:
+        by_id = t.by_id
+        results = {(r.claim.row, r.claim.against[1]): r for r in t.results if r.claim.kind == "claim"}
         models = [m for m in ZOO_MODELS if any(k[0] == m for k in by_id)]
         lines = [prose("zoo verdicts"), "",
                  "| gate | " + " | ".join(ZOO_MODELS[m] for m in models) + " |", "|---|" + "---|" * len(models)]

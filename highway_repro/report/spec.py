@@ -33,7 +33,7 @@ class TableSpec:
     primary_pick: str = "all"  # "best": the summary gives the row's best run (a random search)
     paper: PaperTable | None = None
     paper_of: Callable | None = None  # fn(row id, split) -> the paper's number for the row (summary.csv)
-    notes: str | Callable = ""  # text, or fn(runs, rows: dict) -> text
+    notes: str | Callable = ""  # text, or fn(runs, table: Rendered) -> text
     figure: Callable | None = None  # fn(table: Rendered, path)
 
 
@@ -107,7 +107,7 @@ def render(spec: TableSpec, runs: list[Run], name: str = "", elsewhere: Callable
     if floors:
         md += ["", "**Floors** of the cpu scale (met = the mean, or the best run, on the floor's side):"]
         md += [f"- {r.line}; met: **{'yes' if floor_met(r) else 'no'}**" for r in floors]
-    notes = spec.notes(runs, by_id) if callable(spec.notes) else spec.notes
+    notes = spec.notes(runs, t) if callable(spec.notes) else spec.notes
     paper_note = spec.paper.note if spec.paper else ""
     body = "\n".join(md) + "\n" + "".join(f"\n{n.strip()}\n" for n in (notes, paper_note) if n and n.strip())
     buf = io.StringIO()
