@@ -238,9 +238,7 @@ def paper_anchor_table() -> TableSpec:
 
     def gap_cell(row, t):
         d, ci = gap(row)
-        if d is None:
-            return NA
-        return f"{d:+.4f}" + (f" [{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else " (1 seed)")
+        return NA if d is None else f"{d:+.4f}" + (f" [{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else " (1 seed)")
 
     def within_cell(row, t):
         d, ci = gap(row)
