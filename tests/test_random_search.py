@@ -108,7 +108,8 @@ def test_the_quantile_test_errs_at_most_its_level_on_failures_and_the_measured_t
         from highway_repro.report import load_runs
         from highway_repro.report.claims import trials
         from highway_repro.report.hn_tables import HN_FIG1
-        from highway_repro.report.spec import Measure, group
+        from highway_repro.report.measures import Measure
+        from highway_repro.report.spec import group
 
         m = Measure("train/loss", "log10 loss", how="log10")
         runs = [r for r in load_runs(REPO / "results" / "highway_networks" / "runs" / "hn_fig1-cpu")

@@ -156,7 +156,7 @@ def test_learning_curve_leaves_out_a_final_pass_over_more_data(tmp_path):
     """With capped intermediate evaluations (the first eval_max_batches batches of val) and a complete final
     pass, the final pass (here higher, as at the enwik8 cpu scale) is off the curve: AUC, the curve and the
     steps to reach the baseline use the intermediate evaluations only; uncapped runs keep their last point."""
-    from highway_repro.report.spec import Measure, Row, mean_curve, reach_steps
+    from highway_repro.report.measures import Measure, Row, mean_curve, reach_steps
 
     capped = {"max_steps": 300, "eval_every": 100, "eval_max_batches": 20, "final_max_batches": None}
     curves = {"baseline": (3.0, 2.5, 2.9), "sdu_tanh": (2.6, 2.4, 2.8)}  # steps 100, 200 (subset); 300 (full)
@@ -233,7 +233,8 @@ def _claims(path: Path) -> dict:
 def test_quantile_claims_count_a_diverged_trial_as_a_failure(tmp_path):
     """A quantile of a random search's trials: a trial that diverged counts at the worst final value a trial of the
     compared rows reached (never dropped, so a kind that loses more trials is not judged by fewer, better ones)."""
-    from highway_repro.report.spec import Claim, Measure, Row, test_claim
+    from highway_repro.report.claims import Claim, test_claim
+    from highway_repro.report.measures import Measure, Row
 
     m = Measure("train/loss", "loss")
     rows = {}
@@ -474,6 +475,18 @@ def test_paper_numbers_live_in_papers_yaml():
                   and isinstance(n.value, float)]
         for v in (0.23, 92.0, 99.43, 99.55, 1.495, 92.31, 1.24339, 21.16, 1.8, 2.3):
             assert v not in consts, (py.name, v)
+
+
+def test_every_floor_is_on_a_known_table_and_its_primary_measure():
+    """papers.yaml's floors are read by table name on the table's primary measure: a floor of another name or metric
+    would be tested on nothing, or on the wrong number."""
+    from highway_repro.report import papers, registry
+
+    tables = registry()
+    assert {"hn_fig1", "hn_table1", "ht_char_ptb"} <= set(papers.FLOORS)
+    for name, floors in papers.FLOORS.items():
+        assert name in tables, name
+        assert all(f.key == tables[name].primary.key for f in floors), name
 
 
 def test_every_table_builds_from_failed_runs_only(tmp_path):

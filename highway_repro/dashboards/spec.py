@@ -99,7 +99,8 @@ def _slug(row: str) -> str:
 def quantiles(name: str, runs: list[Run], split: str, metric: str) -> list[dict]:
     """The quantile that `name`'s claims test of each row's trials ([] for a table whose claims test no quantile):
     [{"row", "key", "value", "trials"}], failures at the worst finished value of the row's depth (the first key)."""
-    from highway_repro.report.spec import claims_of, group, trials
+    from highway_repro.report.claims import trials
+    from highway_repro.report.spec import claims_of, group
     from highway_repro.report.stats import quantile
     from highway_repro.report.tables import registry
 

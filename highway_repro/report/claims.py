@@ -124,11 +124,8 @@ def first_look(rows: dict, table: str) -> dict:
     """The rows without the runs of the table's second look: what every comparison but a second look's reads."""
     out = {}
     for key, row in rows.items():
-        runs = row.runs
-        for scale in _scales(runs):
-            grid = second_look_grid(table, scale)
-            if grid:
-                runs = [r for r in runs if not _in_grid(r, scale, grid)]
+        grids = {s: grid for s in _scales(row.runs) if (grid := second_look_grid(table, s))}
+        runs = [r for r in row.runs if not any(_in_grid(r, s, grid) for s, grid in grids.items())]
         out[key] = row if len(runs) == len(row.runs) else dataclasses.replace(row, runs=runs)
     return out
 

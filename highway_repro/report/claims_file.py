@@ -11,7 +11,8 @@ from pathlib import Path
 from highway_repro import files
 from highway_repro.files import KeptFileError
 from highway_repro.report import stats
-from highway_repro.report.spec import LAST_LOOK, Rendered, floor_met
+from highway_repro.report.claims import LAST_LOOK
+from highway_repro.report.spec import Rendered, floor_met
 
 
 def _num(x):

@@ -45,7 +45,7 @@ def _verdict(r: dict) -> str:
     second = " at 99 %, the second look" if float(r.get("level") or 0.95) > 0.95 else ""  # stats.SECOND_LOOK
     second += ", paired by seed" if r.get("ci_unpaired_low") else ""
     ci = (f" [{num(r['ci_low'])}, {num(r['ci_high'])}]{second}" if r["ci_low"] else
-          f" ({r['detail']})" if r["detail"].startswith("not testable") else " (no interval)")  # report.spec.UNTESTED
+          f" ({r['detail']})" if r["detail"].startswith("not testable") else " (no interval)")  # report.claims.UNTESTED
     if not counted(r):  # its numbers, for information
         return f"{uncounted(r)}{ci}"
     # runs per row: seeds of a trained row, trials of a random search (its table's line says which)
@@ -127,8 +127,8 @@ def scale(r: dict) -> str:
     return f"{r['scale']}, **partial: {n} of {planned} runs**" if partial else r["scale"]
 
 
-def claims_list(rows: list[dict], link: str = "") -> str:
-    """Every distinct comparison and every floor, as two Markdown tables; `link` goes before each table's file."""
+def claims_list(rows: list[dict]) -> str:
+    """Every distinct comparison and every floor, as two Markdown tables, each line linking its table's file."""
     order = {t: i for i, t in enumerate(CLAIM_TYPES)}
     claims = sorted((r for r in rows if r["kind"] == "claim"), key=lambda r: order.get(r.get("claim_type"), 0))
     floors = [r for r in rows if r["kind"] == "floor" and not r.get("part_of")]  # parts: in the combined table
@@ -144,10 +144,10 @@ def claims_list(rows: list[dict], link: str = "") -> str:
                      f"{num(r['paper'])} | {num(r['mean'])} "
                      f"({r['metric']}, {r['split']}, n {r['n_seeds']}) | {r['compared_with']} "
                      f"{num(r['compared_mean']) if r['compared_mean'] else ''} | {scale(r)} | {_verdict(r)} | "
-                     f"{holm} | {num(r.get('delta') or '')} | [{r['file']}]({link}{r['file']}) |")
+                     f"{holm} | {num(r.get('delta') or '')} | [{r['file']}]({r['file']}) |")
     lines += ["", "| table | row | floor | ours | met | scale | results |", "|---|---|---|---|---|---|---|"]
     for r in floors:
         lines.append(f"| {r['table']} | {r['row']} | {r['claim'].replace('reaches the floor ', '')} | "
                      f"{num(r['mean'])} (n {r['n_seeds']}) | {r['floor_met']} | {scale(r)} | "
-                     f"[{r['file']}]({link}{r['file']}) |")
+                     f"[{r['file']}]({r['file']}) |")
     return "\n".join(lines)

@@ -19,7 +19,8 @@ from highway_repro.errors import ArgumentParser, HighwayError, make_folder
 from highway_repro.report.header import header
 from highway_repro.report.plots import curve_panel, plot
 from highway_repro.report.runs import Run, load_runs
-from highway_repro.report.spec import Measure, TableSpec, count, render, stat
+from highway_repro.report.measures import Measure, count, stat
+from highway_repro.report.spec import TableSpec, render
 from highway_repro.report.summary import write_summary
 from highway_repro.report.tables import build_table, registry
 

@@ -71,9 +71,8 @@ def header(title: str, runs: list[Run], meta: dict | None = None) -> str:
     commands = list(dict.fromkeys(meta.get("commands") or []))
     if commands:
         lines.append(f"- command{_s(len(commands))}: " + "; ".join(f"`{c}`" for c in commands))
-    n_done = sum(r.done for r in runs)
-    n_missing = sum(r.status == "missing" for r in runs)
-    n_damaged = sum(r.status == "damaged" for r in runs)
+    status = Counter(r.status for r in runs)
+    n_done, n_missing, n_damaged = status["done"], status["missing"], status["damaged"]
     s = seeds(runs)
     planned = meta.get("planned")  # the runs of the table's grid (the runner's plan)
     todo = planned - len(runs) if planned and planned > len(runs) else 0

@@ -10,8 +10,10 @@ import math
 from highway_repro.report import papers, power, stats
 from highway_repro.report.plots import Panel, curve_panel, plot
 from highway_repro.report.prose import prose
-from highway_repro.report.spec import (Claim, Column, Measure, TableSpec, best, best_key, count, mean_curve, num,
-                                       params, paper, stat, top_mean, trials)
+from highway_repro.report.claims import Claim, trials
+from highway_repro.report.measures import (Column, Measure, best, best_key, count, mean_curve, num, params, paper, stat,
+                                           top_mean)
+from highway_repro.report.spec import TableSpec
 
 # ------------------------------------------------------------------ measures shared by the tables
 TEST_ACC = Measure("test/acc", "test accuracy %", scale=100.0, digits=2, lower_is_better=False)
@@ -20,13 +22,11 @@ TRAIN_LOSS = Measure("train/loss", "final training loss", digits=4)
 
 def _fig1_figure(t, path):
     depths = sorted({row.id[0] for row in t.rows}, key=float)
-    kinds = [k for k in ("plain", "highway", "residual") if any(row.id[1] == k for row in t.rows)]
     colors = {"plain": "tab:red", "highway": "tab:blue", "residual": "tab:green"}
-    best_panels, top_panels = [], []
-    for d in depths:
-        bp = Panel(f"depth {d}: best", {}, logy=True)
-        tp = Panel(f"depth {d}: mean of top {papers.FIG1_TOP_K}", {}, logy=True)
-        for k in kinds:
+    best_panels = [Panel(f"depth {d}: best", {}, logy=True) for d in depths]
+    top_panels = [Panel(f"depth {d}: mean of top {papers.FIG1_TOP_K}", {}, logy=True) for d in depths]
+    for d, bp, tp in zip(depths, best_panels, top_panels):
+        for k, color in colors.items():
             row = t.by_id.get((d, k))
             ranked = row.ranked(TRAIN_LOSS) if row else []
             if not ranked:
@@ -35,9 +35,7 @@ def _fig1_figure(t, path):
             if hist:
                 bp.series[k] = tuple(map(list, zip(*hist)))
             tp.series[k] = mean_curve([r for _, r in ranked[:papers.FIG1_TOP_K]], "train/loss", only_training=True)
-            bp.colors[k] = tp.colors[k] = colors[k]
-        best_panels.append(bp)
-        top_panels.append(tp)
+            bp.colors[k] = tp.colors[k] = color
     best_panels[0].ylabel = "training loss (running mean)"
     common = _common_k(t)
     curves = [_expected_best_panel(t, d, colors, common) for d in depths]
@@ -128,8 +126,7 @@ HN_FIG1 = TableSpec(
     columns=(count(trials=True), best(TRAIN_LOSS, "best final training loss", sci=True),
              *top_mean(TRAIN_LOSS, papers.FIG1_TOP_K, "mean of top-k", sci=True), expected_best_at_common_k(),
              best_key(TRAIN_LOSS, "trial", "best trial")),
-    primary=TRAIN_LOSS, primary_pick="best", claims=_fig1_claims, floors=tuple(papers.FLOORS["hn_fig1"]),
-    measures={"train/loss": TRAIN_LOSS},
+    primary=TRAIN_LOSS, primary_pick="best", claims=_fig1_claims,
     notes=prose("fig1 notes", top_k=papers.FIG1_TOP_K, test=FIG1_TEST, trials=papers.FIG1_TRIALS,
                 paper=papers.FIG1_PAPER),
     figure=_fig1_figure)
@@ -155,7 +152,6 @@ HN_TABLE1 = TableSpec(
                        papers.table1_threshold(p), paper_value=p["mean"],
                        paper_note=f"; paper {p['mean']} ± {p['std']}")
                  for row, p in papers.HN_TABLE1.rows.items()),
-    floors=tuple(papers.FLOORS["hn_table1"]), measures={"test/acc": TEST_ACC},
     paper=papers.HN_TABLE1, paper_of=lambda row_id, split: (papers.HN_TABLE1.rows.get(row_id) or {}).get("mean"))
 
 
@@ -168,14 +164,13 @@ HN_CIFAR = TableSpec(
                   ("highway",), TEST_ACC, "higher", papers.CIFAR_CLAIM_AT_LEAST,
                   paper_value=papers.HN_CIFAR.rows[("highway",)]["mean"]),
             Claim("is ahead of the plain net of equal depth", ("highway",), TEST_ACC, "higher", ("plain",))),
-    floors=tuple(papers.FLOORS["hn_cifar"]), measures={"test/acc": TEST_ACC},
     paper=papers.HN_CIFAR, paper_of=lambda row_id, split: (papers.HN_CIFAR.rows.get(row_id) or {}).get("mean"),
     notes=prose("cifar notes"))
 
 HN_ANALYSIS = TableSpec(
     "Highway Networks, Figs. 2-4: gate analyses of a trained FC highway net on MNIST",
     keys=("model.kind",), columns=(params(), count(), stat(TRAIN_LOSS), stat(TEST_ACC)),
-    primary=TEST_ACC, floors=tuple(papers.FLOORS["hn_analysis"]), measures={"test/acc": TEST_ACC})
+    primary=TEST_ACC)
 
 DEMO = TableSpec(
     "Demo: plain vs highway MLP on MNIST",

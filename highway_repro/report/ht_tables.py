@@ -13,8 +13,10 @@ from highway_repro.report.grids import SWEEP_DIR, grid_of
 from highway_repro.report.plots import T_BAND, Panel, curve_panel, plot, t_band
 from highway_repro.report.prose import prose
 from highway_repro.report.runs import Run
-from highway_repro.report.spec import (NA, Claim, Column, Measure, TableSpec, count, mean_pm, params, paper,
-                                       pct, ratio_to_baseline, rel_change, stat, steps_to_reach, test_claim)
+from highway_repro.report.claims import Claim
+from highway_repro.report.measures import (NA, Column, Measure, column, count, mean_pm, params, paper, pct,
+                                           ratio_to_baseline, rel_change, stat, steps_to_reach)
+from highway_repro.report.spec import TableSpec
 
 
 def sweep_rows(name: str) -> tuple[str, ...]:
@@ -149,12 +151,12 @@ def ht_table(name: str, metric: str, time_column: bool = False, reference_curves
                                  measures[pc.statistic], pc.side, against))
         return out
 
-    def notes(runs, by_id) -> str:
+    def notes(runs, t) -> str:
         best = any(r.config.get("trainer", {}).get("final_eval") == "best" for r in runs)
         weights = ("of the best-validation weights (trainer.final_eval=best; the best step is judged on the "
                    "intermediate evaluations' val subset, the last step too)" if best else "after the last step")
         text = (prose("ht columns", metric=metric, weights=weights, auc_label=auc_label) + "\n\n" + _settings(runs)
-                + "\n" + _unigram_note(runs, metric, by_id.get(("baseline",))))
+                + "\n" + _unigram_note(runs, metric, t.baseline_row))
         if time_column:
             text += "\n\n" + prose("ht time")
         return text
@@ -176,7 +178,6 @@ def ht_table(name: str, metric: str, time_column: bool = False, reference_curves
         plot(path, [ours, ref], panel_size=(6.0, 4.5))
 
     return TableSpec(title, keys=("variant",), columns=tuple(columns), primary=test, claims=claims,
-                     floors=tuple(papers.FLOORS.get(name, ())), measures={test.key: test},
                      order={"variant": sweep_rows(name)},
                      baseline=("baseline",), label=_variant_label, label_header="variant", paper=pt,
                      paper_of=lambda row_id, split: paper_pair(row_id)[0 if split == "val" else 1],
@@ -237,9 +238,7 @@ def paper_anchor_table() -> TableSpec:
 
     def gap_cell(row, t):
         d, ci = gap(row)
-        if d is None:
-            return NA
-        return f"{d:+.4f}" + (f" [{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else " (1 seed)")
+        return NA if d is None else f"{d:+.4f}" + (f" [{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else " (1 seed)")
 
     def within_cell(row, t):
         d, ci = gap(row)
@@ -252,7 +251,7 @@ def paper_anchor_table() -> TableSpec:
     columns = (params(), count(), *(stat(m) for m in at.values()),
                paper(f"official log, step {step}", lambda i: official(i), "official_val_bpc"),
                Column("ours - official (95 % interval)", gap_cell, lambda row, t: {"minus_official": gap(row)[0]}),
-               Column(f"within {tol} bpc", within_cell, lambda row, t: {"within_tolerance": within_cell(row, t)}),
+               column(f"within {tol} bpc", "within_tolerance", within_cell),
                stat(test))
 
     def claims(by_id) -> list[Claim]:
@@ -260,7 +259,7 @@ def paper_anchor_table() -> TableSpec:
                       f"{step}: {pc.says}", pc.row, last, pc.side, pc.against)
                 for pc in papers.PAPER_CLAIMS if pc.table == "ht_paper_anchor"]
 
-    def notes(runs, by_id) -> str:
+    def notes(runs, t) -> str:
         return prose("anchor data", step=step, tol=tol) + "\n\n" + _settings(runs)
 
     def figure(t, path):
@@ -296,7 +295,7 @@ def gate_zoo_table() -> TableSpec:
         def value(row, t):
             base = t.by_id.get((row.id[0], other))
             return NA if base is None or base is row else pct(row.mean(test), base.mean(test))
-        return Column(header, value, lambda row, t: {name: value(row, t)})
+        return column(header, name, value)
 
     def claims(by_id) -> list[Claim]:
         out = []
@@ -310,9 +309,9 @@ def gate_zoo_table() -> TableSpec:
                       (model, "baseline")) for (model, v) in by_id if v == "baseline_matched"]
         return out
 
-    def notes(runs, by_id) -> str:
-        spec_claims = claims(by_id)
-        results = {(c.row, c.against[1]): test_claim(c, by_id) for c in spec_claims if c.row in by_id}
+    def notes(runs, t) -> str:
+        by_id = t.by_id
+        results = {(r.claim.row, r.claim.against[1]): r for r in t.results if r.claim.kind == "claim"}
         models = [m for m in ZOO_MODELS if any(k[0] == m for k in by_id)]
         lines = [prose("zoo verdicts"), "",
                  "| gate | " + " | ".join(ZOO_MODELS[m] for m in models) + " |", "|---|" + "---|" * len(models)]
@@ -340,6 +339,6 @@ def gate_zoo_table() -> TableSpec:
                               delta_vs("baseline", "Δ test vs baseline", "rel_vs_baseline"),
                               delta_vs("baseline_matched", "Δ test vs matched baseline", "rel_vs_matched"),
                               stat(auc)),
-                     primary=test, claims=claims, measures={test.key: test},
+                     primary=test, claims=claims,
                      order={"name": tuple(ZOO_MODELS), "variant": rows}, paper=papers.HT["ht_gate_zoo"],
                      notes=notes)

@@ -103,11 +103,6 @@ class Row:
     def failed(self) -> list[Run]:
         return [r for r in self.runs if not r.done]
 
-    @property
-    def damaged(self) -> list[Run]:
-        """The runs whose metrics.json cannot be parsed (among `failed`: out of every statistic)."""
-        return [r for r in self.runs if r.status == "damaged"]
-
     def values(self, m: Measure) -> list[float]:
         return [v for v in (m(r) for r in self.done) if math.isfinite(v)]
 
@@ -134,20 +129,24 @@ class Column:
     csv: Callable = None  # (row, table) -> {csv column: value}
 
 
+def column(header: str, name: str, value: Callable, show: Callable = str) -> Column:
+    """A column of one value per row, `value(row, table)`: its cell `show(value)`, its CSV column `name`."""
+    return Column(header, lambda row, t: show(value(row, t)), lambda row, t: {name: value(row, t)})
+
+
 def params() -> Column:
     m = Measure("model/params", "params")
 
-    def value(row):
+    def value(row, t):
         vals = row.values(m)
         return int(vals[0]) if vals else None
 
-    return Column("params", lambda row, t: NA if value(row) is None else f"{value(row):,}",
-                  lambda row, t: {"params": value(row)})
+    return column("params", "params", value, lambda v: NA if v is None else f"{v:,}")
 
 
 def _not_done(row: Row) -> str:
     """` (1 failed, 1 damaged)`: the row's runs that did not finish, the damaged apart (as the header counts them)."""
-    damaged = len(row.damaged)
+    damaged = sum(r.status == "damaged" for r in row.failed)  # a kept file not plain data: out of every statistic
     failed = len(row.failed) - damaged
     parts = [f"{failed} failed"] * bool(failed) + [f"{damaged} damaged"] * bool(damaged)
     return f" ({', '.join(parts)})" if parts else ""
@@ -177,11 +176,8 @@ def stat(m: Measure, header: str | None = None) -> Column:
 
 
 def best(m: Measure, header: str = "best", sci: bool = False) -> Column:
-    def value(row):
-        r = row.ranked(m)
-        return r[0][0] if r else math.nan
-
-    return Column(header, lambda row, t: num(value(row), m.digits, sci), lambda row, t: {f"{m.name}_best": value(row)})
+    return column(header, f"{m.name}_best", lambda row, t: next(iter(row.ranked(m)), (math.nan,))[0],
+                  lambda v: num(v, m.digits, sci))
 
 
 def top_mean(m: Measure, k: int, header: str, sci: bool = False) -> list[Column]:
@@ -189,18 +185,18 @@ def top_mean(m: Measure, k: int, header: str, sci: bool = False) -> list[Column]
     def vals(row):
         return [v for v, _ in row.ranked(m)[:k]]
 
-    return [Column(header, lambda row, t: num(statistics.fmean(vals(row)) if vals(row) else math.nan, m.digits, sci),
-                   lambda row, t: {f"{m.name}_top_mean": statistics.fmean(vals(row)) if vals(row) else math.nan}),
-            Column("k", lambda row, t: str(len(vals(row))), lambda row, t: {"k": len(vals(row))})]
+    return [column(header, f"{m.name}_top_mean", lambda row, t: statistics.fmean(vals(row)) if vals(row) else math.nan,
+                   lambda v: num(v, m.digits, sci)),
+            column("k", "k", lambda row, t: len(vals(row)))]
 
 
 def best_key(m: Measure, key: str, header: str) -> Column:
     """The config value `key` of the row's best run (a random search: which trial won)."""
-    def value(row):
+    def value(row, t):
         r = row.ranked(m)
         return str(r[0][1].get(key, "")) if r else ""
 
-    return Column(header, lambda row, t: value(row), lambda row, t: {f"best_{key}": value(row)})
+    return column(header, f"best_{key}", value)
 
 
 def rel_change(m: Measure | Callable, header: str, name: str) -> Column:
@@ -214,7 +210,7 @@ def rel_change(m: Measure | Callable, header: str, name: str) -> Column:
         mm = pick(row, t)
         return pct(row.mean(mm), base.mean(mm)) + (f" ({mm.split})" if mm.split != pick(base, t).split else "")
 
-    return Column(header, value, lambda row, t: {name: value(row, t)})
+    return column(header, name, value)
 
 
 def ratio_to_baseline(m: Measure, header: str) -> Column:
@@ -235,20 +231,16 @@ def ratio_to_baseline(m: Measure, header: str) -> Column:
 
 def paper(header: str, value: Callable, name: str) -> Column:
     """A paper number for the row: `value(row_id) -> str or number or None` (from papers.yaml)."""
-    def cell(row, t):
-        v = value(row.id)
-        return NA if v is None else str(v)
-
-    return Column(header, cell, lambda row, t: {name: value(row.id)})
+    return column(header, name, lambda row, t: value(row.id), lambda v: NA if v is None else str(v))
 
 
 def steps_to_reach(curve: Measure, header: str) -> Column:
-    def cell(row, t):
+    def value(row, t):
         if t.baseline_row is None or row is t.baseline_row:
             return NA
         return reach_steps(row, t.baseline_row, curve)[0]
 
-    return Column(header, cell, lambda row, t: {"steps_to_baseline_last_eval": cell(row, t)})
+    return column(header, "steps_to_baseline_last_eval", value)
 
 
 def mean_curve(runs: list[Run], key: str, only_training: bool = False) -> tuple[list, list]:

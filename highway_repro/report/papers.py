@@ -17,10 +17,8 @@ DATA = Path(__file__).with_name("papers.yaml")
 
 @dataclass(frozen=True)
 class PaperTable:
-    source: str
+    """A paper table's numbers (its source and which of them are verified: papers.yaml's comments and fields)."""
     rows: dict = field(default_factory=dict)  # row id -> {field: value}, or variant -> (valid, test)
-    verified: bool = False  # True: every number here is verified (REFERENCE.md gives no UNVERIFIED mark)
-    verified_rows: tuple = ()  # rows verified although the table is not
     note: str = ""
     no_claim_rows: tuple = ()  # rows whose paper number the discrepancy report explains (shown, tested by no claim)
 
@@ -75,8 +73,7 @@ def _row_id(key: str) -> tuple:
 def _table(d: dict) -> PaperTable:
     rows = {_row_id(k) if isinstance(v, dict) else k: v if isinstance(v, dict) else tuple(v)
             for k, v in (d.get("rows") or {}).items()}
-    return PaperTable(d["source"], rows, d.get("verified", False), tuple(d.get("verified_rows", ())),
-                      d.get("note", ""), tuple(d.get("no_claim_rows", ())))
+    return PaperTable(rows, d.get("note", ""), tuple(d.get("no_claim_rows", ())))
 
 
 def _claim(table: str, d: dict) -> PaperClaim:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from highway_repro import files
-from highway_repro.report.spec import mean_curve
+from highway_repro.report.measures import mean_curve
 from highway_repro.report.stats import mean_interval
 
 T_BAND = "band: 95 % t-interval of the mean over seeds"
@@ -88,7 +88,7 @@ def t_band(xs: list, samples: list[list[float]]) -> tuple[list, list, list] | No
 
 
 def curve_panel(rows, key: str, title: str, ylabel: str, logy=False) -> Panel:
-    """One panel: each row's mean curve of `key` over its finished runs (`spec.mean_curve`; a row without a label:
+    """One panel: each row's mean curve of `key` over its finished runs (`measures.mean_curve`; a row without a label:
     "run"), with the band of that mean's 95 % t-interval over the runs (`t_band`)."""
     series, bands = {}, {}
     for row in rows:

@@ -1,7 +1,6 @@
 """One table style for both papers: a `TableSpec` (rows grouped by config `keys`, columns, claims, floors), rendered
 by `render` into Markdown, CSV and the tested claims. Its parts live in `measures.py` (`Measure`, `Row`, number
-formats, the columns) and `claims.py` (`Claim` and its tests); every public name of the three is reachable from
-here.
+formats, the columns) and `claims.py` (`Claim` and its tests).
 """
 
 from __future__ import annotations
@@ -13,20 +12,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from highway_repro.report.prose import prose
-from highway_repro.report.claims import (LAST_LOOK, UNTESTED, Claim, ClaimResult, claim_line, family, floor_claim,
-                                         paper_claim_of, pooled, run_id, side_row, test_claim, trials)
-from highway_repro.report.measures import (NA, Column, Measure, Row, best, best_key, count, interval, mean_curve,
-                                           mean_pm, num, paper, params, pct, ratio_to_baseline, reach_steps, rel_change,
-                                           stat, steps_to_reach, top_mean)
+from highway_repro.report.claims import Claim, ClaimResult, claim_line, family, floor_claim, pooled, test_claim
+from highway_repro.report.measures import Measure, Row
+from highway_repro.report import papers
 from highway_repro.report.papers import PaperTable
 from highway_repro.report.runs import Run
-
-__all__ = ["NA", "Measure", "Row", "interval", "mean_pm", "num", "pct",
-           "Column", "best", "best_key", "count", "mean_curve", "paper", "params", "ratio_to_baseline", "reach_steps",
-           "rel_change", "stat", "steps_to_reach", "top_mean",
-           "LAST_LOOK", "UNTESTED", "Claim", "ClaimResult", "claim_line", "family", "floor_claim", "paper_claim_of",
-           "pooled", "run_id", "side_row", "test_claim", "trials",
-           "TableSpec", "Rendered", "group", "claims_of", "render", "floor_met"]
 
 
 @dataclass(frozen=True)
@@ -34,10 +24,8 @@ class TableSpec:
     title: str
     keys: tuple  # config keys that place a run in a row
     columns: tuple  # Column, ... (after the row's key cells)
-    primary: Measure  # the row's number in results/summary.csv
+    primary: Measure  # the row's number in results/summary.csv; the floors' measure (papers.FLOORS)
     claims: tuple | Callable = ()  # Claim, ... or fn(rows: dict id -> Row) -> [Claim]
-    floors: tuple = ()  # papers.Floor, ...
-    measures: dict = field(default_factory=dict)  # metric key -> Measure, for floors
     order: dict = field(default_factory=dict)  # key -> values in display order (others after, sorted)
     baseline: tuple | None = None  # the row deltas and ratios compare with
     label: Callable | None = None  # fn(row) -> str; None: the key values, one column each
@@ -45,7 +33,7 @@ class TableSpec:
     primary_pick: str = "all"  # "best": the summary gives the row's best run (a random search)
     paper: PaperTable | None = None
     paper_of: Callable | None = None  # fn(row id, split) -> the paper's number for the row (summary.csv)
-    notes: str | Callable = ""  # text, or fn(runs, rows: dict) -> text
+    notes: str | Callable = ""  # text, or fn(runs, table: Rendered) -> text
     figure: Callable | None = None  # fn(table: Rendered, path)
 
 
@@ -79,10 +67,11 @@ def group(spec: TableSpec, runs: list[Run]) -> list[Row]:
     return rows
 
 
-def claims_of(spec: TableSpec, by_id: dict) -> list[Claim]:
-    """The spec's claims and floors on the rows the runs have (a smoke sweep may have other rows)."""
+def claims_of(spec: TableSpec, by_id: dict, name: str = "") -> list[Claim]:
+    """The spec's claims and table `name`'s floors (papers.FLOORS) on the rows the runs have (a smoke sweep may have
+    other rows)."""
     claims = list(spec.claims(by_id) if callable(spec.claims) else spec.claims)
-    claims += [floor_claim(f, spec.measures[f.key]) for f in spec.floors]
+    claims += [floor_claim(f, spec.primary) for f in papers.FLOORS.get(name, ())]
     return [c for c in claims if (all(i in by_id for i in c.row) if pooled(c.row) else c.row in by_id)]
 
 
@@ -93,7 +82,7 @@ def render(spec: TableSpec, runs: list[Run], name: str = "", elsewhere: Callable
     rows = group(spec, runs)
     by_id = {r.id: r for r in rows}
     t = Rendered(spec, rows, by_id, by_id.get(spec.baseline) if spec.baseline else None, [])
-    t.results = [test_claim(c, by_id, name, spec.keys) for c in claims_of(spec, by_id)]
+    t.results = [test_claim(c, by_id, name, spec.keys) for c in claims_of(spec, by_id, name)]
     family(t.results, elsewhere)
     key_heads = [spec.label_header] if spec.label else [k.split(".")[-1] for k in spec.keys]
     head = key_heads + [c.header for c in spec.columns]
@@ -118,7 +107,7 @@ def render(spec: TableSpec, runs: list[Run], name: str = "", elsewhere: Callable
     if floors:
         md += ["", "**Floors** of the cpu scale (met = the mean, or the best run, on the floor's side):"]
         md += [f"- {r.line}; met: **{'yes' if floor_met(r) else 'no'}**" for r in floors]
-    notes = spec.notes(runs, by_id) if callable(spec.notes) else spec.notes
+    notes = spec.notes(runs, t) if callable(spec.notes) else spec.notes
     paper_note = spec.paper.note if spec.paper else ""
     body = "\n".join(md) + "\n" + "".join(f"\n{n.strip()}\n" for n in (notes, paper_note) if n and n.strip())
     buf = io.StringIO()

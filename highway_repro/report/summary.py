@@ -20,7 +20,7 @@ from highway_repro.report.claims_list import NO_CLAIM, PAPER_SCALE_ONLY, apart, 
 from highway_repro.report.forest import forest
 from highway_repro.report.prose import prose
 from highway_repro.report.claims_file import same_as_line, read_claims
-from highway_repro.report.spec import UNTESTED
+from highway_repro.report.claims import UNTESTED
 
 COLUMNS = ["table", "row", "kind", "metric", "split", "n_seeds", "mean", "std", "ci_low", "ci_high",
            "ci_unpaired_low", "ci_unpaired_high", "level", "paper",
