@@ -23,7 +23,7 @@ from highway_repro.train.config import check_group_choices
 from highway_repro.errors import ArgumentParser, BusyError, ConfigError, HighwayError, make_folder
 from highway_repro.lock import take
 from highway_repro.report.header import duration
-from highway_repro.report.grids import kept_folders
+from highway_repro.grids import kept_folders
 from highway_repro.runner.estimate import MARGIN, run_seconds, wall_s
 from highway_repro.runner.keep import other_recipe, read_record, table_runs, wall_of
 from highway_repro.runner.plan import grid_names

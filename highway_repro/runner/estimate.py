@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 from highway_repro.runner.keep import FINISHED, run_object
-from highway_repro.runner.plan import REPEAT_KEYS, override_key
+from highway_repro.grids import REPEAT_KEYS, override_key
 
 MARGIN = 0.25  # a run's time on another machine of its kind, either way (the module's docstring)
 

@@ -10,8 +10,9 @@ from pathlib import Path
 from highway_repro import files
 from highway_repro.errors import ConfigError
 from highway_repro.files import KeptFileError
-from highway_repro.report.grids import kept_folders
-from highway_repro.runner.plan import REPEAT_KEYS, compose_table, override_key
+from highway_repro.grids import kept_folders
+from highway_repro.grids import REPEAT_KEYS, override_key
+from highway_repro.runner.plan import compose_table
 from highway_repro.targets import KEPT_FILES, TARGETS, runs_folder
 
 FINISHED = ("done", "diverged")  # a diverged run is a result (a table cell), not a crash
@@ -105,7 +106,7 @@ def read_record(kept: Path, fresh: bool) -> dict:
 
 def table_runs(name: str, scale: str, runs_root: Path, results: Path) -> list:
     """The runs a table's report reads: its kept runs and a study's cells kept by the tables it reuses
-    (`report.grids.kept_folders`), plus its sweep folder's runs that none of those has (failed, unfinished, not yet
+    (`grids.kept_folders`), plus its sweep folder's runs that none of those has (failed, unfinished, not yet
     kept); its runs made on a GPU (kept apart) last: the report compares one device's runs."""
     from highway_repro.report import load_runs
     from highway_repro.report.runs import load_run

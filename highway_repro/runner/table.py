@@ -16,7 +16,8 @@ from highway_repro.report.header import duration
 from highway_repro.runner.estimate import DEFAULT_PEAK_GB, MARGIN, on_cpu, peak_gb, per_run_s, wall_s
 from highway_repro.runner.keep import (FINISHED, SINGLE_RUN, keep, refuse_other_recipe, restore, reused_names,
                                        run_status)
-from highway_repro.runner.plan import REPEAT_KEYS, dirname, job_names, jobs_of, hydra_key, override_key, plan_grids
+from highway_repro.grids import REPEAT_KEYS, dirname, hydra_key, jobs_of, override_key
+from highway_repro.runner.plan import job_names, plan_grids
 from highway_repro.runner.progress import Progress
 from highway_repro.targets import TARGETS, kept_apart, make_target, runs_folder
 
