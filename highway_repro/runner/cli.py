@@ -202,7 +202,7 @@ def main(argv=None) -> int:
     ap.add_argument("--all", action="store_true", help="every paper table, in order")
     ap.add_argument("--list", action="store_true", help="list the tables")
     ap.add_argument("--scale", default="cpu", choices=SCALES)
-    ap.add_argument("--jobs", type=int, default=1, help="runs at once (with --cluster: jobs of an array at once)")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at once (with --cluster: SLURM jobs in flight)")
     ap.add_argument("--group", default=None, help="runs of a row trained together: auto, a size, or 1 (alone)")
     ap.add_argument("--fresh", action="store_true", help="delete the sweep folder and ignore the kept runs")
     ap.add_argument("--results", default=None, help="results root (default: results/, or runs/smoke_results for smoke)")
@@ -233,6 +233,11 @@ def main(argv=None) -> int:
     for a in args.extra:
         if "=" not in a and not a.startswith("~"):
             ap.error(f"table={a!r} is not a table (valid: {', '.join(sorted(TARGETS))}) nor an override key=value")
+    if launcher := [a for a in args.extra if a.startswith("hydra/launcher=")]:  # the user's launcher runs each job
+        if args.group not in (None, "1"):
+            ap.error(f"{launcher[-1]} with --group={args.group}: runs trained together go by hydra/launcher=grouped "
+                     "(valid: --group 1, or no hydra/launcher)")
+        args.group = "1"
     try:
         check_group_choices(args.extra, CONFIG_DIR)
     except ConfigError as e:

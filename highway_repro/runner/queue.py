@@ -105,12 +105,12 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None, cluster=None
     gpus, gpu_of = gpu_ids() if jobs > 1 and cluster is None else [], {}  # one GPU per job: {pid: its GPU}
     old = on_stop_signals(stop)
     try:
-        for p in plans if cluster is not None else ():  # every command at once, as job arrays
-            _start(p, progress=not cluster.detach)
-            for job in cluster.submit([(c, s) for q, c, s in queue if q is p], p.threads, p.peak_gb, p.name):
+        if cluster is not None:  # every command at once, as job arrays
+            for p in plans:
+                _start(p, progress=not cluster.detach)
+            live = cluster.submit([(p, [(c, s) for q, c, s in queue if q is p]) for p in plans])
+            for _, job in live:
                 print(f"+ {job.pid} ({job.limit_min} min):", shlex.join(job.cmd), flush=True)
-                live.append((p, job))
-        if cluster is not None:
             queue = []
             if cluster.detach:
                 print(f"[slurm] {cluster.line()}; detached: the same command follows these jobs, keeps what "
@@ -148,9 +148,8 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None, cluster=None
                 live.remove((p, proc))
                 if getattr(proc, "lost", False) and proc.tries < LOST_TRIES:
                     print(f"[{p.name}] {proc.pid} was lost without a result: submitted again", flush=True)
-                    (job,) = cluster.submit([(proc.cmd, proc.secs)], p.threads, p.peak_gb, p.name, proc.tries + 1)
-                    print(f"+ {job.pid} ({job.limit_min} min):", shlex.join(job.cmd), flush=True)
-                    live.append((p, job))
+                    live += cluster.submit([(p, [(proc.cmd, proc.secs)])], proc.tries + 1)
+                    print(f"+ {live[-1][1].pid} ({live[-1][1].limit_min} min):", shlex.join(proc.cmd), flush=True)
                     continue
                 rc = exit_code(proc.returncode)
                 status = status or rc

@@ -1,9 +1,7 @@
 """SLURM as the queue's second back end, through submitit: a table's commands as job arrays (docs/cluster.md).
 
-Arrays hold at most the cluster's `MaxArraySize` jobs, `--jobs` of each running at once; resources come from a
-preset (`configs/hydra/launcher/submitit_cluster*.yaml`) and the table, the time limit from the estimate. Each
-command's job id is kept in `<runs>/.slurm/cmd-<hash>.job`, so the same command started again follows the jobs
-still in the queue.
+Arrays hold at most the cluster's `MaxArraySize` jobs; `--jobs` caps all of a runner's jobs in flight (`lanes`).
+Each command's job id is kept in `<runs>/.slurm/cmd-<hash>.job`: the same command started again follows it.
 """
 
 from __future__ import annotations
@@ -107,6 +105,15 @@ class Job:
         return self.returncode
 
 
+def lanes(sizes: list[int], jobs: int) -> list[int]:
+    """The runner's lanes for arrays of `sizes` jobs: min(arrays, jobs) lanes, each running one array at a time (an
+    array waits for the one before it in its lane: `afterany`) with its share of `jobs` by the jobs it holds (at least
+    1): never more than `jobs` in flight, and every lane busy while it has work (one array per lane: all at once)."""
+    n = min(len(sizes), jobs)
+    held = [sum(sizes[k::n]) for k in range(n)]
+    return [1 + (jobs - n) * h // sum(held) for h in held]
+
+
 class Cluster:
     """Submits the queue's commands as SLURM job arrays to `partition`, resources from `preset` and the table."""
 
@@ -126,6 +133,7 @@ class Cluster:
         self.limit = int(self.preset["timeout_min"]) if any(".timeout_min=" in o for o in request) else None
         self.detach, self.max_array, self.states, self.seen = detach, max_array_size(), {}, 0.0
         self.followed: list[Job] = []  # every job this runner follows, finished and lost ones included
+        self.lanes, self.turn = [], 0  # [[jobs at once, the id of its last array]] (`lanes`); the next lane's index
 
     def refresh(self, force: bool = False) -> None:
         """squeue's state of each of this user's jobs ({id: state}, array tasks one by one), at most every
@@ -140,49 +148,59 @@ class Cluster:
         self.refresh()
         return self.seen > job.since and self.states.get(job.id) not in ACTIVE
 
-    def submit(self, items: list[tuple[list[str], float | None]], threads: int, peak_gb: float, name: str,
-               tries: int = 0) -> list[Job]:
-        """Submit the commands `items` ((cmd, one-thread seconds)) of table `name`: the job of a command still in
-        the queue (recorded by a runner before this one) is followed, the others go as arrays; a ConfigError naming
+    def submit(self, tables: list[tuple[object, list[tuple[list[str], float | None]]]], tries: int = 0) -> list:
+        """Submit the commands of each table ((its plan: name, threads, peak_gb; [(cmd, one-thread seconds)])):
+        [(plan, Job)]. The job of a command still in the queue (recorded by a runner before this one) is followed,
+        the others go as arrays of at most MaxArraySize in the runner's lanes (`lanes`); a ConfigError naming
         sbatch's reason where SLURM refuses them."""
         import submitit
         from submitit.core.utils import FailedJobError
 
         make_folder(self.folder)
         record = {shlex.join(c): self.folder / f"cmd-{hashlib.sha1(shlex.join(c).encode()).hexdigest()[:16]}.job"
-                  for c, _ in items}
+                  for _, items in tables for c, _ in items}
         old = {k: r.read_text().strip() for k, r in record.items() if r.exists()}
-        self.refresh(force=bool(old))
-        p, out, new = self.preset, [], []
-        for cmd, secs in items:
-            limit = self.limit or time_limit_min(secs, threads, int(p.get("timeout_min") or 60))
-            if self.states.get(old.get(shlex.join(cmd))) in ACTIVE:  # a runner before this one's
-                job = Job(self, submitit.SlurmJob(folder=self.folder / "%j", job_id=old[shlex.join(cmd)]), cmd,
-                          secs, limit, tries)
-                print(f"[{name}] re-attached to {job.pid}, still in the queue", flush=True)
-                out.append(job)
-            else:
-                new.append((cmd, secs, limit))
+        self.refresh(force=bool(old) or bool(tries))
+        p, out, arrays = self.preset, [], []
+        waiting = {k.split("_")[0] for k, state in self.states.items() if state in ACTIVE}  # arrays still queued
+        for plan, items in tables:
+            new = []
+            for cmd, secs in items:
+                limit = self.limit or time_limit_min(secs, plan.threads, int(p.get("timeout_min") or 60))
+                if self.states.get(old.get(shlex.join(cmd))) in ACTIVE:  # a runner before this one's
+                    job = submitit.SlurmJob(folder=self.folder / "%j", job_id=old[shlex.join(cmd)])
+                    out.append((plan, Job(self, job, cmd, secs, limit, tries)))
+                    print(f"[{plan.name}] re-attached to {out[-1][1].pid}, still in the queue", flush=True)
+                else:
+                    new.append((cmd, secs, limit))
+            arrays += [(plan, new[i:i + self.max_array]) for i in range(0, len(new), self.max_array)]
+        if not self.lanes and arrays:
+            self.lanes = [[share, None] for share in lanes([len(c) for _, c in arrays], self.jobs)]
         ex = submitit.AutoExecutor(folder=self.folder / "%j", cluster="slurm",
                                    slurm_max_num_timeout=int(p.get("max_num_timeout") or 0))
-        for i in range(0, len(new), self.max_array):
-            chunk = new[i:i + self.max_array]
-            ex.update_parameters(slurm_partition=self.partition, name=name, nodes=int(p.get("nodes") or 1),
+        for k, (plan, chunk) in enumerate(arrays):
+            lane = self.lanes[(self.turn + k) % len(self.lanes)]
+            ex.update_parameters(slurm_partition=self.partition, name=plan.name, nodes=int(p.get("nodes") or 1),
                                  tasks_per_node=int(p.get("tasks_per_node") or 1),
-                                 cpus_per_task=max(threads, int(p.get("cpus_per_task") or 1)),
+                                 cpus_per_task=max(plan.threads, int(p.get("cpus_per_task") or 1)),
                                  gpus_per_node=p.get("gpus_per_node") or None,
-                                 mem_gb=max(math.ceil(peak_gb) + 1, int(p.get("mem_gb") or 1)),
-                                 timeout_min=max(limit for *_, limit in chunk), slurm_array_parallelism=self.jobs,
+                                 mem_gb=max(math.ceil(plan.peak_gb) + 1, int(p.get("mem_gb") or 1)),
+                                 timeout_min=max(limit for *_, limit in chunk), slurm_array_parallelism=lane[0],
                                  slurm_signal_delay_s=int(p.get("signal_delay_s") or 90),
-                                 slurm_additional_parameters=dict(p.get("additional_parameters") or {}))
+                                 slurm_additional_parameters={**(p.get("additional_parameters") or {}),
+                                                              **({"dependency": f"afterany:{lane[1]}"}
+                                                                 if lane[1] in waiting else {})})
             try:
                 jobs = ex.submit_array([TrainCommand(cmd) for cmd, *_ in chunk])
             except (FailedJobError, subprocess.SubprocessError, OSError) as e:
                 why = [line for line in str(e).splitlines() if "error" in line.lower()] or str(e).splitlines() or [""]
                 raise ConfigError(f"partition {self.partition}: SLURM refused the job ({why[-1].strip()})") from None
+            lane[1] = str(jobs[0].job_id).split("_")[0]  # the lane's next array waits for this one to end
+            waiting.add(lane[1])
             for job, (cmd, secs, _) in zip(jobs, chunk):
                 record[shlex.join(cmd)].write_text(f"{job.job_id}\n")
-                out.append(Job(self, job, cmd, secs, max(limit for *_, limit in chunk), tries))
+                out.append((plan, Job(self, job, cmd, secs, max(limit for *_, limit in chunk), tries)))
+        self.turn += len(arrays)
         return out
 
     def cancel(self, jobs: list[Job]) -> None:
