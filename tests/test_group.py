@@ -292,13 +292,13 @@ def test_each_member_logs_into_its_own_wandb_run(tmp_path):
 def test_the_runner_trains_a_table_in_one_grouped_command_per_row_and_size():
     from highway_repro.errors import ConfigError
     from highway_repro.train.grouped import check_groupable
-    from highway_repro.runner.plan import job_names, plan_grids
+    from highway_repro.runner.plan import named_jobs, plan_grids
     from highway_repro.runner.table import group_commands, group_of
 
     cfg, fgs = plan_grids("hn_fig1", "cpu", [])
-    files, gs = [f for f, _ in fgs], [g for _, g in fgs]
-    names = job_names(cfg, gs)
-    commands, members = zip(*group_commands(cfg, files, gs, names, 32))
+    jobs = named_jobs(cfg, fgs)
+    names = list(jobs)
+    commands, members = zip(*group_commands(jobs, names, 32))
     assert sorted(n for m in members for n in m) == sorted(names)
     assert all("hydra/launcher=grouped" in c and "hydra.launcher.size=32" in c for c in commands)
     trials = [c[-1].split("=", 1)[1].split(",") for c in commands]

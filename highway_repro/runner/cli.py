@@ -1,13 +1,6 @@
 """`python -m highway_repro.runner` (`make reproduce-<table>`, `make estimate-<table>`, `make tables`): train what is
 missing of one or more tables in one queue (`--jobs` at a time, locally or on SLURM), then build their reports.
-
-    python -m highway_repro.runner ht_char_ptb --scale cpu --jobs 2   # train what is missing, then the report
-    python -m highway_repro.runner ht_char_ptb --scale cpu --estimate # the plan and its cost, nothing trained
-    python -m highway_repro.runner --all --report-only               # make tables: every report from kept runs
-
-Runs go to `runs/sweeps/<table>-<scale>/<overrides>/` with `resume=auto`; finished runs are kept (their small
-files) under `results/<paper>/runs/<table>-<scale>/` and put back before a sweep starts (`runner.keep`). One runner
-per table and scale (`hold_tables`); a second one stops with one line naming the first, exit code 2.
+Runs go to `runs/sweeps/<table>-<scale>/<overrides>/` with `resume=auto`; one runner per table and scale.
 """
 
 from __future__ import annotations
@@ -103,19 +96,26 @@ def _damaged(results: Path, scale: str, allowed: bool) -> int:
     return int(bool(damaged) and not allowed)
 
 
-def _report(name: str, scale: str, runs_root: Path, results: Path, echo: bool = True) -> int:
-    """report_table, its failure its own (a user error one line naming the table, a bug its traceback); 1 if failed."""
+def _safely(step, prefix: str = "", after_bug: str | None = None) -> int:
+    """step()'s status (None: 0), its failure its own: 1, a user error in one line (`error: <prefix><error>`), a bug
+    with its traceback (then `after_bug`)."""
     try:
-        return report_table(name, scale, runs_root, results, echo)
+        return step() or 0
     except HighwayError as e:
-        print(f"error: [{name}] not reported: {e}", file=sys.stderr)
-        return 1
+        print(f"error: {prefix}{e}", file=sys.stderr)
     except Exception:
         import traceback
 
         traceback.print_exc()
-        print(f"[{name}] the report failed (above); its runs are kept", file=sys.stderr)
-        return 1
+        if after_bug:
+            print(after_bug, file=sys.stderr)
+    return 1
+
+
+def _report(name: str, scale: str, runs_root: Path, results: Path, echo: bool = True) -> int:
+    """report_table, its failure its own (a user error one line naming the table, a bug its traceback); 1 if failed."""
+    return _safely(lambda: report_table(name, scale, runs_root, results, echo), f"[{name}] not reported: ",
+                   f"[{name}] the report failed (above); its runs are kept")
 
 
 def hold_tables(tables, scale: str, runs_root: Path) -> ExitStack:
@@ -140,59 +140,55 @@ def train(names: list[str], args, results: Path, runs_root: Path) -> int:
 
         args.backend = Cluster(args.partition, args.preset, runs_root / ".slurm", args.jobs, args.detach, args.request)
     with ExitStack() if args.estimate else hold_tables(tables, args.scale, runs_root):
-        return _train(names, tables, args, results, runs_root)
+        first = [n for n in tables if not set(TARGETS[n].reuse) & set(tables)]
+        stages = [first, [n for n in tables if n not in first]]
 
+        def plans_of(stage: list[str], estimate: bool, pending: dict) -> list[TablePlan]:
+            return [plan_table(n, args.scale, args.jobs, args.extra, runs_root, results, args.fresh, estimate,
+                               {r for o in TARGETS[n].reuse for r in pending.get(o, ())},
+                               args.group or TARGETS[n].group, split=args.cluster is not None) for n in stage]
 
-def _train(names: list[str], tables: list[str], args, results: Path, runs_root: Path) -> int:
-    first = [n for n in tables if not set(TARGETS[n].reuse) & set(tables)]
-    stages = [first, [n for n in tables if n not in first]]
+        plans = plans_of(stages[0], args.estimate, {})
+        pending = {p.name: set(p.todo) for p in plans}  # what the first stage trains (an estimate counts it as reused)
+        later = plans_of(stages[1], True, pending) if stages[1] else []  # the second stage's plan, as it will be
+        every = plans + later
+        if len(every) > 1:
+            cpu_s = sum(s * p.threads for p in every for s in p.secs)
+            wall = wall_s([s for p in every for s in p.secs], args.jobs)
+            unknown = [p.name for p in every if p.todo and not p.secs]
+            print(f"[{'all' if args.all else 'queue'}] scale={args.scale}: estimated {cpu_s / 3600:.1f} CPU-hours, "
+                  f"{duration(wall)} wall with {args.jobs} job(s) ± {MARGIN * 100:.0f} % across machines, the runs of "
+                  "every table in one queue"
+                  + (f" (without {', '.join(unknown)}: no estimate)" if unknown else ""), flush=True)
+        if args.estimate:
+            return 0
+        status = 0
+        with ThreadPoolExecutor(max_workers=1) as reporter:  # one report at a time, while the queue goes on
+            reports = []
 
-    def plans_of(stage: list[str], estimate: bool, pending: dict) -> list[TablePlan]:
-        return [plan_table(n, args.scale, args.jobs, args.extra, runs_root, results, args.fresh, estimate,
-                           {r for o in TARGETS[n].reuse for r in pending.get(o, ())},
-                           args.group or TARGETS[n].group, split=args.cluster is not None) for n in stage]
+            def report(p: TablePlan) -> None:
+                reports.append(reporter.submit(_report, p.name, args.scale, runs_root, results))
 
-    plans = plans_of(stages[0], args.estimate, {})
-    pending = {p.name: set(p.todo) for p in plans}  # what the first stage trains (an estimate counts it as reused)
-    later = plans_of(stages[1], True, pending) if stages[1] else []  # the second stage's plan, as it will be
-    every = plans + later
-    if len(every) > 1:
-        cpu_s = sum(s * p.threads for p in every for s in p.secs)
-        wall = wall_s([s for p in every for s in p.secs], args.jobs)
-        unknown = [p.name for p in every if p.todo and not p.secs]
-        print(f"[{'all' if args.all else 'queue'}] scale={args.scale}: estimated {cpu_s / 3600:.1f} CPU-hours, "
-              f"{duration(wall)} wall with {args.jobs} job(s) ± {MARGIN * 100:.0f} % across machines, the runs of "
-              "every table in one queue"
-              + (f" (without {', '.join(unknown)}: no estimate)" if unknown else ""), flush=True)
-    if args.estimate:
-        return 0
-    status = 0
-    with ThreadPoolExecutor(max_workers=1) as reporter:  # one report at a time, while the queue goes on
-        reports = []
-
-        def report(p: TablePlan) -> None:
-            reports.append(reporter.submit(_report, p.name, args.scale, runs_root, results))
-
-        try:
-            for i, stage in enumerate(s for s in stages if s):
-                if i:
-                    print(f"[queue] {', '.join(stage)}: the tables whose runs they reuse have ended", flush=True)
-                    plans = plans_of(stage, False, {})
-                for p in plans:
-                    if not p.commands:
-                        report(p)
-                status = run_queue(plans, args.jobs, on_table_end=report, cluster=args.backend) or status
-                if args.detach:  # the tables that reuse their runs wait for the command that follows them
-                    break
-        except SystemExit:  # stopped: the reports not yet begun are dropped
-            reporter.shutdown(wait=False, cancel_futures=True)
-            raise
-        for name in names:
-            if TARGETS[name].parts:  # the whole, once its parts are reported
-                reports.append(reporter.submit(_report, name, args.scale, runs_root, results))
-        for r in reports:
-            status = status or r.result()
-    return status
+            try:
+                for i, stage in enumerate(s for s in stages if s):
+                    if i:
+                        print(f"[queue] {', '.join(stage)}: the tables whose runs they reuse have ended", flush=True)
+                        plans = plans_of(stage, False, {})
+                    for p in plans:
+                        if not p.commands:
+                            report(p)
+                    status = run_queue(plans, args.jobs, on_table_end=report, cluster=args.backend) or status
+                    if args.detach:  # the tables that reuse their runs wait for the command that follows them
+                        break
+            except SystemExit:  # stopped: the reports not yet begun are dropped
+                reporter.shutdown(wait=False, cancel_futures=True)
+                raise
+            for name in names:
+                if TARGETS[name].parts:  # the whole, once its parts are reported
+                    reports.append(reporter.submit(_report, name, args.scale, runs_root, results))
+            for r in reports:
+                status = status or r.result()
+        return status
 
 
 def main(argv=None) -> int:
@@ -278,22 +274,13 @@ def _run(names: list[str], args, results: Path, runs_root: Path) -> int:
         status = train(names, args, results, runs_root)
     if not args.estimate:
         from highway_repro.report import write_summary
-
         from highway_repro.report.ledger import write_ledger
 
         expected = {n: f"{TARGETS[n].help} (`make {make_target(n)}`)" for n in REPORTS}
-        for step in (lambda: write_summary(results, expected), lambda: write_ledger(results)):
-            try:  # a damaged claims file is left out of the summary; a damaged ledger is named
-                if (wrote := step()) is not None:
-                    print(f"wrote {wrote}", file=sys.stderr)
-            except HighwayError as e:
-                print(f"error: {e}", file=sys.stderr)
-                status = status or 1
-            except Exception:  # a bug: its traceback, and the reports written stand
-                import traceback
-
-                traceback.print_exc()
-                status = status or 1
+        for write in (lambda: write_summary(results, expected), lambda: write_ledger(results)):
+            # a damaged claims file is left out of the summary; a damaged ledger is named; a bug: the reports stand
+            failed = _safely(lambda: print(f"wrote {w}", file=sys.stderr) if (w := write()) is not None else None)
+            status = status or failed
     return status
 
 

@@ -62,12 +62,6 @@ def gpu_ids() -> list[str]:
     return [str(i) for i in range(sum(line.startswith("GPU ") for line in out.splitlines()))]
 
 
-def scale_s(cfg) -> float | None:
-    """The scale file's price of one run: `est_step_s` x `trainer.max_steps`; None without `est_step_s`."""
-    step_s = cfg.get("est_step_s")
-    return float(step_s) * int(cfg.trainer.max_steps) if step_s else None
-
-
 def grid_cell(name: str) -> str:
     """A job folder name without its seed= / trial= parts: the grid cell the run repeats."""
     return ",".join(p for p in name.split(",") if override_key(p) not in REPEAT_KEYS)
@@ -75,12 +69,12 @@ def grid_cell(name: str) -> str:
 
 def per_run_s(names: list[str], kept: list[Path], cfg) -> tuple[list[float | None], str]:
     """(seconds of each of `names`, how): the mean of its grid cell's kept runs (`kept`: run folders) made on the
-    device the runs go to (`on_cpu`), else `scale_s`; None where neither is known (cells differ in cost)."""
+    device the runs go to (`on_cpu`), else `est_step_s` x `max_steps`; None where neither is known."""
     by_cell: dict[str, list[float]] = {}
     for r in kept:
         for sec in run_seconds([r], gpu=not on_cpu(cfg)):
             by_cell.setdefault(grid_cell(r.name), []).append(sec)
-    fallback = scale_s(cfg)
+    fallback = float(cfg.est_step_s) * int(cfg.trainer.max_steps) if cfg.get("est_step_s") else None
     secs = [sum(v) / len(v) if (v := by_cell.get(grid_cell(n))) else fallback for n in names]
     from_kept = sum(1 for n in names if grid_cell(n) in by_cell)
     how = [f"{from_kept} from their cells' kept runs"] if from_kept else []

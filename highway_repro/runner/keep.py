@@ -10,8 +10,7 @@ from pathlib import Path
 from highway_repro import files
 from highway_repro.errors import ConfigError
 from highway_repro.files import KeptFileError
-from highway_repro.grids import kept_folders
-from highway_repro.grids import REPEAT_KEYS, override_key
+from highway_repro.grids import REPEAT_KEYS, kept_folders, override_key
 from highway_repro.runner.plan import compose_table
 from highway_repro.targets import KEPT_FILES, TARGETS, runs_folder
 
@@ -155,27 +154,19 @@ def other_recipe(part: str, scale: str, folders: list[Path]) -> dict[str, str]:
                and not override_key(o).startswith("hydra") and in_recipe(override_key(o))]
         repeat = [o for o in job if override_key(o) in REPEAT_KEYS]
         cell = tuple(o for o in job if o not in repeat)
-        if cell not in cells:
-            try:
+        try:  # a group choice or key the configs do not have; a seed the config cannot hold (a date, say)
+            if cell not in cells:
                 cfg = compose_table(TARGETS[part], scale, list(cell))
-            except (HydraException, OmegaConfBaseException) as e:  # a group choice or key the configs do not have
-                cells[cell] = f"its overrides do not compose ({type(e).__name__}: {' '.join(str(e).split())[:120]})"
-            else:
                 cells[cell] = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
-        if isinstance(cells[cell], str):
-            out[folder.name] = cells[cell]
-            continue
-        cfg = cells[cell].copy()
-        try:
+            cfg = cells[cell].copy()
             for o in repeat:
                 key, value = o.split("=", 1)
                 OmegaConf.update(cfg, key, yaml.safe_load(value))
             here = OmegaConf.to_container(cfg, resolve=True)
-        except (OmegaConfBaseException, ValueError) as e:  # a seed the config cannot hold (a date, say)
+        except (HydraException, OmegaConfBaseException, ValueError) as e:
             out[folder.name] = f"its overrides do not compose ({type(e).__name__}: {' '.join(str(e).split())[:120]})"
             continue
-        diff = recipe_diff(there, here)
-        if diff:
+        if diff := recipe_diff(there, here):
             out[folder.name] = "; ".join(diff)
     return out
 

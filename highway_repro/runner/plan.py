@@ -80,14 +80,22 @@ def plan(name: str | Target, scale: str, extra: list[str]) -> tuple[object, list
     """(composed config, grids, job folder names in order, without duplicates) of table `name` (or its Target)."""
     name = name if isinstance(name, str) else next(n for n, t in TARGETS.items() if t is name)
     cfg, fgs = plan_grids(name, scale, extra)
-    gs = [g for _, g in fgs]
-    return cfg, gs, job_names(cfg, gs, TARGETS[name].sweep)
+    return cfg, [g for _, g in fgs], list(named_jobs(cfg, fgs, TARGETS[name].sweep))
+
+
+def named_jobs(cfg, fgs: list[tuple[str | None, list[str]]], sweep: bool = True) -> dict[str, list[str]]:
+    """{folder name: overrides (`sweep=<file>` first)} of the jobs of grids `fgs` ([(sweep file, grid)]; a single
+    run's grid: its overrides), in order, each name once (its first job)."""
+    exclude, out = list(cfg.hydra.job.config.override_dirname.exclude_keys), {}
+    for f, g in fgs:
+        for j in jobs_of(g) if sweep else [g]:
+            out.setdefault(dirname(j, exclude), [f"sweep={f}"] * bool(f) + j)
+    return out
 
 
 def job_names(cfg, gs: list[list[str]], sweep: bool = True) -> list[str]:
     """The folder names of the jobs of grids `gs` (a single run's: its overrides), in order, without duplicates."""
-    exclude = list(cfg.hydra.job.config.override_dirname.exclude_keys)
-    return list(dict.fromkeys(dirname(j, exclude) for g in gs for j in (jobs_of(g) if sweep else [g])))
+    return list(named_jobs(cfg, [(None, g) for g in gs], sweep))
 
 
 @functools.lru_cache(maxsize=None)

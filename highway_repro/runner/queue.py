@@ -19,35 +19,33 @@ from highway_repro.runner.table import TablePlan, finish_table
 from highway_repro.runtime import on_stop_signals
 from highway_repro.targets import ROOT
 
+FOLLOW_UPS: set = set()  # running follow-up steps of reports (`Target.after`): stopped with the queue
+QUEUE_LINE_EVERY_S = 60.0
+LOST_TRIES = 3  # a cluster job lost without a result (a failed node, an admin's scancel) is submitted again
+
+
+def _kernel_counts(paths: list[str], key: str) -> list[int]:
+    """The values of `key` in the kernel's `key value` files `paths` (those that exist and read)."""
+    out = []
+    for path in paths:
+        try:
+            out += [int(line.split()[1]) for line in Path(path).read_text().splitlines() if line.split()[:1] == [key]]
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
 def mem_available_gb() -> float | None:
     """GiB the kernel can give new work without swapping (/proc/meminfo MemAvailable); None where unknown."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 2**20
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    found = _kernel_counts(["/proc/meminfo"], "MemAvailable:")
+    return found[0] / 2**20 if found else None
 
 
 def oom_kills() -> int | None:
     """The kernel's count of processes its out-of-memory killer ended (/proc/vmstat plus cgroup v2 memory.events);
     None where neither exists. A job dead of SIGKILL while it rose was killed for memory."""
-    total, found = 0, False
-    for path in (Path("/proc/vmstat"), Path("/sys/fs/cgroup/memory.events")):
-        try:
-            for line in path.read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
-                    total, found = total + int(value), True
-        except (OSError, ValueError):
-            continue
-    return total if found else None
-
-
-def _fits(peak: float, reserved: list[float], budget: float | None) -> bool:
-    """Whether a job of `peak` GiB fits beside the running jobs' `reserved` within `budget` (alone, it always does)."""
-    return budget is None or not reserved or sum(reserved) + peak <= budget
+    found = _kernel_counts(["/proc/vmstat", "/sys/fs/cgroup/memory.events"], "oom_kill")
+    return sum(found) if found else None
 
 
 def _mark_killed(p: "TablePlan", why: str) -> Path | None:
@@ -78,15 +76,8 @@ class StopRequest:
         self.signum, self.count = self.signum or signum, self.count + 1
 
 
-FOLLOW_UPS: set = set()  # running follow-up steps of reports (`Target.after`): stopped with the queue
-
-
 def exit_code(rc: int) -> int:
     return 128 - rc if rc < 0 else rc  # killed by signal k: 128 + k, as a shell says
-
-
-QUEUE_LINE_EVERY_S = 60.0
-LOST_TRIES = 3  # a cluster job lost without a result (a failed node, an admin's scancel) is submitted again
 
 
 def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None, cluster=None) -> int:
@@ -108,10 +99,7 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None, cluster=None
         if cluster is not None:  # every command at once, as job arrays
             for p in plans:
                 _start(p, progress=not cluster.detach)
-            live = cluster.submit([(p, [(c, s) for q, c, s in queue if q is p]) for p in plans])
-            for _, job in live:
-                print(f"+ {job.pid} ({job.limit_min} min):", shlex.join(job.cmd), flush=True)
-            queue = []
+            live, queue = cluster.submit([(p, [(c, s) for q, c, s in queue if q is p]) for p in plans]), []
             if cluster.detach:
                 print(f"[slurm] {cluster.line()}; detached: the same command follows these jobs, keeps what "
                       "finished and submits again what was lost", flush=True)
@@ -119,8 +107,9 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None, cluster=None
         while (queue or live) and not stop.signum:
             while queue and len(live) < jobs and not stop.signum:
                 reserved = [q.peak_gb for q, _ in live]
-                # the first command that fits beside the running ones; a later, smaller one may pass a larger one
-                i = next((k for k, (q, *_) in enumerate(queue) if _fits(q.peak_gb, reserved, budget)), None)
+                # the first command that fits beside the running ones (alone, any does); a later, smaller one may pass
+                i = next((k for k, (q, *_) in enumerate(queue)
+                          if budget is None or not live or sum(reserved) + q.peak_gb <= budget), None)
                 if i is None:
                     q = queue[0][0]
                     if q.name not in held:
@@ -149,7 +138,6 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None, cluster=None
                 if getattr(proc, "lost", False) and proc.tries < LOST_TRIES:
                     print(f"[{p.name}] {proc.pid} was lost without a result: submitted again", flush=True)
                     live += cluster.submit([(p, [(proc.cmd, proc.secs)])], proc.tries + 1)
-                    print(f"+ {live[-1][1].pid} ({live[-1][1].limit_min} min):", shlex.join(proc.cmd), flush=True)
                     continue
                 rc = exit_code(proc.returncode)
                 status = status or rc

@@ -9,6 +9,7 @@ from __future__ import annotations
 import getpass
 import hashlib
 import math
+import re
 import shlex
 import shutil
 import signal
@@ -39,11 +40,8 @@ def _slurm(*cmd: str) -> str:
 
 def max_array_size() -> int:
     """The cluster's MaxArraySize (array indices stay below it); SLURM's default 1001 where it is not shown."""
-    for line in _slurm("scontrol", "show", "config").splitlines():
-        key, _, value = line.partition("=")
-        if key.strip() == "MaxArraySize" and value.strip().isdigit():
-            return int(value)
-    return 1001
+    found = re.search(r"^MaxArraySize\s*=\s*(\d+)\s*$", _slurm("scontrol", "show", "config"), re.M)
+    return int(found[1]) if found else 1001
 
 
 def preset(name: str) -> dict:
@@ -171,6 +169,7 @@ class Cluster:
                     job = submitit.SlurmJob(folder=self.folder / "%j", job_id=old[shlex.join(cmd)])
                     out.append((plan, Job(self, job, cmd, secs, limit, tries)))
                     print(f"[{plan.name}] re-attached to {out[-1][1].pid}, still in the queue", flush=True)
+                    print(f"+ {out[-1][1].pid} ({limit} min):", shlex.join(cmd), flush=True)
                 else:
                     new.append((cmd, secs, limit))
             arrays += [(plan, new[i:i + self.max_array]) for i in range(0, len(new), self.max_array)]
@@ -200,6 +199,7 @@ class Cluster:
             for job, (cmd, secs, _) in zip(jobs, chunk):
                 record[shlex.join(cmd)].write_text(f"{job.job_id}\n")
                 out.append((plan, Job(self, job, cmd, secs, max(limit for *_, limit in chunk), tries)))
+                print(f"+ {out[-1][1].pid} ({out[-1][1].limit_min} min):", shlex.join(cmd), flush=True)
         self.turn += len(arrays)
         return out
 
