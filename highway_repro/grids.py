@@ -68,6 +68,16 @@ def jobs_of(grid: list[str]) -> list[list[str]]:
     return [list(job) for job in itertools.product(*axes)]
 
 
+def named_jobs(fgs: list[tuple[str | None, list[str]]], exclude: list[str], sweep: bool = True) -> dict[str, list[str]]:
+    """{folder name: overrides (`sweep=<file>` first)} of the jobs of grids `fgs` ([(sweep file, grid overrides)]; a
+    single run's grid: its overrides), in order, each name once (its first job); `exclude`: the keys that name none."""
+    out = {}
+    for f, g in fgs:
+        for j in jobs_of(g) if sweep else [g]:
+            out.setdefault(dirname(j, exclude), [f"sweep={f}"] * bool(f) + j)
+    return out
+
+
 def values_of(params: dict) -> dict[str, list[str]]:
     """Each swept key of a sweep file's params and the values it takes (a ValueError names a value no run has)."""
     return _expand([f"{k}={v}" for k, v in params.items()], strict=True)

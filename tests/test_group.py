@@ -292,11 +292,12 @@ def test_each_member_logs_into_its_own_wandb_run(tmp_path):
 def test_the_runner_trains_a_table_in_one_grouped_command_per_row_and_size():
     from highway_repro.errors import ConfigError
     from highway_repro.train.grouped import check_groupable
-    from highway_repro.runner.plan import named_jobs, plan_grids
+    from highway_repro.grids import named_jobs
+    from highway_repro.runner.plan import excluded, plan_grids
     from highway_repro.runner.table import group_commands, group_of
 
     cfg, fgs = plan_grids("hn_fig1", "cpu", [])
-    jobs = named_jobs(cfg, fgs)
+    jobs = named_jobs(fgs, excluded(cfg))
     names = list(jobs)
     commands, members = zip(*group_commands(jobs, names, 32))
     assert sorted(n for m in members for n in m) == sorted(names)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from highway_repro import files
 from highway_repro.train.config import check_group_choices
-from highway_repro.errors import ArgumentParser, BusyError, ConfigError, HighwayError, make_folder
+from highway_repro.errors import ArgumentParser, BusyError, HighwayError, make_folder
 from highway_repro.lock import take
 from highway_repro.report.header import duration
 from highway_repro.grids import kept_folders
@@ -234,18 +234,13 @@ def main(argv=None) -> int:
             ap.error(f"{launcher[-1]} with --group={args.group}: runs trained together go by hydra/launcher=grouped "
                      "(valid: --group 1, or no hydra/launcher)")
         args.group = "1"
-    try:
-        check_group_choices(args.extra, CONFIG_DIR)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     if bool(tables) == args.all:
         ap.error("name one or more tables (see --list) or give --all, not both")
     names = (REPORTS if args.report_only else PAPER_TABLES) if args.all else tables
     results = Path(args.results or ("runs/smoke_results" if args.scale == "smoke" else "results"))
-    runs_root = Path(args.runs)
     try:
-        return _run(names, args, results, runs_root)
+        check_group_choices(args.extra, CONFIG_DIR)
+        return _run(names, args, results, Path(args.runs))
     except HighwayError as e:  # a user mistake (a run folder's file, a config, a data file): one line, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -27,9 +27,8 @@ def run_seconds(runs: list[Path], gpu: bool | None = None) -> list[float]:
     random search's cell diverges that often again). `gpu`: only the runs made on a GPU (True) or a CPU (False)."""
     out = []
     for r in runs:
-        if (m := run_object(r / "metrics.json")) is None or (info := run_object(r / "run_info.json")) is None:
-            continue
-        if m.get("status") not in FINISHED or (gpu is not None and bool(info.get("cuda_device")) != gpu):
+        m, info = run_object(r / "metrics.json"), run_object(r / "run_info.json")
+        if None in (m, info) or m.get("status") not in FINISHED or gpu not in (None, bool(info.get("cuda_device"))):
             continue
         threads = info.get("threads") if isinstance(info.get("threads"), int) and info["threads"] > 0 else 1
         if _positive(m.get("time/cpu_s")) and not info.get("cuda_device"):
@@ -96,9 +95,7 @@ def wall_s(secs: list[float], jobs: int) -> float:
 def time_limit_min(secs: float | None, threads: int = 1, default: int = 60) -> int:
     """A cluster job's time limit in minutes for `secs` one-thread seconds on `threads` threads: the estimate plus
     MARGIN, plus 5 minutes to start (imports, data); `default` without an estimate."""
-    if not secs:
-        return default
-    return math.ceil(secs / max(1, threads) * (1 + MARGIN) / 60) + 5
+    return math.ceil(secs / max(1, threads) * (1 + MARGIN) / 60) + 5 if secs else default
 
 
 # ------------------------------------------------------------------ memory
@@ -108,12 +105,8 @@ DEFAULT_PEAK_GB = 2.0  # a run with no measured or estimated peak (the cpu-scale
 def peak_gb(cfg, kept: Path | None) -> tuple[float, str]:
     """GiB one run of this table holds at its peak: the largest `peak_rss_gb` of its kept runs made on a CPU (a GPU
     run's host memory says nothing of a CPU run's), else the scale file's `est_peak_gb`, else DEFAULT_PEAK_GB."""
-    seen = []
-    for f in kept.glob("*/run_info.json") if kept is not None else ():
-        info = run_object(f) or {}
-        v = info.get("peak_rss_gb")
-        if isinstance(v, (int, float)) and v > 0 and not info.get("cuda_device"):
-            seen.append(float(v))
+    infos = [run_object(f) or {} for f in (kept.glob("*/run_info.json") if kept is not None else ())]
+    seen = [float(i["peak_rss_gb"]) for i in infos if _positive(i.get("peak_rss_gb")) and not i.get("cuda_device")]
     if seen:
         return max(seen), f"largest of {len(seen)} kept runs"
     if cfg.get("est_peak_gb"):

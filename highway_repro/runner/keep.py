@@ -81,9 +81,8 @@ def restore(kept: Path, sweep_dir: Path, names: list[str] | None = None, dry: bo
         except KeptFileError as e:  # not restored: trained again, and kept over it when it ends
             print(f"warning: the kept run {run} is damaged and is trained again: {e}", file=sys.stderr)
             continue
-        for f, blob in () if dry else blobs.items():
-            if blob is not None:
-                files.copy_file(run / f, dst / f, root, sweep_dir.parent)
+        for f in () if dry else [f for f, blob in blobs.items() if blob is not None]:
+            files.copy_file(run / f, dst / f, root, sweep_dir.parent)
         out.append(run.name)
     return out
 

@@ -1,26 +1,13 @@
-"""A table's plan from its grid (`highway_repro.grids`, the one reader of the sweep files): its composed config, each
-sweep file's grid as overrides (`sweep=<table>/<file>` runs that file as it is), and the runs they name, one folder
-name (Hydra's `override_dirname`) per run.
-"""
+"""A table's plan from its sweep files (`highway_repro.grids`): its composed config, each file's grid as overrides
+(`sweep=<table>/<file>` runs that file as it is) and the runs they name (Hydra's `override_dirname`)."""
 
 from __future__ import annotations
 
 import functools
 
 from highway_repro.errors import ConfigError
-from highway_repro.grids import SWEEP_DIR, dirname, jobs_of, override_key, params_of, sweep_files
+from highway_repro.grids import SWEEP_DIR, named_jobs, override_key, params_of, sweep_files
 from highway_repro.targets import CONFIG_DIR, TARGETS, Target
-
-HYDRA_VERSION = "1.3"  # the version_base of the configs' composition
-
-
-def split_sweep(overrides: list[str]) -> tuple[list[str], list[str]]:
-    """(plain overrides, sweep overrides such as seed=0,1 or trial=range(0,4))."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    plain = [o for o, p in zip(overrides, parsed) if not p.is_sweep_override()]
-    return plain, [o for o in overrides if o not in plain]
 
 
 def table_files(name: str, scale: str) -> list[str]:
@@ -43,7 +30,7 @@ def compose_table(t: Target, scale: str, plain: list[str], sweep: str | None = N
     register()
 
     overrides = [f"experiment={t.experiment}", f"scale={scale}"] + ([f"sweep={sweep}"] if sweep else [])
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=HYDRA_VERSION):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         return compose("train", overrides=overrides + plain, return_hydra_config=True)
 
 
@@ -51,8 +38,10 @@ def plan_grids(name: str, scale: str, extra: list[str]) -> tuple[object, list[tu
     """(the composed config of the first sweep file, [(sweep file, grid overrides)] of every file); a single-run
     table's one grid is `extra` itself. Rows given by hand (`variant=a,b`) replace the first file's rows and cut the
     later files' to those."""
-    t = TARGETS[name]
-    plain, _ = split_sweep(extra)
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    t, parsed = TARGETS[name], OverridesParser.create().parse_overrides(extra)
+    plain = [o for o, p in zip(extra, parsed) if not p.is_sweep_override()]  # not a sweep such as seed=0,1
     files = table_files(name, scale)
     cfg = compose_table(t, scale, plain, files[0] if files else None)
     if not files:
@@ -76,26 +65,20 @@ def plan_grids(name: str, scale: str, extra: list[str]) -> tuple[object, list[tu
     return cfg, out
 
 
-def plan(name: str | Target, scale: str, extra: list[str]) -> tuple[object, list[list[str]], list[str]]:
-    """(composed config, grids, job folder names in order, without duplicates) of table `name` (or its Target)."""
-    name = name if isinstance(name, str) else next(n for n, t in TARGETS.items() if t is name)
+def plan(name: str, scale: str, extra: list[str]) -> tuple[object, list[list[str]], list[str]]:
+    """(composed config, grids, job folder names in order, without duplicates) of table `name`."""
     cfg, fgs = plan_grids(name, scale, extra)
-    return cfg, [g for _, g in fgs], list(named_jobs(cfg, fgs, TARGETS[name].sweep))
-
-
-def named_jobs(cfg, fgs: list[tuple[str | None, list[str]]], sweep: bool = True) -> dict[str, list[str]]:
-    """{folder name: overrides (`sweep=<file>` first)} of the jobs of grids `fgs` ([(sweep file, grid)]; a single
-    run's grid: its overrides), in order, each name once (its first job)."""
-    exclude, out = list(cfg.hydra.job.config.override_dirname.exclude_keys), {}
-    for f, g in fgs:
-        for j in jobs_of(g) if sweep else [g]:
-            out.setdefault(dirname(j, exclude), [f"sweep={f}"] * bool(f) + j)
-    return out
+    return cfg, [g for _, g in fgs], list(named_jobs(fgs, excluded(cfg), TARGETS[name].sweep))
 
 
 def job_names(cfg, gs: list[list[str]], sweep: bool = True) -> list[str]:
     """The folder names of the jobs of grids `gs` (a single run's: its overrides), in order, without duplicates."""
-    return list(named_jobs(cfg, [(None, g) for g in gs], sweep))
+    return list(named_jobs([(None, g) for g in gs], excluded(cfg), sweep))
+
+
+def excluded(cfg) -> list[str]:
+    """The keys that name no run (`hydra.job.config.override_dirname.exclude_keys` of the composed config)."""
+    return list(cfg.hydra.job.config.override_dirname.exclude_keys)
 
 
 @functools.lru_cache(maxsize=None)

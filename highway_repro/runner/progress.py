@@ -39,20 +39,18 @@ class Progress(threading.Thread):
     def __init__(self, name: str, sweep_dir: Path, names: list[str], planned: float | None = None,
                  every: float = 60, on_tick=None, sweep: bool = True):
         super().__init__(daemon=True)
-        self.name_, self.sweep_dir, self.names, self.planned, self.every = name, sweep_dir, names, planned, every
-        self.on_tick, self.sweep, self.started, self.stop = on_tick, sweep, None, threading.Event()
-        self.start_done = {n for n in names if run_status(self._folder(n)) in FINISHED}
+        self.name_, self.names, self.planned, self.every = name, names, planned, every
+        self.on_tick, self.started, self.stop = on_tick, None, threading.Event()
+        self.folders = {n: sweep_dir / n if sweep else sweep_dir for n in names}  # a single run: the sweep folder
+        self.start_done = {n for n in names if run_status(self.folders[n]) in FINISHED}
 
     def start(self) -> None:
         self.started = time.time()
         super().start()
 
-    def _folder(self, name: str) -> Path:
-        return self.sweep_dir / name if self.sweep else self.sweep_dir  # a single run: the sweep folder itself
-
     def state(self) -> tuple[int, int, int]:
         """(runs done, runs failed, runs finished since this command started)."""
-        status = {n: run_status(self._folder(n)) for n in self.names}
+        status = {n: run_status(f) for n, f in self.folders.items()}
         done = [n for n, s in status.items() if s in FINISHED]
         return len(done), sum(s == "failed" for s in status.values()), len(set(done) - self.start_done)
 

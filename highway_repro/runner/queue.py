@@ -3,6 +3,7 @@ several), held back while its memory does not fit, stopped as a whole on a signa
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -42,32 +43,28 @@ def mem_available_gb() -> float | None:
 
 
 def oom_kills() -> int | None:
-    """The kernel's count of processes its out-of-memory killer ended (/proc/vmstat plus cgroup v2 memory.events);
-    None where neither exists. A job dead of SIGKILL while it rose was killed for memory."""
+    """The kernel's count of out-of-memory kills (/proc/vmstat plus cgroup v2 memory.events); None without either."""
     found = _kernel_counts(["/proc/vmstat", "/sys/fs/cgroup/memory.events"], "oom_kill")
     return sum(found) if found else None
 
 
-def _mark_killed(p: "TablePlan", why: str) -> Path | None:
+def _mark_killed(p: TablePlan, why: str) -> Path | None:
     """Note why it died (`killed` in run_info.json, shown in the report) in the unfinished run written to last."""
     runs = [p.sweep_dir] if p.single else [p.sweep_dir / n for n in p.todo if (p.sweep_dir / n).is_dir()]
-    runs = [r for r in runs if run_status(r) not in FINISHED]
-    if not runs:
-        return None
-    run = max(runs, key=lambda r: max((f.stat().st_mtime for f in r.rglob("*") if f.is_file()), default=0.0))
-    write_json_atomic(run / "run_info.json", {**(run_object(run / "run_info.json") or {}), "killed": why})
+    run = max([r for r in runs if run_status(r) not in FINISHED], default=None,
+              key=lambda r: max((f.stat().st_mtime for f in r.rglob("*") if f.is_file()), default=0.0))
+    if run is not None:
+        write_json_atomic(run / "run_info.json", {**(run_object(run / "run_info.json") or {}), "killed": why})
     return run
 
 
 def pick_gpu(gpus: list[str], held: list[str]) -> str | None:
-    """The GPU a job starting now gets: the first of those the fewest running jobs hold (`held`); None with fewer
-    than 2 GPUs (it sees every GPU)."""
+    """The GPU a job starting now gets: the first that the fewest running jobs hold; None under 2 GPUs (it sees all)."""
     return min(gpus, key=held.count) if len(gpus) > 1 else None
 
 
 class StopRequest:
-    """The handler of SIGINT / SIGTERM / SIGHUP while a queue runs: it records them, the queue loop acts on them (an
-    exception raised anywhere could leave a command untracked); a second one means: kill now."""
+    """SIGINT / SIGTERM / SIGHUP while a queue runs, recorded for its loop to act on (a second one: kill now)."""
 
     def __init__(self):
         self.signum, self.count = 0, 0
@@ -80,13 +77,11 @@ def exit_code(rc: int) -> int:
     return 128 - rc if rc < 0 else rc  # killed by signal k: 128 + k, as a shell says
 
 
-def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None, cluster=None) -> int:
-    """Run the commands of every plan in order, `jobs` at a time, each in its own process group; a failed one stops
-    nothing. A table ends with its last command: its runs are kept, `on_table_end(plan)` is called. On a stop signal
-    the running commands are stopped (`stop_sweep`), the finished runs kept, and the runner exits 128 + signal.
-    `cluster` (`slurm.Cluster`): each table's commands submitted at once, a job lost without a result submitted
-    again up to LOST_TRIES times (resume=auto continues it); `cluster.detach`: return once submitted. Returns the
-    first non-zero exit status."""
+def run_queue(plans: list[TablePlan], jobs: int, on_table_end=lambda p: None, cluster=None) -> int:
+    """Run the commands of every plan in order, `jobs` at a time (a failed one stops nothing); a table's last command
+    keeps its runs and calls `on_table_end(plan)`; a stop signal stops all (`stop_sweep`): exit 128 + signal.
+    `cluster` (`slurm.Cluster`): all submitted at once, a lost job again up to LOST_TRIES times (`cluster.detach`:
+    return once submitted). Returns the first non-zero exit status."""
     queue = [(p, cmd, s) for p in plans for cmd, s in zip(p.commands, p.costs or [None] * len(p.commands))]
     for p in plans:
         p.left = len(p.commands)
@@ -110,9 +105,8 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None, cluster=None
                 # the first command that fits beside the running ones (alone, any does); a later, smaller one may pass
                 i = next((k for k, (q, *_) in enumerate(queue)
                           if budget is None or not live or sum(reserved) + q.peak_gb <= budget), None)
-                if i is None:
-                    q = queue[0][0]
-                    if q.name not in held:
+                if i is None:  # said once a table
+                    if (q := queue[0][0]).name not in held:
                         held.add(q.name)
                         print(f"[{q.name}] held back: a run needs {q.peak_gb:.1f} GB at its peak, and "
                               f"{sum(reserved):.1f} of the {budget:.1f} GB available are reserved for "
@@ -142,7 +136,7 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None, cluster=None
                 rc = exit_code(proc.returncode)
                 status = status or rc
                 before, now = kills_at.pop(proc.pid, None), oom_kills()
-                if proc.returncode == -signal.SIGKILL and before is not None and now is not None and now > before:
+                if proc.returncode == -signal.SIGKILL and None not in (before, now) and now > before:
                     why = (f"out-of-memory killer (the kernel's OOM kill count rose from {before} to {now} while it "
                            f"ran; a run needs about {p.peak_gb:.1f} GB)")
                     run = _mark_killed(p, why)
@@ -154,8 +148,7 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None, cluster=None
                 p.left -= 1
                 if not p.left:
                     finish_table(p)
-                    if on_table_end is not None:
-                        on_table_end(p)
+                    on_table_end(p)
         if stop.signum:
             stop_sweep([proc for _, proc in live] + list(FOLLOW_UPS), stop)
             for p in plans:
@@ -200,10 +193,8 @@ def stop_sweep(procs: list[subprocess.Popen], stop: StopRequest | None = None, g
         for proc in alive:
             proc.poll()  # reap the main process, so that only live processes keep the group
     for proc in alive:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     for proc in procs:
         proc.wait()
 

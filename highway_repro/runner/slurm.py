@@ -38,12 +38,6 @@ def _slurm(*cmd: str) -> str:
     return r.stdout
 
 
-def max_array_size() -> int:
-    """The cluster's MaxArraySize (array indices stay below it); SLURM's default 1001 where it is not shown."""
-    found = re.search(r"^MaxArraySize\s*=\s*(\d+)\s*$", _slurm("scontrol", "show", "config"), re.M)
-    return int(found[1]) if found else 1001
-
-
 def preset(name: str) -> dict:
     """The launcher file of preset `name`, its `defaults` (the submitit plugin's own) left out."""
     from omegaconf import OmegaConf
@@ -53,10 +47,9 @@ def preset(name: str) -> dict:
 
 
 class TrainCommand:
-    """A train command run in a SLURM job (what submitit pickles and calls there): returns its exit status. On
-    preemption (USR2) or at its time limit submitit calls `checkpoint`: the trainer gets SIGTERM, saves at its step
-    and exits, and the job is requeued with the same command. SIGTERM from SLURM (scontrol requeue, scancel) reaches
-    the trainer too; the job then leaves no result: the runner waits for its requeued self (or finds it lost)."""
+    """A train command run in a SLURM job (submitit pickles it): its exit status. On preemption (USR2) or at its time
+    limit submitit calls `checkpoint`: the trainer gets SIGTERM, saves and exits, the job is requeued. SIGTERM from
+    SLURM (requeue, scancel) reaches the trainer too: no result, the runner waits for the requeued job (or its loss)."""
 
     def __init__(self, cmd: list[str]):
         self.cmd, self.proc = cmd, None
@@ -90,6 +83,7 @@ class Job:
         self.id, self.since, self.tries, self.returncode, self.lost = str(job.job_id), time.time(), tries, None, False
         cluster.followed.append(self)
         self.pid = f"slurm job {self.id}"
+        print(f"+ {self.pid} ({limit_min} min):", shlex.join(cmd), flush=True)
 
     def poll(self) -> int | None:
         if self.returncode is None and self.job.paths.result_pickle.exists():
@@ -113,12 +107,11 @@ def lanes(sizes: list[int], jobs: int) -> list[int]:
 
 
 class Cluster:
-    """Submits the queue's commands as SLURM job arrays to `partition`, resources from `preset` and the table."""
+    """Submits the queue's commands as SLURM job arrays to `partition`, resources from `preset` and the table;
+    `request`: `hydra.launcher.<key>=<value>` overrides of the preset (`timeout_min`: every job's time limit)."""
 
     def __init__(self, partition: str | None, preset_name: str, folder: Path, jobs: int, detach: bool = False,
                  request: list[str] = ()):
-        """`request`: `hydra.launcher.<key>=<value>` overrides of the preset (`mem_gb=8`; `timeout_min=30`: the time
-        limit of every job, not the estimate's)."""
         valid = [p.rstrip("*") for p in _slurm("sinfo", "-h", "-o", "%P").split()]
         if partition is None or partition not in valid:
             raise ConfigError(f"partition {partition} is not a partition of this SLURM (valid: {', '.join(valid)})")
@@ -129,13 +122,14 @@ class Cluster:
                 raise ConfigError(f"{o}: {key} is not a key of the job request (valid: {', '.join(self.preset)})")
             self.preset[key] = __import__("yaml").safe_load(value)
         self.limit = int(self.preset["timeout_min"]) if any(".timeout_min=" in o for o in request) else None
-        self.detach, self.max_array, self.states, self.seen = detach, max_array_size(), {}, 0.0
+        found = re.search(r"^MaxArraySize\s*=\s*(\d+)\s*$", _slurm("scontrol", "show", "config"), re.M)
+        self.max_array = int(found[1]) if found else 1001  # array indices stay below it; SLURM's default
+        self.detach, self.states, self.seen = detach, {}, 0.0
         self.followed: list[Job] = []  # every job this runner follows, finished and lost ones included
         self.lanes, self.turn = [], 0  # [[jobs at once, the id of its last array]] (`lanes`); the next lane's index
 
     def refresh(self, force: bool = False) -> None:
-        """squeue's state of each of this user's jobs ({id: state}, array tasks one by one), at most every
-        LOST_CHECK_S."""
+        """squeue's state of this user's jobs ({id: state}, array tasks one by one), at most every LOST_CHECK_S."""
         if force or time.time() - self.seen > LOST_CHECK_S:
             self.seen = time.time()
             out = _slurm("squeue", "-u", getpass.getuser(), "-r", "-h", "-o", "%i %T")
@@ -169,7 +163,6 @@ class Cluster:
                     job = submitit.SlurmJob(folder=self.folder / "%j", job_id=old[shlex.join(cmd)])
                     out.append((plan, Job(self, job, cmd, secs, limit, tries)))
                     print(f"[{plan.name}] re-attached to {out[-1][1].pid}, still in the queue", flush=True)
-                    print(f"+ {out[-1][1].pid} ({limit} min):", shlex.join(cmd), flush=True)
                 else:
                     new.append((cmd, secs, limit))
             arrays += [(plan, new[i:i + self.max_array]) for i in range(0, len(new), self.max_array)]
@@ -199,7 +192,6 @@ class Cluster:
             for job, (cmd, secs, _) in zip(jobs, chunk):
                 record[shlex.join(cmd)].write_text(f"{job.job_id}\n")
                 out.append((plan, Job(self, job, cmd, secs, max(limit for *_, limit in chunk), tries)))
-                print(f"+ {out[-1][1].pid} ({out[-1][1].limit_min} min):", shlex.join(cmd), flush=True)
         self.turn += len(arrays)
         return out
 
@@ -211,8 +203,7 @@ class Cluster:
             print(f"[slurm] cancelled {len(ids)} job(s): {' '.join(ids)}", flush=True)
 
     def line(self) -> str:
-        """`N submitted, R running, F finished, L lost` of the jobs this runner follows (a lost one submitted again
-        counts twice)."""
+        """`N submitted, R running, F finished, L lost` of this runner's jobs (one lost and submitted again: two)."""
         self.refresh()
         jobs = self.followed
         running = sum(self.states.get(j.id) == "RUNNING" for j in jobs if j.returncode is None)

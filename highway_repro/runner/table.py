@@ -16,8 +16,8 @@ from highway_repro.report.header import duration
 from highway_repro.runner.estimate import DEFAULT_PEAK_GB, MARGIN, on_cpu, peak_gb, per_run_s, wall_s
 from highway_repro.runner.keep import (FINISHED, SINGLE_RUN, keep, refuse_other_recipe, restore, reused_names,
                                        run_status)
-from highway_repro.grids import REPEAT_KEYS, hydra_key, override_key
-from highway_repro.runner.plan import named_jobs, plan_grids
+from highway_repro.grids import REPEAT_KEYS, hydra_key, named_jobs, override_key
+from highway_repro.runner.plan import excluded, plan_grids
 from highway_repro.runner.progress import Progress
 from highway_repro.targets import TARGETS, kept_apart, make_target, runs_folder
 
@@ -54,7 +54,7 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     t = TARGETS[name]
     sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
     cfg, fgs = plan_grids(name, scale, extra)
-    jobs_by_name = named_jobs(cfg, fgs, t.sweep)
+    jobs_by_name = named_jobs(fgs, excluded(cfg), t.sweep)
     names = list(jobs_by_name)
     from highway_repro.train.config import GATE_OPTIONS, validate
 
@@ -98,9 +98,8 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     queued_from = f", {len(queued)} to come from {', '.join(t.reuse)} before it in this queue" if queued else ""
     print(f"[{name}] scale={scale}: {len(names)} runs, {len(done)} finished ({len(restored)} restored from {source}"
           f"{queued_from}), {len(todo)} to train; {cost}", flush=True)
-    shown = f"make {make_target(name)} SCALE={scale}" if name != "demo" else "make demo"
-    if extra:  # overrides given by hand are part of the command
-        shown = shlex.join(["python", "-m", "highway_repro.runner", name, "--scale", scale, *extra])
+    shown = (shlex.join(["python", "-m", "highway_repro.runner", name, "--scale", scale, *extra]) if extra  # by hand
+             else f"make {make_target(name)} SCALE={scale}" if name != "demo" else "make demo")
     if todo and peak_how != "default":
         print(f"[{name}] memory: {peak:.1f} GB a run at its peak ({peak_how})", flush=True)
     apart = results / runs_folder(name, scale, apart=True) if kept_apart(scale) else None
