@@ -1,7 +1,5 @@
 """`python -m highway_repro.runner` (`make reproduce-<table>`, `make estimate-<table>`, `make tables`): train what is
-missing of one or more tables in one queue (`--jobs` at a time, locally or on SLURM), then build their reports.
-Runs go to `runs/sweeps/<table>-<scale>/<overrides>/` with `resume=auto`; one runner per table and scale.
-"""
+missing of one or more tables in one queue (`--jobs` at a time, locally or on SLURM), then build their reports."""
 
 from __future__ import annotations
 
@@ -83,8 +81,7 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path, echo: bo
 
 
 def _damaged(results: Path, scale: str, allowed: bool) -> int:
-    """Name each kept run of `scale` with a damaged file (left out of the reports); 1 when there is one, unless
-    `allowed`."""
+    """Name each kept run of `scale` with a damaged file (left out of the reports); 1 if one is, unless `allowed`."""
     from highway_repro.report.runs import load_run
 
     runs = [load_run(p.parent, results) for kept in (f"*-{scale}", f"*-{scale}-gpu")
@@ -129,10 +126,9 @@ def hold_tables(tables, scale: str, runs_root: Path) -> ExitStack:
 
 
 def train(names: list[str], args, results: Path, runs_root: Path) -> int:
-    """Train what is missing of the tables `names` (a target with parts: each part) in one queue, each table's
-    report as soon as its runs end. The tables' locks first (`hold_tables`; an estimate takes none), then each plan
-    and its cost. A study that reuses the runs of another table named here is planned once that table has ended, so
-    that runs of one folder name are restored, not trained twice."""
+    """Train what is missing of the tables `names` (a target with parts: each part) in one queue under their locks,
+    each table's report as soon as its runs end; a study that reuses the runs of another table named here is planned
+    once that table has ended (its runs of one folder name restored, not trained twice)."""
     tables = list(dict.fromkeys(p for n in names for p in TARGETS[n].parts or (n,)))
     args.backend = None
     if args.cluster == "slurm" and not args.estimate:  # no SLURM, an unknown partition: one line, nothing planned

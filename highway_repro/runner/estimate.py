@@ -1,10 +1,7 @@
-"""What a table's runs cost, by one rule, and the memory a run holds at its peak.
-
-A run of a grid cell takes the mean time of that cell's kept runs made on the device it goes to (a CPU run: its CPU
-time per thread; a GPU run: its wall time), else the scale file's `est_step_s` x `max_steps`. Either is stated
-± MARGIN across machines: the kept CPU runs of one cell made on two 2-core machines (an Intel Xeon, an AMD EPYC)
-differ by up to 17 % (Transformer-XL L12), the whole cpu-scale set by 6 %. A run trained in a group logged its
-share of the group's time, which prices it as it will go again (a table groups its runs the same way each time).
+"""What a table's runs cost, by one rule, and the memory a run holds at its peak: a grid cell's run takes the mean
+time of the cell's kept runs made on its device (a CPU's time per thread, a GPU's wall time), else `est_step_s` x
+`max_steps`, ± MARGIN across machines (one cell's kept CPU runs on two 2-core machines, an Intel Xeon and an AMD EPYC:
+up to 17 % apart, the whole cpu-scale set 6 %). A grouped run logged its share of the group's time, as it goes again.
 """
 
 from __future__ import annotations
@@ -22,9 +19,8 @@ MARGIN = 0.25  # a run's time on another machine of its kind, either way (the mo
 
 
 def run_seconds(runs: list[Path], gpu: bool | None = None) -> list[float]:
-    """Seconds of each finished run with its cores to itself: a CPU run's CPU time / its threads (which a loaded
-    machine does not inflate, as it does wall time), a GPU run's wall time; a diverged run with what it cost (a
-    random search's cell diverges that often again). `gpu`: only the runs made on a GPU (True) or a CPU (False)."""
+    """Seconds of each finished run (a diverged one too: its cell diverges as often again) with its cores to itself: a
+    CPU run's CPU time / its threads (no loaded machine inflates it), a GPU run's wall time; `gpu`: only a GPU's."""
     out = []
     for r in runs:
         m, info = run_object(r / "metrics.json"), run_object(r / "run_info.json")

@@ -66,10 +66,9 @@ def _kept(path: Path, root: Path) -> bytes | None:
 
 def restore(kept: Path, sweep_dir: Path, names: list[str] | None = None, dry: bool = False,
             single: bool = False) -> list[str]:
-    """Put kept runs back into the sweep folder where it has no finished run of that name, so `resume=auto` skips
-    them; `names`: only runs of these folder names (a study reusing a table's runs); `dry`: copy nothing (an
-    estimate); `single`: a single-run table (kept as <kept>/run, run in the sweep folder itself). Returns the folder
-    names restored ("run" for a single-run table)."""
+    """Put kept runs back where the sweep folder has no finished run of that name (`resume=auto` skips them); `names`:
+    only these (a study reusing a table's runs); `dry`: copy nothing (an estimate); `single`: a single-run table
+    (kept as <kept>/run, run in the sweep folder itself). Returns the folder names restored ("run": a single run)."""
     out, root = [], results_root(kept)
     for run in [kept / SINGLE_RUN] if single else sorted(p.parent for p in kept.glob("*/metrics.json")):
         dst = sweep_dir if single else sweep_dir / run.name
@@ -103,9 +102,8 @@ def read_record(kept: Path, fresh: bool) -> dict:
 
 
 def table_runs(name: str, scale: str, runs_root: Path, results: Path) -> list:
-    """The runs a table's report reads: its kept runs and a study's cells kept by the tables it reuses
-    (`grids.kept_folders`), plus its sweep folder's runs that none of those has (failed, unfinished, not yet
-    kept); its runs made on a GPU (kept apart) last: the report compares one device's runs."""
+    """The runs a table's report reads: `grids.kept_folders`, plus its sweep folder's runs that none of those has
+    (failed, unfinished, not yet kept); its runs made on a GPU (kept apart) last: the report compares one device's."""
     from highway_repro.report import load_runs
     from highway_repro.report.runs import load_run
 

@@ -175,9 +175,8 @@ def _start(p: TablePlan, progress: bool = True) -> None:
 
 
 def stop_sweep(procs: list[subprocess.Popen], stop: StopRequest | None = None, grace_s: float = 60.0) -> None:
-    """Stop the running commands: SIGTERM to each one's whole process group each second (a trainer saves at its
-    step; a launcher's workers would outlive their main process), SIGKILL to what is left after `grace_s` or a
-    second signal (`stop.count`); cluster jobs: one scancel."""
+    """Stop the running commands: SIGTERM to each one's process group each second (a trainer saves at its step; a
+    launcher's workers outlive their main process), SIGKILL after `grace_s` or a 2nd signal; cluster jobs: scancel."""
     if jobs := [p for p in procs if hasattr(p, "cluster")]:
         jobs[0].cluster.cancel(jobs)
     procs = [p for p in procs if not hasattr(p, "cluster")]

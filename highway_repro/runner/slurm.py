@@ -1,8 +1,6 @@
-"""SLURM as the queue's second back end, through submitit: a table's commands as job arrays (docs/cluster.md).
-
-Arrays hold at most the cluster's `MaxArraySize` jobs; `--jobs` caps all of a runner's jobs in flight (`lanes`).
-Each command's job id is kept in `<runs>/.slurm/cmd-<hash>.job`: the same command started again follows it.
-"""
+"""SLURM as the queue's second back end, through submitit: a table's commands as job arrays (docs/cluster.md) of at
+most `MaxArraySize` jobs, `--jobs` the cap on all of a runner's jobs in flight (`lanes`); each command's job id kept
+in `<runs>/.slurm/cmd-<hash>.job`, so that the same command started again follows it."""
 
 from __future__ import annotations
 
@@ -74,9 +72,8 @@ class TrainCommand:
 
 
 class Job:
-    """A command's SLURM job as the queue follows a process: `poll()` (None while it runs, else its exit status),
-    `pid` (`slurm job <id>`). A job that left squeue without a result (a lost node, an admin's scancel; submitit
-    alone would wait on it forever without accounting) is `lost`: exit status 1."""
+    """A command's SLURM job as the queue follows a process (`poll()`, `pid`); one that left squeue without a result
+    (a lost node, an admin's scancel: submitit alone would wait forever without accounting) is `lost`: status 1."""
 
     def __init__(self, cluster: "Cluster", job, cmd: list[str], secs, limit_min: int, tries: int = 0):
         self.cluster, self.job, self.cmd, self.secs, self.limit_min = cluster, job, cmd, secs, limit_min
@@ -141,10 +138,9 @@ class Cluster:
         return self.seen > job.since and self.states.get(job.id) not in ACTIVE
 
     def submit(self, tables: list[tuple[object, list[tuple[list[str], float | None]]]], tries: int = 0) -> list:
-        """Submit the commands of each table ((its plan: name, threads, peak_gb; [(cmd, one-thread seconds)])):
-        [(plan, Job)]. The job of a command still in the queue (recorded by a runner before this one) is followed,
-        the others go as arrays of at most MaxArraySize in the runner's lanes (`lanes`); a ConfigError naming
-        sbatch's reason where SLURM refuses them."""
+        """[(plan, Job)] of the commands of each table ((plan, [(cmd, one-thread seconds)])): a command's job still
+        queued (by a runner before this one) followed, the others submitted as arrays in the runner's `lanes`; a
+        ConfigError naming sbatch's reason where SLURM refuses them."""
         import submitit
         from submitit.core.utils import FailedJobError
 

@@ -150,9 +150,8 @@ def group_of(cfg, group: str) -> int:
 
 
 def group_commands(jobs: dict[str, list[str]], todo: list[str], size: int) -> list[tuple[list[str], list[str]]]:
-    """(the overrides, the run names) of one grouped multirun per cell (runs that differ in their seed or trial
-    only) of the runs `todo` (`jobs`: `plan.named_jobs`), at most `size` runs each; [] where a run's cell has no
-    single repeat key."""
+    """(the overrides, the run names) of one grouped multirun per cell (runs that differ in their seed or trial only)
+    of the runs `todo` (`jobs`: `grids.named_jobs`), up to `size` each; [] where a cell has no single repeat key."""
     cells = {}
     for name in todo:
         sweep, *job = jobs[name]
