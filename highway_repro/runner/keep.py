@@ -9,7 +9,6 @@ from pathlib import Path
 
 from highway_repro import files
 from highway_repro.errors import ConfigError
-from highway_repro.files import KeptFileError
 from highway_repro.grids import REPEAT_KEYS, kept_folders, override_key
 from highway_repro.runner.plan import compose_table
 from highway_repro.targets import KEPT_FILES, TARGETS, runs_folder
@@ -22,7 +21,7 @@ def run_object(path: Path) -> dict | None:
     """A run folder's JSON file (metrics.json, run_info.json) as a dict: {} when absent, None when damaged."""
     try:
         return files.read_json(path, path.parent.parent, kind=dict) or {}
-    except KeptFileError:
+    except files.KeptFileError:
         return None
 
 
@@ -58,7 +57,7 @@ def _kept(path: Path, root: Path) -> bytes | None:
     """A kept file's bytes, None where absent or damaged (then written over; a link at its path removed first)."""
     try:
         return files.read_bytes(path, root)
-    except KeptFileError:
+    except files.KeptFileError:
         if path.is_symlink():
             path.unlink()
         return None
@@ -77,7 +76,7 @@ def restore(kept: Path, sweep_dir: Path, names: list[str] | None = None, dry: bo
             continue
         try:
             blobs = {f: files.read_bytes(run / f, root) for f in KEPT_FILES}
-        except KeptFileError as e:  # not restored: trained again, and kept over it when it ends
+        except files.KeptFileError as e:  # not restored: trained again, and kept over it when it ends
             print(f"warning: the kept run {run} is damaged and is trained again: {e}", file=sys.stderr)
             continue
         for f in () if dry else [f for f, blob in blobs.items() if blob is not None]:
@@ -96,7 +95,7 @@ def read_record(kept: Path, fresh: bool) -> dict:
             and isinstance(wall, (int, float)) and not isinstance(wall, bool) and isinstance(spans, list)
             and all(isinstance(i, list) and len(i) == 2 and all(isinstance(t, (int, float)) for t in i)
                     for i in spans)):
-        raise KeptFileError(f"{kept / 'reproduce.json'} is not a table's record (valid: commands, a list of "
+        raise files.KeptFileError(f"{kept / 'reproduce.json'} is not a table's record (valid: commands, a list of "
                             "strings; wall_s, a number; intervals, [start, end] pairs of numbers)")
     return record
 
@@ -134,7 +133,6 @@ def other_recipe(part: str, scale: str, folders: list[Path]) -> dict[str, str]:
     from omegaconf.errors import OmegaConfBaseException
 
     from highway_repro.train.recipe import in_recipe, recipe_diff
-    from highway_repro.files import read_config
     from highway_repro.report.runs import read_overrides
     out, cells = {}, {}  # one composition per grid cell; a run's seed / trial is set on a copy of it
     for folder in folders:
@@ -142,8 +140,8 @@ def other_recipe(part: str, scale: str, folders: list[Path]) -> dict[str, str]:
         if not (saved.exists() and ov.exists()):
             continue
         try:
-            lines, there = read_overrides(ov), read_config(saved)
-        except KeptFileError as e:  # a damaged run is no recipe's: never counted as done
+            lines, there = read_overrides(ov), files.read_config(saved)
+        except files.KeptFileError as e:  # a damaged run is no recipe's: never counted as done
             out[folder.name] = str(e)
             continue
         # without the overrides of keys outside the recipe (logger=wandb's ${hydra:...} names, threads, device)

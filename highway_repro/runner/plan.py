@@ -52,16 +52,13 @@ def plan_grids(name: str, scale: str, extra: list[str]) -> tuple[object, list[tu
     out = []
     for i, f in enumerate(files):
         grid = {str(k): str(v) for k, v in params_of(SWEEP_DIR / f"{f}.yaml").items()}
-        if i and rows is not None and "variant" in grid:  # a later file's rows: cut to those chosen
+        if rows is not None and i == 0:  # the rows chosen by hand, in the grid's own place
+            grid["variant"] = ",".join(rows)
+        elif rows is not None and "variant" in grid:  # a later file's rows: cut to those chosen
             grid["variant"] = ",".join(v for v in grid["variant"].split(",") if v in rows)
             if not grid["variant"]:
                 continue
-        g = [f"{k}={v}" for k, v in grid.items()] + extra
-        if i == 0 and rows is not None:  # the rows chosen by hand, in the grid's own place
-            chosen = f"variant={','.join(rows)}"
-            g = [chosen if override_key(o) == "variant" else o for o in g]
-            g += [] if chosen in g else [chosen]
-        out.append((f, g))
+        out.append((f, [f"{k}={v}" for k, v in grid.items()] + extra))
     return cfg, out
 
 

@@ -89,8 +89,11 @@ class Job:
             except Exception as e:  # the command raised in the job: its first line
                 self.returncode = 1
                 print(f"[slurm] {self.pid}: {(str(e).strip().splitlines() or [type(e).__name__])[0]}", flush=True)
-        elif self.returncode is None and self.cluster.gone(self) and not self.job.paths.result_pickle.exists():
-            self.lost, self.returncode = True, 1
+        elif self.returncode is None:  # lost: gone from squeue's active states (asked after its submission)
+            self.cluster.refresh()
+            if self.cluster.seen > self.since and self.cluster.states.get(self.id) not in ACTIVE \
+                    and not self.job.paths.result_pickle.exists():
+                self.lost, self.returncode = True, 1
         return self.returncode
 
 
@@ -131,11 +134,6 @@ class Cluster:
             self.seen = time.time()
             out = _slurm("squeue", "-u", getpass.getuser(), "-r", "-h", "-o", "%i %T")
             self.states = dict(line.split()[:2] for line in out.splitlines() if len(line.split()) >= 2)
-
-    def gone(self, job: Job) -> bool:
-        """Whether the job has left squeue's active states (seen by a squeue asked after it was submitted)."""
-        self.refresh()
-        return self.seen > job.since and self.states.get(job.id) not in ACTIVE
 
     def submit(self, tables: list[tuple[object, list[tuple[list[str], float | None]]]], tries: int = 0) -> list:
         """[(plan, Job)] of the commands of each table ((plan, [(cmd, one-thread seconds)])): a command's job still

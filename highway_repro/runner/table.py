@@ -165,23 +165,18 @@ def group_commands(jobs: dict[str, list[str]], todo: list[str], size: int) -> li
             for (sweep, cell, key), values in cells.items() for i in range(0, len(values), size)]
 
 
-def tick(p: TablePlan) -> None:
-    """A progress tick: keep the runs finished so far and record the table's time up to now (a runner killed -9
-    loses no finished run and at most a tick of its time)."""
-    if p.sweep_dir.exists():
-        keep(p.sweep_dir, p.kept, single=p.single, apart=p.apart, reused=p.reused)
+def tick(p: TablePlan) -> int:
+    """Keep the runs finished so far and write the table's record: the one it had when it started (`p.base`), plus
+    this command and its time from the first start to now (`wall_s`, and the interval: overlapping parts count once);
+    a runner killed -9 loses no finished run and at most a tick of its time. Returns the number of files kept."""
+    n = keep(p.sweep_dir, p.kept, single=p.single, apart=p.apart, reused=p.reused) if p.sweep_dir.exists() else 0
     if p.start is not None:
-        record_time(p)
-
-
-def record_time(p: TablePlan) -> None:
-    """Write the table's record: the one it had when the table started (`p.base`), plus this command and its time
-    from the first start to now (`wall_s`, and the interval, so that overlapping parts count once)."""
-    base, end = p.base, time.time()
-    make_folder(p.kept)
-    write_json_atomic(p.kept / "reproduce.json", {  # whole or not at all: the record is committed
-        **base, "commands": list(dict.fromkeys(base["commands"] + [p.shown])), "wall_s": base.get("wall_s", 0.0)
-        + end - p.start, "intervals": base.get("intervals", []) + [[round(p.start, 1), round(end, 1)]]})
+        base, end = p.base, time.time()
+        make_folder(p.kept)
+        write_json_atomic(p.kept / "reproduce.json", {  # whole or not at all: the record is committed
+            **base, "commands": list(dict.fromkeys(base["commands"] + [p.shown])), "wall_s": base.get("wall_s", 0.0)
+            + end - p.start, "intervals": base.get("intervals", []) + [[round(p.start, 1), round(end, 1)]]})
+    return n
 
 
 def finish_table(p: TablePlan) -> None:
@@ -190,8 +185,7 @@ def finish_table(p: TablePlan) -> None:
         p.progress.stop.set()
         p.progress.join()  # a tick may be keeping files right now
     make_folder(p.sweep_dir)
-    n = keep(p.sweep_dir, p.kept, single=p.single, apart=p.apart, reused=p.reused)
-    record_time(p)
+    n = tick(p)
     if p.progress is not None:
         print(p.progress.line(), f"- kept files updated: {n}", flush=True)
 
