@@ -94,8 +94,7 @@ def _damaged(results: Path, scale: str, allowed: bool) -> int:
 
 
 def _safely(step, prefix: str = "", after_bug: str | None = None) -> int:
-    """step()'s status (None: 0), its failure its own: 1, a user error in one line (`error: <prefix><error>`), a bug
-    with its traceback (then `after_bug`)."""
+    """step()'s status (None: 0), or 1: a user error in one line (`error: <prefix><error>`), a bug its traceback."""
     try:
         return step() or 0
     except HighwayError as e:
@@ -116,8 +115,7 @@ def _report(name: str, scale: str, runs_root: Path, results: Path, echo: bool = 
 
 
 def hold_tables(tables, scale: str, runs_root: Path) -> ExitStack:
-    """The runner's lock of each table at `scale` (`<runs>/.locks/<table>-<scale>.lock`), all or none: BusyError
-    naming the holder of one. Released when the returned stack closes."""
+    """The runner's lock of each table at `scale` (`<runs>/.locks/<table>-<scale>.lock`), all or none (BusyError)."""
     with ExitStack() as held:  # a lock that cannot be taken releases those taken before it
         for t in dict.fromkeys(tables):
             held.enter_context(take(runs_root / ".locks" / f"{t}-{scale}.lock", f"table {t} at scale {scale}",
@@ -158,30 +156,26 @@ def train(names: list[str], args, results: Path, runs_root: Path) -> int:
                   + (f" (without {', '.join(unknown)}: no estimate)" if unknown else ""), flush=True)
         if args.estimate:
             return 0
-        status = 0
+        status, reports = 0, []
         with ThreadPoolExecutor(max_workers=1) as reporter:  # one report at a time, while the queue goes on
-            reports = []
-
-            def report(p: TablePlan) -> None:
-                reports.append(reporter.submit(_report, p.name, args.scale, runs_root, results))
+            def report(name: str) -> None:
+                reports.append(reporter.submit(_report, name, args.scale, runs_root, results))
 
             try:
                 for i, stage in enumerate(s for s in stages if s):
                     if i:
                         print(f"[queue] {', '.join(stage)}: the tables whose runs they reuse have ended", flush=True)
                         plans = plans_of(stage, False, {})
-                    for p in plans:
-                        if not p.commands:
-                            report(p)
-                    status = run_queue(plans, args.jobs, on_table_end=report, cluster=args.backend) or status
+                    for p in [p for p in plans if not p.commands]:  # nothing to train: reported at once
+                        report(p.name)
+                    status = run_queue(plans, args.jobs, lambda p: report(p.name), args.backend) or status
                     if args.detach:  # the tables that reuse their runs wait for the command that follows them
                         break
             except SystemExit:  # stopped: the reports not yet begun are dropped
                 reporter.shutdown(wait=False, cancel_futures=True)
                 raise
-            for name in names:
-                if TARGETS[name].parts:  # the whole, once its parts are reported
-                    reports.append(reporter.submit(_report, name, args.scale, runs_root, results))
+            for name in [n for n in names if TARGETS[n].parts]:  # the whole, once its parts are reported
+                report(name)
             for r in reports:
                 status = status or r.result()
         return status

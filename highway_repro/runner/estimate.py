@@ -16,6 +16,7 @@ from highway_repro.runner.keep import FINISHED, run_object
 from highway_repro.grids import REPEAT_KEYS, override_key
 
 MARGIN = 0.25  # a run's time on another machine of its kind, either way (the module's docstring)
+DEFAULT_PEAK_GB = 2.0  # a run with no measured or estimated peak (the cpu-scale runs hold 0.3-1.2 GB)
 
 
 def run_seconds(runs: list[Path], gpu: bool | None = None) -> list[float]:
@@ -80,8 +81,7 @@ def per_run_s(names: list[str], kept: list[Path], cfg) -> tuple[list[float | Non
 
 
 def wall_s(secs: list[float], jobs: int) -> float:
-    """Wall seconds of runs taking `secs` each, in order on `jobs` workers, each on the first one free: 5 equal runs
-    on 2 jobs take 3 runs' time, not 2.5."""
+    """Wall seconds of runs taking `secs`, in order, each on the first of `jobs` workers free (5 on 2: 3 runs' time)."""
     free = [0.0] * max(1, jobs)
     for s in secs:
         heapq.heapreplace(free, free[0] + s)
@@ -89,18 +89,13 @@ def wall_s(secs: list[float], jobs: int) -> float:
 
 
 def time_limit_min(secs: float | None, threads: int = 1, default: int = 60) -> int:
-    """A cluster job's time limit in minutes for `secs` one-thread seconds on `threads` threads: the estimate plus
-    MARGIN, plus 5 minutes to start (imports, data); `default` without an estimate."""
+    """A cluster job's time limit (min) for `secs` one-thread seconds: the estimate + MARGIN + 5 min to start."""
     return math.ceil(secs / max(1, threads) * (1 + MARGIN) / 60) + 5 if secs else default
 
 
-# ------------------------------------------------------------------ memory
-DEFAULT_PEAK_GB = 2.0  # a run with no measured or estimated peak (the cpu-scale runs hold 0.3-1.2 GB)
-
-
 def peak_gb(cfg, kept: Path | None) -> tuple[float, str]:
-    """GiB one run of this table holds at its peak: the largest `peak_rss_gb` of its kept runs made on a CPU (a GPU
-    run's host memory says nothing of a CPU run's), else the scale file's `est_peak_gb`, else DEFAULT_PEAK_GB."""
+    """GiB one run holds at its peak: its kept CPU runs' largest `peak_rss_gb` (a GPU run's host memory says nothing of
+    a CPU run's), else `est_peak_gb`, else DEFAULT_PEAK_GB."""
     infos = [run_object(f) or {} for f in (kept.glob("*/run_info.json") if kept is not None else ())]
     seen = [float(i["peak_rss_gb"]) for i in infos if _positive(i.get("peak_rss_gb")) and not i.get("cuda_device")]
     if seen:

@@ -1,6 +1,5 @@
-"""The kept-run store: finished runs' small files (`targets.KEPT_FILES`, never checkpoints) under
-`results/<paper>/runs/<table>-<scale>/<job>/`, committed; put back into the sweep folder before a sweep starts, so
-`resume=auto` skips them. A kept run made with another recipe than its job's now is never counted as done."""
+"""The kept-run store: finished runs' small files (`targets.KEPT_FILES`), committed, put back into the sweep folder
+before a sweep starts (`resume=auto` skips them); one made with another recipe than its job's now is never done."""
 
 from __future__ import annotations
 
@@ -26,8 +25,7 @@ def run_object(path: Path) -> dict | None:
 
 
 def results_root(kept: Path) -> Path:
-    """The results root of a kept-runs folder (`<results>/<paper>/runs/<table>-<scale>`): no link below it is
-    followed."""
+    """The results root of a kept-runs folder (`<results>/<paper>/runs/<table>-<scale>`): no link below it is read."""
     return Path(kept).parents[2]
 
 
@@ -37,9 +35,8 @@ def run_status(run: Path) -> str | None:
 
 def keep(sweep_dir: Path, kept: Path, single: bool = False, apart: Path | None = None,
          reused: frozenset = frozenset()) -> int:
-    """Copy the small files of every finished run of the sweep folder into the kept-runs folder (a single-run table's
-    as <kept>/run), a run made on a GPU into `apart` where given; `reused`: folder names of runs kept by the tables a
-    study reuses, not copied. Returns the number of files written."""
+    """Copy the small files of each finished run of the sweep folder into `kept` (a single run's as <kept>/run; one
+    made on a GPU into `apart`), none of `reused` (a study's runs kept by its tables). Returns the files written."""
     n, root = 0, results_root(kept)
     for run in [sweep_dir] if single else sorted(p.parent for p in sweep_dir.glob("*/metrics.json")):
         if run_status(run) not in FINISHED or run.name in reused:
@@ -110,8 +107,8 @@ def table_runs(name: str, scale: str, runs_root: Path, results: Path) -> list:
     folders = kept_folders(name, scale, results)
     kept = {f.name: load_run(f, results) for f in folders if f.parent != apart}
     local = load_runs(sweep_dir) if sweep_dir.is_dir() else []
-    single = not TARGETS[name].sweep  # its run is the sweep folder itself, kept as <kept>/run: the same job
-    runs = {**{SINGLE_RUN if single else r.path.name: r for r in local}, **kept}
+    # a single run's is the sweep folder itself, kept as <kept>/run: the same job
+    runs = {**{r.path.name if TARGETS[name].sweep else SINGLE_RUN: r for r in local}, **kept}
     return sorted(runs.values(), key=lambda r: r.path.name) + [load_run(f, results) for f in folders
                                                                if f.parent == apart]
 
@@ -124,9 +121,8 @@ def reused_names(name: str, scale: str, results: Path) -> frozenset:
 
 
 def other_recipe(part: str, scale: str, folders: list[Path]) -> dict[str, str]:
-    """{folder name: the differing keys} of the run folders of table `part` made with another recipe than the config
-    files now give their job, {folder name: why} of those whose saved config or overrides are damaged or do not
-    compose; a run without its saved config or overrides is taken as it is."""
+    """{folder name: the differing keys, or why} of the run folders of table `part` made with another recipe than
+    the configs give their job now, or damaged, or that do not compose; one without saved config or overrides: none."""
     import yaml
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
@@ -167,14 +163,12 @@ def other_recipe(part: str, scale: str, folders: list[Path]) -> dict[str, str]:
 
 
 def refuse_other_recipe(name: str, scale: str, done: list[str], sweep_dir: Path, results: Path) -> None:
-    """ConfigError when a finished run that table `name` would count as done was made with another recipe than its
-    job's now: neither trained again nor reported, it would be a hole in the table."""
+    """ConfigError when a run that the table counts as done was made with another recipe than its job's now."""
     t = TARGETS[name]
     folders = [[sweep_dir / n if t.sweep else sweep_dir, results / runs_folder(name, scale) / n]
                + [results / runs_folder(o, scale) / n for o in t.reuse] for n in done]
     found = [next((d for d in ds if (d / "config_resolved.yaml").exists()), None) for ds in folders]
-    other = other_recipe(name, scale, [d for d in found if d is not None])
-    if other:
+    if other := other_recipe(name, scale, [d for d in found if d is not None]):
         first, keys = next(iter(other.items()))
         raise ConfigError(f"[{name}] {len(other)} finished run(s) were made with another recipe than the config "
                           f"files now give (e.g. {first}: {keys}); move them out of results/ and "
@@ -182,8 +176,7 @@ def refuse_other_recipe(name: str, scale: str, done: list[str], sweep_dir: Path,
 
 
 def wall_of(records: list[dict]) -> float:
-    """The wall time of records whose commands may overlap (the parts of one target): the union of their intervals,
-    plus the time of older records that have none."""
+    """The wall time of records that may overlap (a target's parts): their intervals' union, plus older records'."""
     spans = sorted(tuple(i) for r in records for i in r.get("intervals", []))
     total, end = 0.0, float("-inf")
     for a, b in spans:

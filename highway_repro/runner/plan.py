@@ -35,9 +35,8 @@ def compose_table(t: Target, scale: str, plain: list[str], sweep: str | None = N
 
 
 def plan_grids(name: str, scale: str, extra: list[str]) -> tuple[object, list[tuple[str | None, list[str]]]]:
-    """(the composed config of the first sweep file, [(sweep file, grid overrides)] of every file); a single-run
-    table's one grid is `extra` itself. Rows given by hand (`variant=a,b`) replace the first file's rows and cut the
-    later files' to those."""
+    """(the composed config of the first sweep file, [(sweep file, grid overrides)]; a single run's grid: `extra`);
+    rows given by hand (`variant=a,b`) replace the first file's rows and cut the later files' to those."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     t, parsed = TARGETS[name], OverridesParser.create().parse_overrides(extra)

@@ -45,9 +45,8 @@ def preset(name: str) -> dict:
 
 
 class TrainCommand:
-    """A train command run in a SLURM job (submitit pickles it): its exit status. On preemption (USR2) or at its time
-    limit submitit calls `checkpoint`: the trainer gets SIGTERM, saves and exits, the job is requeued. SIGTERM from
-    SLURM (requeue, scancel) reaches the trainer too: no result, the runner waits for the requeued job (or its loss)."""
+    """A train command run in a SLURM job (submitit pickles it). Preempted (USR2) or at its time limit (`checkpoint`),
+    or SIGTERM from SLURM: the trainer gets SIGTERM, saves and exits; the job leaves no result and is requeued."""
 
     def __init__(self, cmd: list[str]):
         self.cmd, self.proc = cmd, None
@@ -98,9 +97,8 @@ class Job:
 
 
 def lanes(sizes: list[int], jobs: int) -> list[int]:
-    """The runner's lanes for arrays of `sizes` jobs: min(arrays, jobs) lanes, each running one array at a time (an
-    array waits for the one before it in its lane: `afterany`) with its share of `jobs` by the jobs it holds (at least
-    1): never more than `jobs` in flight, and every lane busy while it has work (one array per lane: all at once)."""
+    """The shares of `jobs` (at least 1 each, by the jobs they hold) of min(arrays, jobs) lanes that run arrays of
+    `sizes` jobs one at a time (`afterany`): at most `jobs` in flight, every lane busy while it has work."""
     n = min(len(sizes), jobs)
     held = [sum(sizes[k::n]) for k in range(n)]
     return [1 + (jobs - n) * h // sum(held) for h in held]
@@ -136,9 +134,8 @@ class Cluster:
             self.states = dict(line.split()[:2] for line in out.splitlines() if len(line.split()) >= 2)
 
     def submit(self, tables: list[tuple[object, list[tuple[list[str], float | None]]]], tries: int = 0) -> list:
-        """[(plan, Job)] of the commands of each table ((plan, [(cmd, one-thread seconds)])): a command's job still
-        queued (by a runner before this one) followed, the others submitted as arrays in the runner's `lanes`; a
-        ConfigError naming sbatch's reason where SLURM refuses them."""
+        """[(plan, Job)] of each table's commands ((plan, [(cmd, one-thread seconds)])): a job still queued followed, the
+        others go as arrays in the runner's `lanes`; a ConfigError names sbatch's reason where SLURM refuses them."""
         import submitit
         from submitit.core.utils import FailedJobError
 

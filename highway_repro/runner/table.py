@@ -21,6 +21,9 @@ from highway_repro.runner.plan import excluded, plan_grids
 from highway_repro.runner.progress import Progress
 from highway_repro.targets import TARGETS, kept_apart, make_target, runs_folder
 
+GROUP_PEAK = 3.0  # a group's peak memory against a lone run's (Fig. 1, 11 members of MNIST: 1.03 GB, lone 0.43)
+
+
 @dataclass(eq=False)  # one object per table: compared and hashed by identity
 class TablePlan:
     """What a table (or a part of a target) trains: `commands` for the queue, each a Hydra multirun (a whole grid on
@@ -48,9 +51,8 @@ class TablePlan:
 def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Path, results: Path,
                fresh: bool = False, estimate_only: bool = False, pending: set = frozenset(),
                group: str = "1", split: bool = False) -> TablePlan:
-    """Print the plan of table `name` and its cost; put its kept runs back into its sweep folder (not for an
-    estimate: it writes nothing) and return what is left to train. `pending`: run folder names that a table before
-    it in the queue trains and it reuses. `split`: one command per run (or group) even on one job (a cluster)."""
+    """Print table `name`'s plan and cost, put its kept runs back (not for an estimate: it writes nothing) and return
+    what is left to train; `pending`: runs a table before it in the queue trains; `split`: one command per run."""
     t = TARGETS[name]
     sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
     cfg, fgs = plan_grids(name, scale, extra)
@@ -138,9 +140,6 @@ def cost_of(secs: list[float], threads: int, jobs: int) -> str:
             f"{duration(wall_s(secs, jobs))} wall with {jobs} job(s) ± {MARGIN * 100:.0f} % across machines")
 
 
-GROUP_PEAK = 3.0  # a group's peak memory against a lone run's (Fig. 1, 11 members of MNIST: 1.03 GB, lone 0.43)
-
-
 def group_of(cfg, group: str) -> int:
     """Runs a group at most (`group`: auto or a size), 1 where the table's model cannot group."""
     from highway_repro.train.grouped import GROUPABLE, group_size
@@ -166,9 +165,8 @@ def group_commands(jobs: dict[str, list[str]], todo: list[str], size: int) -> li
 
 
 def tick(p: TablePlan) -> int:
-    """Keep the runs finished so far and write the table's record: the one it had when it started (`p.base`), plus
-    this command and its time from the first start to now (`wall_s`, and the interval: overlapping parts count once);
-    a runner killed -9 loses no finished run and at most a tick of its time. Returns the number of files kept."""
+    """Keep the runs finished so far and write the table's record: its record at the start (`p.base`) plus this command
+    and its time until now (and the interval: overlapping parts count once). Returns the number of files kept."""
     n = keep(p.sweep_dir, p.kept, single=p.single, apart=p.apart, reused=p.reused) if p.sweep_dir.exists() else 0
     if p.start is not None:
         base, end = p.base, time.time()
