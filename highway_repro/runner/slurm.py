@@ -134,8 +134,8 @@ class Cluster:
             self.states = dict(line.split()[:2] for line in out.splitlines() if len(line.split()) >= 2)
 
     def submit(self, tables: list[tuple[object, list[tuple[list[str], float | None]]]], tries: int = 0) -> list:
-        """[(plan, Job)] of each table's commands ((plan, [(cmd, one-thread seconds)])): a job still queued followed, the
-        others go as arrays in the runner's `lanes`; a ConfigError names sbatch's reason where SLURM refuses them."""
+        """[(plan, Job)] of each table's commands ((plan, [(cmd, one-thread seconds)])): a job still queued followed,
+        the others as arrays in the runner's `lanes`; a ConfigError names sbatch's reason where SLURM refuses them."""
         import submitit
         from submitit.core.utils import FailedJobError
 
