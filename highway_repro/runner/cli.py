@@ -213,9 +213,8 @@ def main(argv=None) -> int:
             print(f"  {n:<20} {make_target(n):<30} {t.help}")
         return 0
     tables = list(dict.fromkeys(a for a in args.args if a in TARGETS))
-    args.extra = [a for a in args.args if a not in TARGETS]
-    args.request = [a for a in args.extra if args.cluster and a.startswith("hydra.launcher.")]  # the job request's
-    args.extra = [a for a in args.extra if a not in args.request]
+    args.request = [a for a in args.args if args.cluster and a.startswith("hydra.launcher.")]  # the job request's
+    args.extra = [a for a in args.args if a not in TARGETS and a not in args.request]
     for a in args.extra:
         if "=" not in a and not a.startswith("~"):
             ap.error(f"table={a!r} is not a table (valid: {', '.join(sorted(TARGETS))}) nor an override key=value")

@@ -28,7 +28,6 @@ def compose_table(t: Target, scale: str, plain: list[str], sweep: str | None = N
     from highway_repro.resolvers import register
 
     register()
-
     overrides = [f"experiment={t.experiment}", f"scale={scale}"] + ([f"sweep={sweep}"] if sweep else [])
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         return compose("train", overrides=overrides + plain, return_hydra_config=True)

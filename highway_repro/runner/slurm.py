@@ -1,5 +1,5 @@
 """SLURM as the queue's second back end, through submitit: a table's commands as job arrays (docs/cluster.md) of at
-most `MaxArraySize` jobs, `--jobs` the cap on all of a runner's jobs in flight (`lanes`); each command's job id kept
+most `MaxArraySize` jobs, `--jobs` the cap on all of a runner's jobs in flight (its lanes); each command's job id kept
 in `<runs>/.slurm/cmd-<hash>.job`, so that the same command started again follows it."""
 
 from __future__ import annotations
@@ -96,14 +96,6 @@ class Job:
         return self.returncode
 
 
-def lanes(sizes: list[int], jobs: int) -> list[int]:
-    """The shares of `jobs` (at least 1 each, by the jobs they hold) of min(arrays, jobs) lanes that run arrays of
-    `sizes` jobs one at a time (`afterany`): at most `jobs` in flight, every lane busy while it has work."""
-    n = min(len(sizes), jobs)
-    held = [sum(sizes[k::n]) for k in range(n)]
-    return [1 + (jobs - n) * h // sum(held) for h in held]
-
-
 class Cluster:
     """Submits the queue's commands as SLURM job arrays to `partition`, resources from `preset` and the table;
     `request`: `hydra.launcher.<key>=<value>` overrides of the preset (`timeout_min`: every job's time limit)."""
@@ -123,8 +115,8 @@ class Cluster:
         found = re.search(r"^MaxArraySize\s*=\s*(\d+)\s*$", _slurm("scontrol", "show", "config"), re.M)
         self.max_array = int(found[1]) if found else 1001  # array indices stay below it; SLURM's default
         self.detach, self.states, self.seen = detach, {}, 0.0
-        self.followed: list[Job] = []  # every job this runner follows, finished and lost ones included
-        self.lanes, self.turn = [], 0  # [[jobs at once, the id of its last array]] (`lanes`); the next lane's index
+        # every job this runner follows (finished and lost ones too); [[jobs at once, its last array's id]]; next lane
+        self.followed, self.lanes, self.turn = [], [], 0
 
     def refresh(self, force: bool = False) -> None:
         """squeue's state of this user's jobs ({id: state}, array tasks one by one), at most every LOST_CHECK_S."""
@@ -135,7 +127,7 @@ class Cluster:
 
     def submit(self, tables: list[tuple[object, list[tuple[list[str], float | None]]]], tries: int = 0) -> list:
         """[(plan, Job)] of each table's commands ((plan, [(cmd, one-thread seconds)])): a job still queued followed,
-        the others as arrays in the runner's `lanes`; a ConfigError names sbatch's reason where SLURM refuses them."""
+        the others as arrays in the runner's lanes; a ConfigError names sbatch's reason where SLURM refuses them."""
         import submitit
         from submitit.core.utils import FailedJobError
 
@@ -157,8 +149,10 @@ class Cluster:
                 else:
                     new.append((cmd, secs, limit))
             arrays += [(plan, new[i:i + self.max_array]) for i in range(0, len(new), self.max_array)]
-        if not self.lanes and arrays:
-            self.lanes = [[share, None] for share in lanes([len(c) for _, c in arrays], self.jobs)]
+        if not self.lanes and arrays:  # min(arrays, jobs) lanes, each one array at a time (the next waits: `afterany`)
+            n = min(len(arrays), self.jobs)  # with its share of `jobs` by the jobs it holds: never more in flight
+            held = [sum(len(c) for _, c in arrays[k::n]) for k in range(n)]
+            self.lanes = [[1 + (self.jobs - n) * h // sum(held), None] for h in held]
         ex = submitit.AutoExecutor(folder=self.folder / "%j", cluster="slurm",
                                    slurm_max_num_timeout=int(p.get("max_num_timeout") or 0))
         for k, (plan, chunk) in enumerate(arrays):

@@ -26,8 +26,7 @@ GROUP_PEAK = 3.0  # a group's peak memory against a lone run's (Fig. 1, 11 membe
 
 @dataclass(eq=False)  # one object per table: compared and hashed by identity
 class TablePlan:
-    """What a table (or a part of a target) trains: `commands` for the queue, each a Hydra multirun (a whole grid on
-    one job; one run, or one group, each on several jobs or a cluster, so that every job stays busy)."""
+    """What a table (or a part of a target) trains: `commands` for the queue, each a Hydra multirun, and their cost."""
     name: str
     sweep_dir: Path
     kept: Path
