@@ -171,6 +171,7 @@ class Cluster:
                 jobs = ex.submit_array([TrainCommand(cmd) for cmd, *_ in chunk])
             except (FailedJobError, subprocess.SubprocessError, OSError) as e:
                 why = [line for line in str(e).splitlines() if "error" in line.lower()] or str(e).splitlines() or [""]
+                self.cancel([job for _, job in out])  # none of this call's jobs left running unfollowed
                 raise ConfigError(f"partition {self.partition}: SLURM refused the job ({why[-1].strip()})") from None
             lane[1] = str(jobs[0].job_id).split("_")[0]  # the lane's next array waits for this one to end
             waiting.add(lane[1])
