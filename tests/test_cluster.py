@@ -165,7 +165,7 @@ def _runs(results: Path) -> dict:
 @needs_mirror
 def test_a_table_on_slurm_equals_the_table_run_locally(slurm, tmp_path):
     """ht_char_ptb at the smoke scale (5 runs) through the runner on SLURM with --detach, each run a job of an array
-    of at most MaxArraySize (4 here: two arrays), 2 of an array at once; the same command later follows the jobs it
+    of at most MaxArraySize (4 here: two arrays), 2 in flight across both; the same command later follows the jobs it
     submitted (none submitted twice). Against the table run locally: the same runs bit for bit (their times aside),
     the same reports and summary (their header's command, wall-time and machine lines aside); on SLURM again over
     the local kept runs: each restored, no job submitted."""

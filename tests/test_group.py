@@ -292,13 +292,14 @@ def test_each_member_logs_into_its_own_wandb_run(tmp_path):
 def test_the_runner_trains_a_table_in_one_grouped_command_per_row_and_size():
     from highway_repro.errors import ConfigError
     from highway_repro.train.grouped import check_groupable
-    from highway_repro.runner.plan import job_names, plan_grids
+    from highway_repro.grids import named_jobs
+    from highway_repro.runner.plan import excluded, plan_grids
     from highway_repro.runner.table import group_commands, group_of
 
     cfg, fgs = plan_grids("hn_fig1", "cpu", [])
-    files, gs = [f for f, _ in fgs], [g for _, g in fgs]
-    names = job_names(cfg, gs)
-    commands, members = zip(*group_commands(cfg, files, gs, names, 32))
+    jobs = named_jobs(fgs, excluded(cfg))
+    names = list(jobs)
+    commands, members = zip(*group_commands(jobs, names, 32))
     assert sorted(n for m in members for n in m) == sorted(names)
     assert all("hydra/launcher=grouped" in c and "hydra.launcher.size=32" in c for c in commands)
     trials = [c[-1].split("=", 1)[1].split(",") for c in commands]
@@ -308,3 +309,24 @@ def test_the_runner_trains_a_table_in_one_grouped_command_per_row_and_size():
     bad = OmegaConf.create({"model": {"_target_": "x.Other"}, "trainer": {"precision": "fp32", "nan_policy": "stop"}})
     with pytest.raises(ConfigError, match="model._target_=x.Other cannot train in a group"):
         check_groupable([bad])
+
+
+def test_a_launcher_given_by_hand_trains_a_grouped_table_ungrouped(tmp_path, capsys, monkeypatch):
+    """Fig. 1 groups its trials by default (hydra/launcher=grouped); a launcher given by hand runs each job itself
+    (its commands carry no grouped launcher, whose keys it would refuse); with --group it is one line, exit code 2."""
+    from highway_repro.runner import cli
+
+    queued = []
+    monkeypatch.setattr(cli, "run_queue", lambda plans, *a, **kw: queued.extend(plans) or 0)  # nothing trains
+    common = ["hn_fig1", "--scale", "smoke", "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "r"),
+              "hydra/launcher=joblib"]
+    cli.main(common)
+    commands = [c for p in queued for c in p.commands]
+    assert commands and all("hydra/launcher=joblib" in c and "hydra/launcher=grouped" not in c for c in commands)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        cli.main([*common, "--group", "4"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1, err
+    assert err.startswith("error: hydra/launcher=joblib with --group=4: runs trained together go by "
+                          "hydra/launcher=grouped (valid: --group 1, or no hydra/launcher)"), err

@@ -50,3 +50,62 @@ def test_the_slurm_presets_compose_and_the_cpu_one_asks_for_no_gpu(preset, gpus)
     from highway_repro.runner.slurm import preset as runner_preset  # the runner reads the same file
 
     assert str(runner_preset("cpu" if gpus == "null" else "gpu")["gpus_per_node"]).replace("None", "null") == gpus
+
+
+def test_jobs_caps_every_job_in_flight_across_the_arrays_and_tables(tmp_path, monkeypatch):
+    """On SLURM `--jobs` is the cap on all of a runner's jobs in flight: the arrays it submits (split at MaxArraySize,
+    one or more per table, and a lost job's new one) each hold their lane's share of `--jobs` (`%share`), and the
+    arrays of a lane go one after another (`afterany` on the one before): the shares of the lanes sum to at most
+    `--jobs`. Rendered by a stand-in for submitit's executor; no SLURM needed."""
+    import submitit
+
+    from highway_repro.runner import slurm
+
+    out = {"sinfo": "test\n", "scontrol": "MaxArraySize = 4\n", "squeue": ""}
+    monkeypatch.setattr(slurm, "_slurm", lambda *cmd: out[cmd[0]])
+    arrays = []
+
+    class Executor:
+        def __init__(self, **kw):
+            self.kw = {}
+
+        def update_parameters(self, **kw):
+            self.kw = kw
+
+        def submit_array(self, fns):
+            arrays.append({**self.kw, "size": len(fns), "id": str(100 + len(arrays))})
+            return [type("J", (), {"job_id": f"{arrays[-1]['id']}_{i}"})() for i in range(len(fns))]
+
+    monkeypatch.setattr(submitit, "AutoExecutor", Executor)
+
+    class Plan:
+        threads, peak_gb = 1, 1.0
+
+        def __init__(self, name):
+            self.name = name
+
+    def in_flight(arrays):
+        """The most jobs that may run at once: each chain of arrays (one waiting for the other) runs one at a time."""
+        waits = {a["id"]: a["slurm_additional_parameters"].get("dependency", "").removeprefix("afterany:")
+                 for a in arrays}
+        heads = [a for a in arrays if not waits[a["id"]]]
+        chains = [[h] for h in heads]
+        for chain in chains:
+            while nxt := [a for a in arrays if waits[a["id"]] == chain[-1]["id"]]:
+                assert len(nxt) == 1
+                chain.append(nxt[0])
+        assert sum(len(c) for c in chains) == len(arrays)
+        return sum(max(a["slurm_array_parallelism"] for a in c) for c in chains)
+
+    for jobs, sizes in [(3, [10]), (2, [5]), (10, [10, 3]), (2, [6, 6, 1]), (1, [9]), (50, [9])]:
+        arrays.clear()
+        cluster = slurm.Cluster("test", "cpu", tmp_path / f"s{jobs}", jobs)
+        tables = [(Plan(f"t{k}"), [([f"cmd{k}-{i}"], None) for i in range(n)]) for k, n in enumerate(sizes)]
+        got = cluster.submit(tables)
+        assert [a["size"] for a in arrays] == [min(4, n - i) for n in sizes for i in range(0, n, 4)]
+        assert len(got) == sum(sizes) and in_flight(arrays) <= jobs, (jobs, sizes, arrays)
+        assert in_flight(arrays) >= min(jobs, len(arrays)), (jobs, sizes, arrays)  # each lane busy
+        out["squeue"] = "".join(f"{a['id']}_0 RUNNING\n" for a in arrays)  # a lost job's new one joins a lane
+        cluster.submit([(tables[0][0], [(["again"], None)])], tries=1)
+        assert in_flight(arrays) <= jobs, (jobs, sizes, arrays)
+        out["squeue"] = ""

@@ -13,7 +13,8 @@ from dataclasses import replace
 import pytest
 
 from conftest import REPO, load_script
-from highway_repro.report import claims, grids, ledger, papers, runs, stats
+from highway_repro import grids
+from highway_repro.report import claims, ledger, papers, runs, stats
 
 RESULTS = REPO / "results"
 

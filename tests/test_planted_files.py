@@ -525,7 +525,7 @@ def test_make_tables_over_damaged_kept_runs_rebuilds_every_other_table_byte_iden
     assert p.returncode == 1 and "Traceback" not in p.stderr and SECRET not in p.stderr, p.stderr[-3000:]
     for run in planted:
         assert f"{run}" in p.stderr, (run, p.stderr[-3000:])
-    from highway_repro.report.grids import kept_folders
+    from highway_repro.grids import kept_folders
     from highway_repro.targets import REPORTS, TARGETS
 
     hit = {n for n in REPORTS if {f.relative_to(dirty) for f in kept_folders(n, "cpu", dirty)}

@@ -446,8 +446,8 @@ def test_header_reads_run_folders_not_the_builder(tmp_path):
 
 def test_report_package_reads_files_only(tmp_path):
     """No torch, models, trainer or runner: building a table imports none of them (of the package, only the report
-    itself, the error classes `highway_repro.errors` and the table registry `highway_repro.targets`, which import
-    nothing of the package)."""
+    itself, the error classes `highway_repro.errors`, the kept-file reader `highway_repro.files`, the table registry
+    `highway_repro.targets` and the sweep files' reader `highway_repro.grids`, which imports only the registry)."""
     make_hn_runs(tmp_path / "runs")
     code = ("import sys; from pathlib import Path; from highway_repro.report import build_table, load_runs; "
             f"build_table('hn_table1', load_runs({str(tmp_path / 'runs')!r}), Path({str(tmp_path / 'out')!r}), {{}}); "
@@ -463,7 +463,8 @@ def test_report_package_reads_files_only(tmp_path):
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             for n in names:
                 assert not n.startswith("highway_repro.") or n.startswith("highway_repro.report") \
-                    or n in ("highway_repro.errors", "highway_repro.files", "highway_repro.targets"), (py.name, n)
+                    or n in ("highway_repro.errors", "highway_repro.files", "highway_repro.targets",
+                             "highway_repro.grids"), (py.name, n)
 
 
 def test_paper_numbers_live_in_papers_yaml():

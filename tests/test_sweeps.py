@@ -75,10 +75,10 @@ def test_the_grid_keeps_every_kept_run_and_the_planned_names():
 
 
 def test_jobs_are_the_product_of_each_keys_values_as_hydras_basic_sweeper_makes_them():
-    """`runner.plan.jobs_of` expands a grid as Hydra's basic sweeper does, from Hydra's public override parser: the
+    """`grids.jobs_of` expands a grid as Hydra's basic sweeper does, from Hydra's public override parser: the
     product of each key's values in order, a later override of a key in the earlier one's place (the command line
     over a sweep file), `range(a,b)` expanded, `+`-keys kept; an interval is no grid."""
-    from highway_repro.runner.plan import jobs_of
+    from highway_repro.grids import jobs_of
 
     assert jobs_of(["a=1,2", "b=x,y"]) == [["a=1", "b=x"], ["a=1", "b=y"], ["a=2", "b=x"], ["a=2", "b=y"]]
     assert jobs_of(["variant=a,b", "seed=range(0,2)", "+x=1", "variant=c"]) == [
@@ -89,11 +89,11 @@ def test_jobs_are_the_product_of_each_keys_values_as_hydras_basic_sweeper_makes_
 
 def test_a_sweep_file_for_a_missing_scale_is_named():
     from highway_repro.errors import ConfigError
-    from highway_repro.runner.plan import sweep_files
+    from highway_repro.runner.plan import table_files
 
     with pytest.raises(ConfigError, match=r"sweep=ht_char_ptb/gpu: no file configs/sweep/ht_char_ptb/gpu.yaml "
                                           r"\(valid: cpu, cpu-extra_seeds, paper, smoke\)"):
-        sweep_files("ht_char_ptb", "gpu")
+        table_files("ht_char_ptb", "gpu")
 
 
 def test_each_job_gets_its_own_gpu(tmp_path, monkeypatch):

@@ -176,10 +176,8 @@ def test_a_table_report_run_holds_the_paper_lines_the_quantiles_and_the_claims_t
 
 
 def test_the_run_id_is_one_deterministic_rule():
-    from highway_repro.report.identity import REPEAT_KEYS, identity, row_of, run_id
-    from highway_repro.runner.plan import REPEAT_KEYS as GRID_REPEAT_KEYS
+    from highway_repro.report.identity import identity, row_of, run_id
 
-    assert REPEAT_KEYS == GRID_REPEAT_KEYS
     a = run_id("ht_char_ptb", "cpu", "seed=1,variant=sdu_tanh")
     assert a == run_id("ht_char_ptb", "cpu", "seed=1,variant=sdu_tanh") and len(a) == 16 and a.isalnum()
     assert len({a, run_id("ht_char_ptb", "paper", "seed=1,variant=sdu_tanh"),
@@ -217,7 +215,7 @@ def test_every_kept_job_is_named_as_hydra_named_its_folder():
 
 
 def test_every_table_spec_names_only_keys_its_runs_log(specs):
-    from highway_repro.report.grids import kept_folders
+    from highway_repro.grids import kept_folders
     from highway_repro.targets import REPORTS
 
     assert {s["table"] for s in specs} == set(REPORTS)
@@ -275,7 +273,7 @@ def test_the_logger_in_a_kept_run_s_folder_starts_the_run_the_export_gives(tmp_p
 def test_the_tables_a_live_run_names_are_those_that_read_it_once_kept():
     """`identity.readers` of each kept run (the table of its sweep override, its job, its device) is the set of
     reports whose `kept_folders` hold it: the table tags of a live run are those the export gives its kept copy."""
-    from highway_repro.report.grids import kept_folders
+    from highway_repro.grids import kept_folders
     from highway_repro.report.identity import job_of, readers, table_of
     from highway_repro.targets import REPORTS, kept_apart
     from highway_repro.report.runs import read_yaml

@@ -1,6 +1,6 @@
 """`make wandb-export`: the kept runs as offline W&B runs, for `wandb sync`.
 
-Every distinct kept run of every table (`report.grids.kept_folders`: a study's reused cells and a target's parts
+Every distinct kept run of every table (`grids.kept_folders`: a study's reused cells and a target's parts
 included) becomes one offline run under `<out>/wandb/offline-run-<time>-<id>/`, with the id, group, name, job type,
 tags and config that `logger=wandb` gave the same run (`report/identity.py`: `table:<name>` for each table that reads
 it, `scale:<scale>`, `device:<cpu or the GPU's name>`; a run that several tables read is exported once), the history
@@ -31,7 +31,7 @@ from highway_repro import files
 from highway_repro.report.identity import JOB_TYPE, SUMMARIES, define_summaries, identity, job_of, run_id
 from highway_repro.dashboards.spec import DAMAGED, build_specs, sound_runs
 from highway_repro.files import KeptFileError
-from highway_repro.report.grids import kept_folders
+from highway_repro.grids import kept_folders
 from highway_repro.report.runs import Run, load_run
 from highway_repro.targets import KEPT_FILES, REPORTS, ROOT, SCALES
 

@@ -30,7 +30,7 @@ import re
 from pathlib import Path
 
 from highway_repro import files
-from highway_repro.report.grids import kept_folders
+from highway_repro.grids import kept_folders
 from highway_repro.report.identity import SUMMARIES
 from highway_repro.report.runs import Run, load_run, one_device
 from highway_repro.targets import REPORTS, SCALES, TARGETS

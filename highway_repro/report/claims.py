@@ -14,7 +14,7 @@ from typing import Callable
 
 from highway_repro.report import papers, stats
 from highway_repro.report.claims_list import PAPER_SCALE_ONLY, uncounted
-from highway_repro.report.grids import SWEEP_DIR, grid_of
+from highway_repro.grids import SWEEP_DIR, grid_of
 from highway_repro.report.measures import Measure, Row, interval, num, reach_steps
 from highway_repro.report.papers import Floor
 from highway_repro.report.prose import prose

@@ -9,7 +9,7 @@ import math
 import statistics
 
 from highway_repro.report import papers, stats
-from highway_repro.report.grids import SWEEP_DIR, grid_of
+from highway_repro.grids import SWEEP_DIR, grid_of
 from highway_repro.report.plots import T_BAND, Panel, curve_panel, plot, t_band
 from highway_repro.report.prose import prose
 from highway_repro.report.runs import Run

@@ -23,11 +23,10 @@ import re
 from pathlib import Path
 
 from highway_repro.files import KeptFileError
-from highway_repro.report.grids import cells
+from highway_repro.grids import REPEAT_KEYS, cells
 from highway_repro.report.runs import read_overrides, read_yaml
 from highway_repro.targets import CONFIG_DIR, REPORTS, TARGETS, kept_apart
 
-REPEAT_KEYS = ("seed", "trial")  # the keys that repeat a grid cell, as runner.plan.REPEAT_KEYS (a test ties them)
 JOB_TYPE = "train"  # a table's report run: "report" (dashboards/export.py)
 # W&B's summary of the validation losses: {"min": the best evaluation, "last": the final one, metrics.json's}. W&B
 # (0.31) drops both for a key whose summary is also set by hand, keeping the last logged value: never set these. W&B
@@ -91,7 +90,7 @@ def table_of(overrides: list[str] | None, experiment: str, job: str) -> str | No
 
 def readers(table: str | None, scale: str, job: str, apart: bool = False) -> list[str]:
     """The reports that read a run of `table` at `scale` named `job` once the runner keeps it, in `REPORTS` order:
-    `report.grids.kept_folders` turned around. The table itself; unless the run is kept apart (made on a GPU), each
+    `grids.kept_folders` turned around. The table itself; unless the run is kept apart (made on a GPU), each
     study that reuses the table and has the job in its grid; each target made of those as parts. (A study's own kept
     run of the same name would be read first; the runner restores a reused run instead of training it there.)"""
     if table is None:

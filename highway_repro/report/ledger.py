@@ -17,15 +17,14 @@ import re
 from pathlib import Path
 
 from highway_repro import files
+from highway_repro.grids import REPEAT_KEYS, SWEEP_DIR, kept_folders, params_of, sweep_files, values_of
 from highway_repro.report import papers, stats
 from highway_repro.report.claims_list import EARLIER_INVALID
-from highway_repro.report.grids import SWEEP_DIR, kept_folders, params_of, swept, sweep_files
 from highway_repro.report.prose import prose
 from highway_repro.targets import TARGETS
 
 LEDGER = "preregistration.json"
 SCALE = "cpu"  # the kept runs' scale: the one the ledger counts
-REPEAT_KEYS = ("seed", "trial")
 SECOND_LOOK_FILE = f"{SCALE}-second_look.yaml"
 
 
@@ -39,7 +38,7 @@ def grid(param_sets) -> dict[str, list[str]]:
     """The union of grids (each a sweep file's `hydra.sweeper.params`): row label -> its seeds or trials, sorted."""
     out: dict[str, set] = {}
     for spec in param_sets:
-        params = {k: swept(v, k) for k, v in spec.items()}
+        params = values_of(spec)
         keys = [k for k in params if k not in REPEAT_KEYS]
         seeds = next((params[k] for k in REPEAT_KEYS if k in params), [""])
         for values in itertools.product(*(params[k] for k in keys)):
@@ -69,7 +68,7 @@ def expand(text: str) -> set[str]:
 
 def sweep_params(table: str, second_look: bool = False) -> list[dict]:
     """The grids of the table's cpu sweep files: the first look's, or its second look's."""
-    return [params_of(p.read_text()) for p in sweep_files(table, SCALE) if (p.name == SECOND_LOOK_FILE) == second_look]
+    return [params_of(p) for p in sweep_files(table, SCALE) if (p.name == SECOND_LOOK_FILE) == second_look]
 
 
 # ------------------------------------------------------------ definitions

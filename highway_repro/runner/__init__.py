@@ -1,3 +1,1 @@
-"""The tables' runner behind `make reproduce-<table>` and `make tables` (`python -m highway_repro.runner`): `plan`
-(sweep files to runs), `keep` (the kept-run store), `estimate` (the one cost rule), `progress`, `table` (a table's
-plan and record), `queue` (local processes) and `slurm` (SLURM jobs through submitit), `cli`."""
+"""The tables' runner (`python -m highway_repro.runner`): plan, keep, estimate, progress, table, queue, slurm, cli."""

@@ -1,5 +1,4 @@
-"""`python -m highway_repro.runner`: what `make reproduce-<table>`, `make estimate-<table>` and `make tables` call
-(`runner.cli.main`; `--help` lists the options)."""
+"""`python -m highway_repro.runner` (`make reproduce-<table>`, `make tables`): `runner.cli.main`; see `--help`."""
 
 from highway_repro.runner.cli import main
 

@@ -1,14 +1,5 @@
 """`python -m highway_repro.runner` (`make reproduce-<table>`, `make estimate-<table>`, `make tables`): train what is
-missing of one or more tables in one queue (`--jobs` at a time, locally or on SLURM), then build their reports.
-
-    python -m highway_repro.runner ht_char_ptb --scale cpu --jobs 2   # train what is missing, then the report
-    python -m highway_repro.runner ht_char_ptb --scale cpu --estimate # the plan and its cost, nothing trained
-    python -m highway_repro.runner --all --report-only               # make tables: every report from kept runs
-
-Runs go to `runs/sweeps/<table>-<scale>/<overrides>/` with `resume=auto`; finished runs are kept (their small
-files) under `results/<paper>/runs/<table>-<scale>/` and put back before a sweep starts (`runner.keep`). One runner
-per table and scale (`hold_tables`); a second one stops with one line naming the first, exit code 2.
-"""
+missing of one or more tables in one queue (`--jobs` at a time, locally or on SLURM), then build their reports."""
 
 from __future__ import annotations
 
@@ -20,10 +11,10 @@ from pathlib import Path
 
 from highway_repro import files
 from highway_repro.train.config import check_group_choices
-from highway_repro.errors import ArgumentParser, BusyError, ConfigError, HighwayError, make_folder
+from highway_repro.errors import ArgumentParser, BusyError, HighwayError, make_folder
 from highway_repro.lock import take
 from highway_repro.report.header import duration
-from highway_repro.report.grids import kept_folders
+from highway_repro.grids import kept_folders
 from highway_repro.runner.estimate import MARGIN, run_seconds, wall_s
 from highway_repro.runner.keep import other_recipe, read_record, table_runs, wall_of
 from highway_repro.runner.plan import grid_names
@@ -90,8 +81,7 @@ def report_table(name: str, scale: str, runs_root: Path, results: Path, echo: bo
 
 
 def _damaged(results: Path, scale: str, allowed: bool) -> int:
-    """Name each kept run of `scale` with a damaged file (left out of the reports); 1 when there is one, unless
-    `allowed`."""
+    """Name each kept run of `scale` with a damaged file (left out of the reports); 1 if one is, unless `allowed`."""
     from highway_repro.report.runs import load_run
 
     runs = [load_run(p.parent, results) for kept in (f"*-{scale}", f"*-{scale}-gpu")
@@ -103,24 +93,29 @@ def _damaged(results: Path, scale: str, allowed: bool) -> int:
     return int(bool(damaged) and not allowed)
 
 
-def _report(name: str, scale: str, runs_root: Path, results: Path, echo: bool = True) -> int:
-    """report_table, its failure its own (a user error one line naming the table, a bug its traceback); 1 if failed."""
+def _safely(step, prefix: str = "", after_bug: str | None = None) -> int:
+    """step()'s status (None: 0), or 1: a user error in one line (`error: <prefix><error>`), a bug its traceback."""
     try:
-        return report_table(name, scale, runs_root, results, echo)
+        return step() or 0
     except HighwayError as e:
-        print(f"error: [{name}] not reported: {e}", file=sys.stderr)
-        return 1
+        print(f"error: {prefix}{e}", file=sys.stderr)
     except Exception:
         import traceback
 
         traceback.print_exc()
-        print(f"[{name}] the report failed (above); its runs are kept", file=sys.stderr)
-        return 1
+        if after_bug:
+            print(after_bug, file=sys.stderr)
+    return 1
+
+
+def _report(name: str, scale: str, runs_root: Path, results: Path, echo: bool = True) -> int:
+    """report_table, its failure its own (a user error one line naming the table, a bug its traceback); 1 if failed."""
+    return _safely(lambda: report_table(name, scale, runs_root, results, echo), f"[{name}] not reported: ",
+                   f"[{name}] the report failed (above); its runs are kept")
 
 
 def hold_tables(tables, scale: str, runs_root: Path) -> ExitStack:
-    """The runner's lock of each table at `scale` (`<runs>/.locks/<table>-<scale>.lock`), all or none: BusyError
-    naming the holder of one. Released when the returned stack closes."""
+    """The runner's lock of each table at `scale` (`<runs>/.locks/<table>-<scale>.lock`), all or none (BusyError)."""
     with ExitStack() as held:  # a lock that cannot be taken releases those taken before it
         for t in dict.fromkeys(tables):
             held.enter_context(take(runs_root / ".locks" / f"{t}-{scale}.lock", f"table {t} at scale {scale}",
@@ -129,10 +124,9 @@ def hold_tables(tables, scale: str, runs_root: Path) -> ExitStack:
 
 
 def train(names: list[str], args, results: Path, runs_root: Path) -> int:
-    """Train what is missing of the tables `names` (a target with parts: each part) in one queue, each table's
-    report as soon as its runs end. The tables' locks first (`hold_tables`; an estimate takes none), then each plan
-    and its cost. A study that reuses the runs of another table named here is planned once that table has ended, so
-    that runs of one folder name are restored, not trained twice."""
+    """Train what is missing of the tables `names` (a target with parts: each part) in one queue under their locks,
+    each table's report as soon as its runs end; a study that reuses the runs of another table named here is planned
+    once that table has ended (its runs of one folder name restored, not trained twice)."""
     tables = list(dict.fromkeys(p for n in names for p in TARGETS[n].parts or (n,)))
     args.backend = None
     if args.cluster == "slurm" and not args.estimate:  # no SLURM, an unknown partition: one line, nothing planned
@@ -140,59 +134,51 @@ def train(names: list[str], args, results: Path, runs_root: Path) -> int:
 
         args.backend = Cluster(args.partition, args.preset, runs_root / ".slurm", args.jobs, args.detach, args.request)
     with ExitStack() if args.estimate else hold_tables(tables, args.scale, runs_root):
-        return _train(names, tables, args, results, runs_root)
+        first = [n for n in tables if not set(TARGETS[n].reuse) & set(tables)]
+        stages = [first, [n for n in tables if n not in first]]
 
+        def plans_of(stage: list[str], estimate: bool, pending: dict) -> list[TablePlan]:
+            return [plan_table(n, args.scale, args.jobs, args.extra, runs_root, results, args.fresh, estimate,
+                               {r for o in TARGETS[n].reuse for r in pending.get(o, ())},
+                               args.group or TARGETS[n].group, split=args.cluster is not None) for n in stage]
 
-def _train(names: list[str], tables: list[str], args, results: Path, runs_root: Path) -> int:
-    first = [n for n in tables if not set(TARGETS[n].reuse) & set(tables)]
-    stages = [first, [n for n in tables if n not in first]]
-
-    def plans_of(stage: list[str], estimate: bool, pending: dict) -> list[TablePlan]:
-        return [plan_table(n, args.scale, args.jobs, args.extra, runs_root, results, args.fresh, estimate,
-                           {r for o in TARGETS[n].reuse for r in pending.get(o, ())},
-                           args.group or TARGETS[n].group, split=args.cluster is not None) for n in stage]
-
-    plans = plans_of(stages[0], args.estimate, {})
-    pending = {p.name: set(p.todo) for p in plans}  # what the first stage trains (an estimate counts it as reused)
-    later = plans_of(stages[1], True, pending) if stages[1] else []  # the second stage's plan, as it will be
-    every = plans + later
-    if len(every) > 1:
-        cpu_s = sum(s * p.threads for p in every for s in p.secs)
-        wall = wall_s([s for p in every for s in p.secs], args.jobs)
-        unknown = [p.name for p in every if p.todo and not p.secs]
-        print(f"[{'all' if args.all else 'queue'}] scale={args.scale}: estimated {cpu_s / 3600:.1f} CPU-hours, "
-              f"{duration(wall)} wall with {args.jobs} job(s) ± {MARGIN * 100:.0f} % across machines, the runs of "
-              "every table in one queue"
-              + (f" (without {', '.join(unknown)}: no estimate)" if unknown else ""), flush=True)
-    if args.estimate:
-        return 0
-    status = 0
-    with ThreadPoolExecutor(max_workers=1) as reporter:  # one report at a time, while the queue goes on
-        reports = []
-
-        def report(p: TablePlan) -> None:
-            reports.append(reporter.submit(_report, p.name, args.scale, runs_root, results))
-
-        try:
-            for i, stage in enumerate(s for s in stages if s):
-                if i:
-                    print(f"[queue] {', '.join(stage)}: the tables whose runs they reuse have ended", flush=True)
-                    plans = plans_of(stage, False, {})
-                for p in plans:
-                    if not p.commands:
-                        report(p)
-                status = run_queue(plans, args.jobs, on_table_end=report, cluster=args.backend) or status
-                if args.detach:  # the tables that reuse their runs wait for the command that follows them
-                    break
-        except SystemExit:  # stopped: the reports not yet begun are dropped
-            reporter.shutdown(wait=False, cancel_futures=True)
-            raise
-        for name in names:
-            if TARGETS[name].parts:  # the whole, once its parts are reported
+        plans = plans_of(stages[0], args.estimate, {})
+        pending = {p.name: set(p.todo) for p in plans}  # what the first stage trains (an estimate counts it as reused)
+        later = plans_of(stages[1], True, pending) if stages[1] else []  # the second stage's plan, as it will be
+        every = plans + later
+        if len(every) > 1:
+            cpu_s = sum(s * p.threads for p in every for s in p.secs)
+            wall = wall_s([s for p in every for s in p.secs], args.jobs)
+            unknown = [p.name for p in every if p.todo and not p.secs]
+            print(f"[{'all' if args.all else 'queue'}] scale={args.scale}: estimated {cpu_s / 3600:.1f} CPU-hours, "
+                  f"{duration(wall)} wall with {args.jobs} job(s) ± {MARGIN * 100:.0f} % across machines, the runs of "
+                  "every table in one queue"
+                  + (f" (without {', '.join(unknown)}: no estimate)" if unknown else ""), flush=True)
+        if args.estimate:
+            return 0
+        status, reports = 0, []
+        with ThreadPoolExecutor(max_workers=1) as reporter:  # one report at a time, while the queue goes on
+            def report(name: str) -> None:
                 reports.append(reporter.submit(_report, name, args.scale, runs_root, results))
-        for r in reports:
-            status = status or r.result()
-    return status
+
+            try:
+                for i, stage in enumerate(s for s in stages if s):
+                    if i:
+                        print(f"[queue] {', '.join(stage)}: the tables whose runs they reuse have ended", flush=True)
+                        plans = plans_of(stage, False, {})
+                    for p in [p for p in plans if not p.commands]:  # nothing to train: reported at once
+                        report(p.name)
+                    status = run_queue(plans, args.jobs, lambda p: report(p.name), args.backend) or status
+                    if args.detach:  # the tables that reuse their runs wait for the command that follows them
+                        break
+            except SystemExit:  # stopped: the reports not yet begun are dropped
+                reporter.shutdown(wait=False, cancel_futures=True)
+                raise
+            for name in [n for n in names if TARGETS[n].parts]:  # the whole, once its parts are reported
+                report(name)
+            for r in reports:
+                status = status or r.result()
+        return status
 
 
 def main(argv=None) -> int:
@@ -202,7 +188,7 @@ def main(argv=None) -> int:
     ap.add_argument("--all", action="store_true", help="every paper table, in order")
     ap.add_argument("--list", action="store_true", help="list the tables")
     ap.add_argument("--scale", default="cpu", choices=SCALES)
-    ap.add_argument("--jobs", type=int, default=1, help="runs at once (with --cluster: jobs of an array at once)")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at once (with --cluster: SLURM jobs in flight)")
     ap.add_argument("--group", default=None, help="runs of a row trained together: auto, a size, or 1 (alone)")
     ap.add_argument("--fresh", action="store_true", help="delete the sweep folder and ignore the kept runs")
     ap.add_argument("--results", default=None, help="results root (default: results/, or runs/smoke_results for smoke)")
@@ -227,24 +213,23 @@ def main(argv=None) -> int:
             print(f"  {n:<20} {make_target(n):<30} {t.help}")
         return 0
     tables = list(dict.fromkeys(a for a in args.args if a in TARGETS))
-    args.extra = [a for a in args.args if a not in TARGETS]
-    args.request = [a for a in args.extra if args.cluster and a.startswith("hydra.launcher.")]  # the job request's
-    args.extra = [a for a in args.extra if a not in args.request]
+    args.request = [a for a in args.args if args.cluster and a.startswith("hydra.launcher.")]  # the job request's
+    args.extra = [a for a in args.args if a not in TARGETS and a not in args.request]
     for a in args.extra:
         if "=" not in a and not a.startswith("~"):
             ap.error(f"table={a!r} is not a table (valid: {', '.join(sorted(TARGETS))}) nor an override key=value")
-    try:
-        check_group_choices(args.extra, CONFIG_DIR)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    if launcher := [a for a in args.extra if a.startswith("hydra/launcher=")]:  # the user's launcher runs each job
+        if args.group not in (None, "1"):
+            ap.error(f"{launcher[-1]} with --group={args.group}: runs trained together go by hydra/launcher=grouped "
+                     "(valid: --group 1, or no hydra/launcher)")
+        args.group = "1"
     if bool(tables) == args.all:
         ap.error("name one or more tables (see --list) or give --all, not both")
     names = (REPORTS if args.report_only else PAPER_TABLES) if args.all else tables
     results = Path(args.results or ("runs/smoke_results" if args.scale == "smoke" else "results"))
-    runs_root = Path(args.runs)
     try:
-        return _run(names, args, results, runs_root)
+        check_group_choices(args.extra, CONFIG_DIR)
+        return _run(names, args, results, Path(args.runs))
     except HighwayError as e:  # a user mistake (a run folder's file, a config, a data file): one line, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -273,22 +258,13 @@ def _run(names: list[str], args, results: Path, runs_root: Path) -> int:
         status = train(names, args, results, runs_root)
     if not args.estimate:
         from highway_repro.report import write_summary
-
         from highway_repro.report.ledger import write_ledger
 
         expected = {n: f"{TARGETS[n].help} (`make {make_target(n)}`)" for n in REPORTS}
-        for step in (lambda: write_summary(results, expected), lambda: write_ledger(results)):
-            try:  # a damaged claims file is left out of the summary; a damaged ledger is named
-                if (wrote := step()) is not None:
-                    print(f"wrote {wrote}", file=sys.stderr)
-            except HighwayError as e:
-                print(f"error: {e}", file=sys.stderr)
-                status = status or 1
-            except Exception:  # a bug: its traceback, and the reports written stand
-                import traceback
-
-                traceback.print_exc()
-                status = status or 1
+        for write in (lambda: write_summary(results, expected), lambda: write_ledger(results)):
+            # a damaged claims file is left out of the summary; a damaged ledger is named; a bug: the reports stand
+            failed = _safely(lambda: print(f"wrote {w}", file=sys.stderr) if (w := write()) is not None else None)
+            status = status or failed
     return status
 
 

@@ -1,10 +1,7 @@
-"""What a table's runs cost, by one rule, and the memory a run holds at its peak.
-
-A run of a grid cell takes the mean time of that cell's kept runs made on the device it goes to (a CPU run: its CPU
-time per thread; a GPU run: its wall time), else the scale file's `est_step_s` x `max_steps`. Either is stated
-± MARGIN across machines: the kept CPU runs of one cell made on two 2-core machines (an Intel Xeon, an AMD EPYC)
-differ by up to 17 % (Transformer-XL L12), the whole cpu-scale set by 6 %. A run trained in a group logged its
-share of the group's time, which prices it as it will go again (a table groups its runs the same way each time).
+"""What a table's runs cost, by one rule, and the memory a run holds at its peak: a grid cell's run takes the mean
+time of the cell's kept runs made on its device (a CPU's time per thread, a GPU's wall time), else `est_step_s` x
+`max_steps`, ± MARGIN across machines (one cell's kept CPU runs on two 2-core machines, an Intel Xeon and an AMD EPYC:
+up to 17 % apart, the whole cpu-scale set 6 %). A grouped run logged its share of the group's time, as it goes again.
 """
 
 from __future__ import annotations
@@ -16,20 +13,19 @@ import subprocess
 from pathlib import Path
 
 from highway_repro.runner.keep import FINISHED, run_object
-from highway_repro.runner.plan import REPEAT_KEYS, override_key
+from highway_repro.grids import REPEAT_KEYS, override_key
 
 MARGIN = 0.25  # a run's time on another machine of its kind, either way (the module's docstring)
+DEFAULT_PEAK_GB = 2.0  # a run with no measured or estimated peak (the cpu-scale runs hold 0.3-1.2 GB)
 
 
 def run_seconds(runs: list[Path], gpu: bool | None = None) -> list[float]:
-    """Seconds of each finished run with its cores to itself: a CPU run's CPU time / its threads (which a loaded
-    machine does not inflate, as it does wall time), a GPU run's wall time; a diverged run with what it cost (a
-    random search's cell diverges that often again). `gpu`: only the runs made on a GPU (True) or a CPU (False)."""
+    """Seconds of each finished run (a diverged one too: its cell diverges as often again) with its cores to itself: a
+    CPU run's CPU time / its threads (no loaded machine inflates it), a GPU run's wall time; `gpu`: only a GPU's."""
     out = []
     for r in runs:
-        if (m := run_object(r / "metrics.json")) is None or (info := run_object(r / "run_info.json")) is None:
-            continue
-        if m.get("status") not in FINISHED or (gpu is not None and bool(info.get("cuda_device")) != gpu):
+        m, info = run_object(r / "metrics.json"), run_object(r / "run_info.json")
+        if None in (m, info) or m.get("status") not in FINISHED or gpu not in (None, bool(info.get("cuda_device"))):
             continue
         threads = info.get("threads") if isinstance(info.get("threads"), int) and info["threads"] > 0 else 1
         if _positive(m.get("time/cpu_s")) and not info.get("cuda_device"):
@@ -62,12 +58,6 @@ def gpu_ids() -> list[str]:
     return [str(i) for i in range(sum(line.startswith("GPU ") for line in out.splitlines()))]
 
 
-def scale_s(cfg) -> float | None:
-    """The scale file's price of one run: `est_step_s` x `trainer.max_steps`; None without `est_step_s`."""
-    step_s = cfg.get("est_step_s")
-    return float(step_s) * int(cfg.trainer.max_steps) if step_s else None
-
-
 def grid_cell(name: str) -> str:
     """A job folder name without its seed= / trial= parts: the grid cell the run repeats."""
     return ",".join(p for p in name.split(",") if override_key(p) not in REPEAT_KEYS)
@@ -75,12 +65,12 @@ def grid_cell(name: str) -> str:
 
 def per_run_s(names: list[str], kept: list[Path], cfg) -> tuple[list[float | None], str]:
     """(seconds of each of `names`, how): the mean of its grid cell's kept runs (`kept`: run folders) made on the
-    device the runs go to (`on_cpu`), else `scale_s`; None where neither is known (cells differ in cost)."""
+    device the runs go to (`on_cpu`), else `est_step_s` x `max_steps`; None where neither is known."""
     by_cell: dict[str, list[float]] = {}
     for r in kept:
         for sec in run_seconds([r], gpu=not on_cpu(cfg)):
             by_cell.setdefault(grid_cell(r.name), []).append(sec)
-    fallback = scale_s(cfg)
+    fallback = float(cfg.est_step_s) * int(cfg.trainer.max_steps) if cfg.get("est_step_s") else None
     secs = [sum(v) / len(v) if (v := by_cell.get(grid_cell(n))) else fallback for n in names]
     from_kept = sum(1 for n in names if grid_cell(n) in by_cell)
     how = [f"{from_kept} from their cells' kept runs"] if from_kept else []
@@ -91,8 +81,7 @@ def per_run_s(names: list[str], kept: list[Path], cfg) -> tuple[list[float | Non
 
 
 def wall_s(secs: list[float], jobs: int) -> float:
-    """Wall seconds of runs taking `secs` each, in order on `jobs` workers, each on the first one free: 5 equal runs
-    on 2 jobs take 3 runs' time, not 2.5."""
+    """Wall seconds of runs taking `secs`, in order, each on the first of `jobs` workers free (5 on 2: 3 runs' time)."""
     free = [0.0] * max(1, jobs)
     for s in secs:
         heapq.heapreplace(free, free[0] + s)
@@ -100,26 +89,15 @@ def wall_s(secs: list[float], jobs: int) -> float:
 
 
 def time_limit_min(secs: float | None, threads: int = 1, default: int = 60) -> int:
-    """A cluster job's time limit in minutes for `secs` one-thread seconds on `threads` threads: the estimate plus
-    MARGIN, plus 5 minutes to start (imports, data); `default` without an estimate."""
-    if not secs:
-        return default
-    return math.ceil(secs / max(1, threads) * (1 + MARGIN) / 60) + 5
-
-
-# ------------------------------------------------------------------ memory
-DEFAULT_PEAK_GB = 2.0  # a run with no measured or estimated peak (the cpu-scale runs hold 0.3-1.2 GB)
+    """A cluster job's time limit (min) for `secs` one-thread seconds: the estimate + MARGIN + 5 min to start."""
+    return math.ceil(secs / max(1, threads) * (1 + MARGIN) / 60) + 5 if secs else default
 
 
 def peak_gb(cfg, kept: Path | None) -> tuple[float, str]:
-    """GiB one run of this table holds at its peak: the largest `peak_rss_gb` of its kept runs made on a CPU (a GPU
-    run's host memory says nothing of a CPU run's), else the scale file's `est_peak_gb`, else DEFAULT_PEAK_GB."""
-    seen = []
-    for f in kept.glob("*/run_info.json") if kept is not None else ():
-        info = run_object(f) or {}
-        v = info.get("peak_rss_gb")
-        if isinstance(v, (int, float)) and v > 0 and not info.get("cuda_device"):
-            seen.append(float(v))
+    """GiB one run holds at its peak: its kept CPU runs' largest `peak_rss_gb` (a GPU run's host memory says nothing of
+    a CPU run's), else `est_peak_gb`, else DEFAULT_PEAK_GB."""
+    infos = [run_object(f) or {} for f in (kept.glob("*/run_info.json") if kept is not None else ())]
+    seen = [float(i["peak_rss_gb"]) for i in infos if _positive(i.get("peak_rss_gb")) and not i.get("cuda_device")]
     if seen:
         return max(seen), f"largest of {len(seen)} kept runs"
     if cfg.get("est_peak_gb"):

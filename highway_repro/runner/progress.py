@@ -33,26 +33,19 @@ def queue_line(plans: list, name: str | None = None) -> str:
 
 
 class Progress(threading.Thread):
-    """One line a minute (`planned`: the plan's wall seconds); each tick also calls `on_tick` (`table.tick`: keep the
-    runs finished so far and record the time), so a sweep killed mid-way loses only its unfinished runs."""
+    """One line a minute (`planned`: the plan's wall seconds), each tick after `on_tick` (`table.tick`)."""
 
     def __init__(self, name: str, sweep_dir: Path, names: list[str], planned: float | None = None,
-                 every: float = 60, on_tick=None, sweep: bool = True):
+                 every: float = 60, on_tick=lambda: None, sweep: bool = True):
         super().__init__(daemon=True)
-        self.name_, self.sweep_dir, self.names, self.planned, self.every = name, sweep_dir, names, planned, every
-        self.on_tick, self.sweep, self.started, self.stop = on_tick, sweep, None, threading.Event()
-        self.start_done = {n for n in names if run_status(self._folder(n)) in FINISHED}
-
-    def start(self) -> None:
-        self.started = time.time()
-        super().start()
-
-    def _folder(self, name: str) -> Path:
-        return self.sweep_dir / name if self.sweep else self.sweep_dir  # a single run: the sweep folder itself
+        self.name_, self.names, self.planned, self.every = name, names, planned, every
+        self.on_tick, self.started, self.stop = on_tick, None, threading.Event()
+        self.folders = {n: sweep_dir / n if sweep else sweep_dir for n in names}  # a single run: the sweep folder
+        self.start_done = {n for n in names if run_status(self.folders[n]) in FINISHED}
 
     def state(self) -> tuple[int, int, int]:
         """(runs done, runs failed, runs finished since this command started)."""
-        status = {n: run_status(self._folder(n)) for n in self.names}
+        status = {n: run_status(f) for n, f in self.folders.items()}
         done = [n for n, s in status.items() if s in FINISHED]
         return len(done), sum(s == "failed" for s in status.values()), len(set(done) - self.start_done)
 
@@ -61,7 +54,7 @@ class Progress(threading.Thread):
         return progress_line(self.name_, len(self.names), *self.state(), self.planned, elapsed)
 
     def run(self) -> None:
+        self.started = time.time()
         while not self.stop.wait(self.every):
-            if self.on_tick is not None:
-                self.on_tick()
+            self.on_tick()
             print(self.line(), flush=True)

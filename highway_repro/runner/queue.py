@@ -3,6 +3,7 @@ several), held back while its memory does not fit, stopped as a whole on a signa
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -19,57 +20,51 @@ from highway_repro.runner.table import TablePlan, finish_table
 from highway_repro.runtime import on_stop_signals
 from highway_repro.targets import ROOT
 
+FOLLOW_UPS: set = set()  # running follow-up steps of reports (`Target.after`): stopped with the queue
+QUEUE_LINE_EVERY_S = 60.0
+LOST_TRIES = 3  # a cluster job lost without a result (a failed node, an admin's scancel) is submitted again
+
+
+def _kernel_counts(paths: list[str], key: str) -> list[int]:
+    """The values of `key` in the kernel's `key value` files `paths` (those that exist and read)."""
+    out = []
+    for path in paths:
+        try:
+            out += [int(line.split()[1]) for line in Path(path).read_text().splitlines() if line.split()[:1] == [key]]
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
 def mem_available_gb() -> float | None:
     """GiB the kernel can give new work without swapping (/proc/meminfo MemAvailable); None where unknown."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 2**20
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    found = _kernel_counts(["/proc/meminfo"], "MemAvailable:")
+    return found[0] / 2**20 if found else None
 
 
 def oom_kills() -> int | None:
-    """The kernel's count of processes its out-of-memory killer ended (/proc/vmstat plus cgroup v2 memory.events);
-    None where neither exists. A job dead of SIGKILL while it rose was killed for memory."""
-    total, found = 0, False
-    for path in (Path("/proc/vmstat"), Path("/sys/fs/cgroup/memory.events")):
-        try:
-            for line in path.read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
-                    total, found = total + int(value), True
-        except (OSError, ValueError):
-            continue
-    return total if found else None
+    """The kernel's count of out-of-memory kills (/proc/vmstat plus cgroup v2 memory.events); None without either."""
+    found = _kernel_counts(["/proc/vmstat", "/sys/fs/cgroup/memory.events"], "oom_kill")
+    return sum(found) if found else None
 
 
-def _fits(peak: float, reserved: list[float], budget: float | None) -> bool:
-    """Whether a job of `peak` GiB fits beside the running jobs' `reserved` within `budget` (alone, it always does)."""
-    return budget is None or not reserved or sum(reserved) + peak <= budget
-
-
-def _mark_killed(p: "TablePlan", why: str) -> Path | None:
+def _mark_killed(p: TablePlan, why: str) -> Path | None:
     """Note why it died (`killed` in run_info.json, shown in the report) in the unfinished run written to last."""
     runs = [p.sweep_dir] if p.single else [p.sweep_dir / n for n in p.todo if (p.sweep_dir / n).is_dir()]
-    runs = [r for r in runs if run_status(r) not in FINISHED]
-    if not runs:
-        return None
-    run = max(runs, key=lambda r: max((f.stat().st_mtime for f in r.rglob("*") if f.is_file()), default=0.0))
-    write_json_atomic(run / "run_info.json", {**(run_object(run / "run_info.json") or {}), "killed": why})
+    run = max([r for r in runs if run_status(r) not in FINISHED], default=None,
+              key=lambda r: max((f.stat().st_mtime for f in r.rglob("*") if f.is_file()), default=0.0))
+    if run is not None:
+        write_json_atomic(run / "run_info.json", {**(run_object(run / "run_info.json") or {}), "killed": why})
     return run
 
 
 def pick_gpu(gpus: list[str], held: list[str]) -> str | None:
-    """The GPU a job starting now gets: the first of those the fewest running jobs hold (`held`); None with fewer
-    than 2 GPUs (it sees every GPU)."""
+    """The GPU a job starting now gets: the first that the fewest running jobs hold; None under 2 GPUs (it sees all)."""
     return min(gpus, key=held.count) if len(gpus) > 1 else None
 
 
 class StopRequest:
-    """The handler of SIGINT / SIGTERM / SIGHUP while a queue runs: it records them, the queue loop acts on them (an
-    exception raised anywhere could leave a command untracked); a second one means: kill now."""
+    """SIGINT / SIGTERM / SIGHUP while a queue runs, recorded for its loop to act on (a second one: kill now)."""
 
     def __init__(self):
         self.signum, self.count = 0, 0
@@ -78,24 +73,15 @@ class StopRequest:
         self.signum, self.count = self.signum or signum, self.count + 1
 
 
-FOLLOW_UPS: set = set()  # running follow-up steps of reports (`Target.after`): stopped with the queue
-
-
 def exit_code(rc: int) -> int:
     return 128 - rc if rc < 0 else rc  # killed by signal k: 128 + k, as a shell says
 
 
-QUEUE_LINE_EVERY_S = 60.0
-LOST_TRIES = 3  # a cluster job lost without a result (a failed node, an admin's scancel) is submitted again
-
-
-def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None, cluster=None) -> int:
-    """Run the commands of every plan in order, `jobs` at a time, each in its own process group; a failed one stops
-    nothing. A table ends with its last command: its runs are kept, `on_table_end(plan)` is called. On a stop signal
-    the running commands are stopped (`stop_sweep`), the finished runs kept, and the runner exits 128 + signal.
-    `cluster` (`slurm.Cluster`): each table's commands submitted at once, a job lost without a result submitted
-    again up to LOST_TRIES times (resume=auto continues it); `cluster.detach`: return once submitted. Returns the
-    first non-zero exit status."""
+def run_queue(plans: list[TablePlan], jobs: int, on_table_end=lambda p: None, cluster=None) -> int:
+    """Run the commands of every plan in order, `jobs` at a time (a failed one stops nothing); a table's last command
+    keeps its runs and calls `on_table_end(plan)`; a stop signal stops all (`stop_sweep`): exit 128 + signal.
+    `cluster` (`slurm.Cluster`): all submitted at once, a lost job again up to LOST_TRIES times (`cluster.detach`:
+    return once submitted). Returns the first non-zero exit status."""
     queue = [(p, cmd, s) for p in plans for cmd, s in zip(p.commands, p.costs or [None] * len(p.commands))]
     for p in plans:
         p.left = len(p.commands)
@@ -105,13 +91,10 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None, cluster=None
     gpus, gpu_of = gpu_ids() if jobs > 1 and cluster is None else [], {}  # one GPU per job: {pid: its GPU}
     old = on_stop_signals(stop)
     try:
-        for p in plans if cluster is not None else ():  # every command at once, as job arrays
-            _start(p, progress=not cluster.detach)
-            for job in cluster.submit([(c, s) for q, c, s in queue if q is p], p.threads, p.peak_gb, p.name):
-                print(f"+ {job.pid} ({job.limit_min} min):", shlex.join(job.cmd), flush=True)
-                live.append((p, job))
-        if cluster is not None:
-            queue = []
+        if cluster is not None:  # every command at once, as job arrays
+            for p in plans:
+                _start(p, progress=not cluster.detach)
+            live, queue = cluster.submit([(p, [(c, s) for q, c, s in queue if q is p]) for p in plans]), []
             if cluster.detach:
                 print(f"[slurm] {cluster.line()}; detached: the same command follows these jobs, keeps what "
                       "finished and submits again what was lost", flush=True)
@@ -119,11 +102,11 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None, cluster=None
         while (queue or live) and not stop.signum:
             while queue and len(live) < jobs and not stop.signum:
                 reserved = [q.peak_gb for q, _ in live]
-                # the first command that fits beside the running ones; a later, smaller one may pass a larger one
-                i = next((k for k, (q, *_) in enumerate(queue) if _fits(q.peak_gb, reserved, budget)), None)
-                if i is None:
-                    q = queue[0][0]
-                    if q.name not in held:
+                # the first command that fits beside the running ones (alone, any does); a later, smaller one may pass
+                i = next((k for k, (q, *_) in enumerate(queue)
+                          if budget is None or not live or sum(reserved) + q.peak_gb <= budget), None)
+                if i is None:  # said once a table
+                    if (q := queue[0][0]).name not in held:
                         held.add(q.name)
                         print(f"[{q.name}] held back: a run needs {q.peak_gb:.1f} GB at its peak, and "
                               f"{sum(reserved):.1f} of the {budget:.1f} GB available are reserved for "
@@ -148,14 +131,12 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None, cluster=None
                 live.remove((p, proc))
                 if getattr(proc, "lost", False) and proc.tries < LOST_TRIES:
                     print(f"[{p.name}] {proc.pid} was lost without a result: submitted again", flush=True)
-                    (job,) = cluster.submit([(proc.cmd, proc.secs)], p.threads, p.peak_gb, p.name, proc.tries + 1)
-                    print(f"+ {job.pid} ({job.limit_min} min):", shlex.join(job.cmd), flush=True)
-                    live.append((p, job))
+                    live += cluster.submit([(p, [(proc.cmd, proc.secs)])], proc.tries + 1)
                     continue
                 rc = exit_code(proc.returncode)
                 status = status or rc
                 before, now = kills_at.pop(proc.pid, None), oom_kills()
-                if proc.returncode == -signal.SIGKILL and before is not None and now is not None and now > before:
+                if proc.returncode == -signal.SIGKILL and None not in (before, now) and now > before:
                     why = (f"out-of-memory killer (the kernel's OOM kill count rose from {before} to {now} while it "
                            f"ran; a run needs about {p.peak_gb:.1f} GB)")
                     run = _mark_killed(p, why)
@@ -167,8 +148,7 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=None, cluster=None
                 p.left -= 1
                 if not p.left:
                     finish_table(p)
-                    if on_table_end is not None:
-                        on_table_end(p)
+                    on_table_end(p)
         if stop.signum:
             stop_sweep([proc for _, proc in live] + list(FOLLOW_UPS), stop)
             for p in plans:
@@ -195,9 +175,8 @@ def _start(p: TablePlan, progress: bool = True) -> None:
 
 
 def stop_sweep(procs: list[subprocess.Popen], stop: StopRequest | None = None, grace_s: float = 60.0) -> None:
-    """Stop the running commands: SIGTERM to each one's whole process group each second (a trainer saves at its
-    step; a launcher's workers would outlive their main process), SIGKILL to what is left after `grace_s` or a
-    second signal (`stop.count`); cluster jobs: one scancel."""
+    """Stop the running commands: SIGTERM to each one's process group each second (a trainer saves at its step; a
+    launcher's workers outlive their main process), SIGKILL after `grace_s` or a 2nd signal; cluster jobs: scancel."""
     if jobs := [p for p in procs if hasattr(p, "cluster")]:
         jobs[0].cluster.cancel(jobs)
     procs = [p for p in procs if not hasattr(p, "cluster")]
@@ -213,10 +192,8 @@ def stop_sweep(procs: list[subprocess.Popen], stop: StopRequest | None = None, g
         for proc in alive:
             proc.poll()  # reap the main process, so that only live processes keep the group
     for proc in alive:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     for proc in procs:
         proc.wait()
 

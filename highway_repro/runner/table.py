@@ -16,14 +16,17 @@ from highway_repro.report.header import duration
 from highway_repro.runner.estimate import DEFAULT_PEAK_GB, MARGIN, on_cpu, peak_gb, per_run_s, wall_s
 from highway_repro.runner.keep import (FINISHED, SINGLE_RUN, keep, refuse_other_recipe, restore, reused_names,
                                        run_status)
-from highway_repro.runner.plan import REPEAT_KEYS, dirname, job_names, jobs_of, hydra_key, override_key, plan_grids
+from highway_repro.grids import REPEAT_KEYS, hydra_key, named_jobs, override_key
+from highway_repro.runner.plan import excluded, plan_grids
 from highway_repro.runner.progress import Progress
 from highway_repro.targets import TARGETS, kept_apart, make_target, runs_folder
 
+GROUP_PEAK = 3.0  # a group's peak memory against a lone run's (Fig. 1, 11 members of MNIST: 1.03 GB, lone 0.43)
+
+
 @dataclass(eq=False)  # one object per table: compared and hashed by identity
 class TablePlan:
-    """What a table (or a part of a target) trains: `commands` for the queue, each a Hydra multirun (a whole grid on
-    one job; one run, or one group, each on several jobs or a cluster, so that every job stays busy)."""
+    """What a table (or a part of a target) trains: `commands` for the queue, each a Hydra multirun, and their cost."""
     name: str
     sweep_dir: Path
     kept: Path
@@ -47,19 +50,18 @@ class TablePlan:
 def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Path, results: Path,
                fresh: bool = False, estimate_only: bool = False, pending: set = frozenset(),
                group: str = "1", split: bool = False) -> TablePlan:
-    """Print the plan of table `name` and its cost; put its kept runs back into its sweep folder (not for an
-    estimate: it writes nothing) and return what is left to train. `pending`: run folder names that a table before
-    it in the queue trains and it reuses. `split`: one command per run (or group) even on one job (a cluster)."""
+    """Print table `name`'s plan and cost, put its kept runs back (not for an estimate: it writes nothing) and return
+    what is left to train; `pending`: runs a table before it in the queue trains; `split`: one command per run."""
     t = TARGETS[name]
     sweep_dir, kept = runs_root / f"{name}-{scale}", results / runs_folder(name, scale)
     cfg, fgs = plan_grids(name, scale, extra)
-    files, gs = [f for f, _ in fgs], [g for _, g in fgs]
-    names = job_names(cfg, gs, t.sweep)
+    jobs_by_name = named_jobs(fgs, excluded(cfg), t.sweep)
+    names = list(jobs_by_name)
     from highway_repro.train.config import GATE_OPTIONS, validate
 
     validate(cfg)  # a bad override given for the whole table: one line before anything is planned or started
     gate = [o for o in extra if override_key(o) in {f"model.{k}" for k in GATE_OPTIONS}]
-    if gate and any(o.startswith("variant=") for g in gs for o in g):  # each row is a variant: its gate options
+    if gate and any(o.startswith("variant=") for _, g in fgs for o in g):  # each row is a variant: its gate options
         raise ConfigError(f"[{name}] {gate[0]}: the table's rows are variants (configs/variant/), each with its own "
                           "gate options, which this would override in every row (other gate options: python -m "
                           f"highway_repro.train experiment={t.experiment} {gate[0]})")
@@ -84,7 +86,7 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     secs, how = per_run_s(cells(todo), priced, cfg)
     whole, _ = per_run_s(cells(names), priced, cfg)  # what --fresh would train
     size = group_of(cfg, group) if t.sweep else 1
-    grouped = group_commands(cfg, files, gs, todo, size) if size > 1 and todo else []  # each without the command
+    grouped = group_commands(jobs_by_name, todo, size) if size > 1 and todo else []  # each without the command
     if size > 1 and todo and not grouped:
         size, how = 1, how + "; not grouped (a cell has no single repeat key, e.g. seed and trial both given)"
     known = None not in secs
@@ -97,9 +99,8 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
     queued_from = f", {len(queued)} to come from {', '.join(t.reuse)} before it in this queue" if queued else ""
     print(f"[{name}] scale={scale}: {len(names)} runs, {len(done)} finished ({len(restored)} restored from {source}"
           f"{queued_from}), {len(todo)} to train; {cost}", flush=True)
-    shown = f"make {make_target(name)} SCALE={scale}" if name != "demo" else "make demo"
-    if extra:  # overrides given by hand are part of the command
-        shown = shlex.join(["python", "-m", "highway_repro.runner", name, "--scale", scale, *extra])
+    shown = (shlex.join(["python", "-m", "highway_repro.runner", name, "--scale", scale, *extra]) if extra  # by hand
+             else f"make {make_target(name)} SCALE={scale}" if name != "demo" else "make demo")
     if todo and peak_how != "default":
         print(f"[{name}] memory: {peak:.1f} GB a run at its peak ({peak_how})", flush=True)
     apart = results / runs_folder(name, scale, apart=True) if kept_apart(scale) else None
@@ -110,28 +111,21 @@ def plan_table(name: str, scale: str, jobs: int, extra: list[str], runs_root: Pa
         keep(sweep_dir, kept, single=not t.sweep, apart=apart, reused=p.reused)  # finished after the last keep
     if estimate_only or not todo:
         return p
-    base = [sys.executable, "-m", "highway_repro.train", f"experiment={t.experiment}", f"scale={scale}",
-            "resume=auto", "trainer.progress=false"]
+    base = [sys.executable, "-m", "highway_repro.train", *["-m"] * t.sweep, f"experiment={t.experiment}",
+            f"scale={scale}", "resume=auto", "trainer.progress=false",
+            f"hydra.{'sweep' if t.sweep else 'run'}.dir={sweep_dir}"]
     if not t.sweep:
-        p.commands, p.costs = [base + [f"hydra.run.dir={sweep_dir}"] + gs[0]], secs if known else []
-    else:
-        base[3:3] = ["-m"]
-        base += [f"hydra.sweep.dir={sweep_dir}"]
+        p.commands, p.costs = [base + fgs[0][1]], secs if known else []
+    elif grouped:  # a multirun of the grouped launcher per cell (up to `size` runs of it)
         cost = dict(zip(todo, secs))
-        if grouped:  # a multirun of the grouped launcher per cell (up to `size` runs of it)
-            p.commands, p.peak_gb = [base + g for g, _ in grouped], p.peak_gb * GROUP_PEAK
-            p.costs = [sum(cost[n] for n in ns) if known else None for _, ns in grouped]
-            print(f"[{name}] {len(todo)} runs in {len(grouped)} grouped command(s) (hydra/launcher=grouped, up to "
-                  f"{size} runs each)", flush=True)
-        elif jobs == 1 and not split:  # a whole sweep file's grid in one multirun
-            p.commands = [base + [f"sweep={f}"] + g for f, g in zip(files, gs)]
-        else:  # one multirun of one job per run to train, in the grid's order
-            exclude = list(cfg.hydra.job.config.override_dirname.exclude_keys)
-            jobs_by_name = {}
-            for f, g in zip(files, gs):
-                for j in jobs_of(g):
-                    jobs_by_name.setdefault(dirname(j, exclude), [f"sweep={f}"] + j)
-            p.commands, p.costs = [base + jobs_by_name[n] for n in todo], secs if known else []
+        p.commands, p.peak_gb = [base + g for g, _ in grouped], p.peak_gb * GROUP_PEAK
+        p.costs = [sum(cost[n] for n in ns) if known else None for _, ns in grouped]
+        print(f"[{name}] {len(todo)} runs in {len(grouped)} grouped command(s) (hydra/launcher=grouped, up to "
+              f"{size} runs each)", flush=True)
+    elif jobs == 1 and not split:  # a whole sweep file's grid in one multirun
+        p.commands = [base + [f"sweep={f}"] + g for f, g in fgs]
+    else:  # one multirun of one job per run to train, in the grid's order
+        p.commands, p.costs = [base + jobs_by_name[n] for n in todo], secs if known else []
     p.progress = Progress(name, sweep_dir, names, wall_s(secs, jobs) if known else None, on_tick=lambda: tick(p),
                           sweep=t.sweep)
     return p
@@ -145,9 +139,6 @@ def cost_of(secs: list[float], threads: int, jobs: int) -> str:
             f"{duration(wall_s(secs, jobs))} wall with {jobs} job(s) ± {MARGIN * 100:.0f} % across machines")
 
 
-GROUP_PEAK = 3.0  # a group's peak memory against a lone run's (Fig. 1, 11 members of MNIST: 1.03 GB, lone 0.43)
-
-
 def group_of(cfg, group: str) -> int:
     """Runs a group at most (`group`: auto or a size), 1 where the table's model cannot group."""
     from highway_repro.train.grouped import GROUPABLE, group_size
@@ -156,48 +147,33 @@ def group_of(cfg, group: str) -> int:
     return size if str(cfg.model._target_).rsplit(".", 1)[-1] in GROUPABLE else 1
 
 
-def group_commands(cfg, files: list[str], gs: list[list[str]], todo: list[str],
-                   size: int) -> list[tuple[list[str], list[str]]]:
-    """(the overrides, the run names) of one grouped multirun per cell (runs that differ in their seed or trial
-    only), at most `size` runs each; [] where a run's cell has no single repeat key."""
-    exclude = list(cfg.hydra.job.config.override_dirname.exclude_keys)
-    cells, left = {}, set(todo)
-    for f, g in zip(files, gs):
-        for j in jobs_of(g):
-            name = dirname(j, exclude)
-            repeat = [o for o in j if override_key(o) in REPEAT_KEYS]
-            if name not in left or len(repeat) != 1:
-                continue
-            left.discard(name)
-            key = (f, tuple(o for o in j if o not in repeat), override_key(repeat[0]))
-            cells.setdefault(key, []).append((repeat[0].split("=", 1)[1], name))
-    out = []
-    for (f, cell, key), values in cells.items():
-        for i in range(0, len(values), size):
-            chunk = values[i:i + size]
-            out.append(([f"sweep={f}", "hydra/launcher=grouped", f"hydra.launcher.size={size}", *cell,
-                         f"{key}={','.join(v for v, _ in chunk)}"], [n for _, n in chunk]))
-    return out if not left else []
+def group_commands(jobs: dict[str, list[str]], todo: list[str], size: int) -> list[tuple[list[str], list[str]]]:
+    """(the overrides, the run names) of one grouped multirun per cell (runs that differ in their seed or trial only)
+    of the runs `todo` (`jobs`: `grids.named_jobs`), up to `size` each; [] where a cell has no single repeat key."""
+    cells = {}
+    for name in todo:
+        sweep, *job = jobs[name]
+        repeat = [o for o in job if override_key(o) in REPEAT_KEYS]
+        if len(repeat) != 1:
+            return []
+        key = (sweep, tuple(o for o in job if o not in repeat), override_key(repeat[0]))
+        cells.setdefault(key, []).append((repeat[0].split("=", 1)[1], name))
+    return [([sweep, "hydra/launcher=grouped", f"hydra.launcher.size={size}", *cell,
+              f"{key}={','.join(v for v, _ in values[i:i + size])}"], [n for _, n in values[i:i + size]])
+            for (sweep, cell, key), values in cells.items() for i in range(0, len(values), size)]
 
 
-def tick(p: TablePlan) -> None:
-    """A progress tick: keep the runs finished so far and record the table's time up to now (a runner killed -9
-    loses no finished run and at most a tick of its time)."""
-    if p.sweep_dir.exists():
-        keep(p.sweep_dir, p.kept, single=p.single, apart=p.apart, reused=p.reused)
+def tick(p: TablePlan) -> int:
+    """Keep the runs finished so far and write the table's record: its record at the start (`p.base`) plus this command
+    and its time until now (and the interval: overlapping parts count once). Returns the number of files kept."""
+    n = keep(p.sweep_dir, p.kept, single=p.single, apart=p.apart, reused=p.reused) if p.sweep_dir.exists() else 0
     if p.start is not None:
-        record_time(p, time.time())
-
-
-def record_time(p: TablePlan, end: float) -> None:
-    """Write the table's record: the one it had when the table started (`p.base`), plus this command and its time
-    from the first start to `end` (`wall_s`, and the interval, so that overlapping parts count once)."""
-    record = dict(p.base)
-    record["commands"] = list(dict.fromkeys(p.base["commands"] + [p.shown]))
-    record["wall_s"] = p.base.get("wall_s", 0.0) + end - p.start
-    record["intervals"] = p.base.get("intervals", []) + [[round(p.start, 1), round(end, 1)]]
-    make_folder(p.kept)
-    write_json_atomic(p.kept / "reproduce.json", record)  # whole or not at all: the record is committed
+        base, end = p.base, time.time()
+        make_folder(p.kept)
+        write_json_atomic(p.kept / "reproduce.json", {  # whole or not at all: the record is committed
+            **base, "commands": list(dict.fromkeys(base["commands"] + [p.shown])), "wall_s": base.get("wall_s", 0.0)
+            + end - p.start, "intervals": base.get("intervals", []) + [[round(p.start, 1), round(end, 1)]]})
+    return n
 
 
 def finish_table(p: TablePlan) -> None:
@@ -206,8 +182,7 @@ def finish_table(p: TablePlan) -> None:
         p.progress.stop.set()
         p.progress.join()  # a tick may be keeping files right now
     make_folder(p.sweep_dir)
-    n = keep(p.sweep_dir, p.kept, single=p.single, apart=p.apart, reused=p.reused)
-    record_time(p, time.time())
+    n = tick(p)
     if p.progress is not None:
         print(p.progress.line(), f"- kept files updated: {n}", flush=True)
 

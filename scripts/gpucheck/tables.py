@@ -32,7 +32,7 @@ def paper_plan() -> tuple[dict, ...]:
     plan = []
     for table in PAPER_TABLES:  # the studies are not paper tables
         t = TARGETS[table]
-        cfg, grids, names = table_plan(t, "paper", [])
+        cfg, grids, names = table_plan(table, "paper", [])
         params = dict(o.split("=", 1) for o in grids[0]) if t.sweep else {}
         n_runs = len(names)
         n_base = sum(any(f"{k}={v}" in n.split(",") for k in ("variant", "model.kind") for v in BASE_VARIANTS)
