@@ -18,7 +18,7 @@ from highway_repro.resolvers import register
 from highway_repro.runtime import configure
 from highway_repro.train import grouped
 from highway_repro.train.config import ConfigError, check_command, validate_against_data
-from highway_repro.train.job import (ADMITTED, GROUPED, build, failures, first_rank, held, one_line_errors, prepare,
+from highway_repro.train.job import (ADMITTED, build, failures, first_rank, held, one_line_errors, prepare,
                                      ranks, with_config)
 
 log = logging.getLogger("highway_repro")
@@ -129,9 +129,8 @@ def main(cfg: DictConfig):
     refused = isinstance(ADMITTED.get(str(out_dir)), Exception)  # another writer's folder: its metrics.json stays
     with failures(None if refused else out_dir / "metrics.json", multirun, is_main=first_rank()):
         check_command(cfg, CONFIG_DIR, hc.runtime.choices, OmegaConf.to_container(hc.overrides.task))  # (as typed)
-        if grouped.collecting_jobs():  # hydra/launcher=grouped: trained with its group once all jobs are set up
-            GROUPED.add(str(out_dir))  # its lock stays held for `grouped.train_group`
-            return grouped.collect(cfg, out_dir, multirun, build_run)
+        if grouped.JOBS is not None:  # hydra/launcher=grouped: trained with its group once all jobs are set up
+            return grouped.JOBS.append((cfg.copy(), out_dir, multirun, build_run))
         return run_job(cfg, out_dir, multirun)
 
 

@@ -5,6 +5,7 @@ data."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
@@ -21,11 +22,11 @@ GATE_OPTIONS = ("gate_kind", "gate_layers", "gate_sublayers")
 # The callables a config may name in a `_target_`, by node; anything else (`torch.load` of a pickle, say) is refused
 # before anything is built: a config is data. Hydra's own node is the command line's and the config files'.
 TARGETS: dict[str, tuple[str, ...]] = {
-    "data": ("highway_repro.data.build",),
     "model": ("highway_repro.models.mlp.MLP", "highway_repro.models.convnets.MnistHighwayNet",
               "highway_repro.models.convnets.CifarHighwayNet", "highway_repro.models.transformer_lm.TransformerLM",
               "highway_repro.models.r_transformer.RTransformer",
               "highway_repro.models.transformer_xl.TransformerXL"),
+    "data": ("highway_repro.data.build",),
     "optim.optimizer": tuple(f"torch.optim.{n}" for n in ("SGD", "Adam", "AdamW", "Adagrad", "Adadelta", "Adamax",
                                                           "ASGD", "NAdam", "RAdam", "RMSprop", "Rprop")),
     "optim.scheduler": ("highway_repro.engine.schedules.build",),
@@ -177,48 +178,28 @@ def check_added_keys(cfg: DictConfig, overrides: list[str], config_dir) -> None:
     """A key added with `+` (or added by `++`) is a constructor's argument: it goes into a node with a `_target_`
     (its constructor checks it); elsewhere (`+optim.lrr=1`, `++seedd=3`) nothing reads it: ConfigError. Group choices
     and Hydra's keys are left alone."""
-    forced = [a for a in overrides if a.startswith("++")]
-    base = _compose_without(overrides, forced, config_dir) if forced else None
+    base = None
+    if any(a.startswith("++") for a in overrides):  # the config without them: does a `++` set a key it has?
+        from hydra import compose, initialize_config_dir
+        from hydra.core.global_hydra import GlobalHydra
 
-    def targets(node, prefix: str = "") -> list[str]:
-        out = []
-        for k in node:
-            v = node._get_node(k)  # no interpolation is resolved
-            if isinstance(v, DictConfig) and not v._is_missing() and not v._is_none():
-                out += [prefix + str(k)] if "_target_" in v else targets(v, f"{prefix}{k}.")
-        return out
-
-    for arg in overrides:
-        if not arg.startswith("+"):
-            continue
+        with (contextlib.nullcontext() if GlobalHydra.instance().is_initialized()
+              else initialize_config_dir(config_dir=str(config_dir), version_base="1.3")):
+            base = compose("train", overrides=[a for a in overrides if not a.startswith("++")])
+    for arg in (a for a in overrides if a.startswith("+")):
         plus = "++" if arg.startswith("++") else "+"
         key, _, value = arg[len(plus):].partition("=")
         if key.startswith("hydra.") or not key or (Path(config_dir) / key.split("@")[0]).is_dir():
             continue
-        parent = key.rpartition(".")[0]
+        parent, _, leaf = key.rpartition(".")
         node = OmegaConf.select(cfg, parent, throw_on_missing=False) if parent else cfg
-        if isinstance(node, DictConfig) and "_target_" in node:
-            continue
-        if plus == "++":
-            before = OmegaConf.select(base, parent, throw_on_missing=False) if parent else base
-            if isinstance(before, DictConfig) and key.rpartition(".")[2] in before:
-                continue  # it sets a key the config has
-        others = [str(k) for k in node if k != key.rpartition(".")[2]] if isinstance(node, DictConfig) else []
+        before = (OmegaConf.select(base, parent, throw_on_missing=False) if parent else base) if plus == "++" else None
+        if (isinstance(node, DictConfig) and "_target_" in node) or (isinstance(before, DictConfig) and leaf in before):
+            continue  # a constructor's argument, or a key the config has
+        others = [str(k) for k in node if k != leaf] if isinstance(node, DictConfig) else []
         has = f"; {parent or 'the root'} has {', '.join(others)}" if others else ""
         raise ConfigError(f"{plus}{key}={value} is read by nothing: {parent or 'the config root'} has no _target_ "
-                          f"(valid: + adds an argument to {', '.join(targets(cfg)) or 'a node with a _target_'}{has})")
-
-
-def _compose_without(overrides: list[str], left_out: list[str], config_dir) -> DictConfig:
-    """The config composed without the overrides `left_out` (Hydra's public compose API)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    rest = [a for a in overrides if a not in left_out]
-    if GlobalHydra.instance().is_initialized():
-        return compose("train", overrides=rest)
-    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
-        return compose("train", overrides=rest)
+                          f"(valid: + adds an argument to {', '.join(TARGETS)}{has})")
 
 
 def check_command(cfg: DictConfig, config_dir, choices: dict, overrides: list[str]) -> None:

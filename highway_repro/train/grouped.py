@@ -3,7 +3,7 @@
     python -m highway_repro.train -m sweep=hn_fig1/cpu scale=cpu hydra/launcher=grouped hydra.launcher.size=4
 
 The launcher (`hydra_plugins/highway_repro_launcher`) sets up every job as Hydra's basic launcher does, but
-`train.main` hands each composed job to `collect`. `train_groups` then trains the jobs in groups of one shape
+`train.main` adds each composed job to `JOBS`. `train_groups` then trains the jobs in groups of one shape
 (`shape_key`), at most `size` each; each member is admitted as a lone job is (`job.folder_lock`, the recipe guard),
 writes the run folder it would write alone, and names its group in run_info.json.
 """
@@ -14,7 +14,6 @@ import contextlib
 import json
 import logging
 import sys
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -27,27 +26,18 @@ GROUPABLE = ("MLP", "MnistHighwayNet", "CifarHighwayNet", "TransformerLM", "Tran
 # What a member of a group may have of its own; everything else of the resolved config must be equal.
 MEMBER_KEYS = ("seed", "trial", "data.seed", "model.gate_bias", "optim.optimizer", "optim.scheduler", "hydra")
 AUTO_SIZE = 32  # size=auto: every job of a shape, up to this many members a group
-_COLLECTED: list | None = None  # set while the grouped launcher sets up its jobs
+JOBS: list | None = None  # while the grouped launcher sets up its jobs: (cfg, run folder, multirun, `build_run`)
 
 
 @contextlib.contextmanager
 def collecting():
-    """Within: `train.main` hands each composed job to `collect` (see `collecting_jobs`)."""
-    global _COLLECTED
-    before, _COLLECTED = _COLLECTED, []
+    """Within: `train.main` adds each composed job to `JOBS` (its folder's lock stays held) instead of training it."""
+    global JOBS
+    JOBS = []
     try:
-        yield _COLLECTED
+        yield JOBS
     finally:
-        _COLLECTED = before
-
-
-def collecting_jobs() -> bool:
-    return _COLLECTED is not None
-
-
-def collect(cfg: DictConfig, out_dir: Path, multirun: bool, build) -> None:
-    """Note a composed job for its group; `build` (`train.build_run`) makes its trainer later."""
-    _COLLECTED.append((cfg.copy(), Path(out_dir), multirun, build))
+        JOBS = None
 
 
 def shape_key(cfg: DictConfig) -> str:
@@ -111,27 +101,22 @@ def train_groups(jobs: list, size) -> None:
 def train_group(jobs: list) -> int:
     """One group: admit its members, train them together, write their run_info.json and last lines. Returns the
     signal that stopped it, else 0."""
-    from highway_repro.train.job import failures, folder_lock, nothing_to_do, summary, user_failure
+    from highway_repro.train.job import failures, folder_lock, summary, to_train
     from highway_repro.engine.group import Group, Member
     from highway_repro.engine.loggers import now, write_json_atomic, write_run_info
-    from highway_repro.errors import HighwayError
     from highway_repro.models.dropout import member_generators
 
     check_groupable([job[0] for job in jobs])
     members, locks = [], []
     try:
         for cfg, out_dir, multirun, build_run in jobs:
-            try:
-                lock = folder_lock(out_dir)
-            except HighwayError as e:
-                user_failure(e, None, multirun)
-                continue
-            locks.append(lock)
-            left, _ = nothing_to_do(cfg, out_dir, multirun)
-            if left:
-                continue
-            with failures(out_dir / "metrics.json", multirun):
-                members.append((build_run(cfg, out_dir, trainer_cls=Member), out_dir))
+            train = False
+            with failures(None, multirun):  # another writer's or recipe's folder: left as it is
+                locks.append(folder_lock(out_dir))
+                train = to_train(cfg, out_dir)[0]
+            if train:
+                with failures(out_dir / "metrics.json", multirun):
+                    members.append((build_run(cfg, out_dir, trainer_cls=Member), out_dir))
         if not members:
             return 0
         folders = [out_dir.name for _, out_dir in members]

@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 from highway_repro import files, options
+from highway_repro.train import grouped
 from highway_repro.train.config import check_group_choices, check_targets
 from highway_repro.engine.loggers import write_json_atomic
 from highway_repro.errors import ConfigError, HighwayError, StorageError, storage_error, unmade, unwritable
@@ -42,7 +43,6 @@ MULTIRUN_ENV = "HIGHWAY_MULTIRUN_ERRORS"  # where a multirun's jobs note their u
 USER_FULL_ERROR = "HIGHWAY_USER_FULL_ERROR"  # the user's HYDRA_FULL_ERROR, while a command sets Hydra's to 1
 NO_SUBDIR = "hydra.output_subdir=null"  # keeps Hydra from writing a job's .hydra/ (RunFolder writes it)
 ADMITTED: dict[str, Lock | Exception] = {}  # run folder -> the lock RunFolder took for its job, or why it could not
-GROUPED: set[str] = set()  # run folders whose lock outlives their job (hydra/launcher=grouped trains them later)
 log = logging.getLogger("highway_repro")
 
 
@@ -165,26 +165,21 @@ def ranks(cfg: DictConfig, out_dir: Path):
 
 @dataclass
 class Job:
-    train: bool = False  # False: another writer's or recipe's folder, or a finished run
+    train: bool = False  # False: another writer's or recipe's folder, a damaged kept file, or a finished run
     final: dict | None = None  # the run's final metrics, set by the caller
     value: float | None = None  # Hydra's return value: val/loss
 
 
 @contextlib.contextmanager
 def held(cfg: DictConfig, out_dir: Path, multirun: bool, dist=None):
-    """The job in `out_dir` with the folder's lock held (`folder_lock`), past the recipe guard (`nothing_to_do`),
-    under `failures`. The caller trains where `job.train` and sets `job.final`; an interrupted run exits
-    128 + signal."""
-    is_main, job = dist is None or dist.rank == 0, Job()
+    """The job in `out_dir` with the folder's lock held (`folder_lock`), past the recipe guard (`to_train`),
+    under `failures` (a refused folder's metrics.json is left as it is). The caller trains where `job.train` and
+    sets `job.final`; an interrupted run exits 128 + signal."""
+    is_main, job, lock = dist is None or dist.rank == 0, Job(), None
     try:
-        lock = folder_lock(out_dir, dist)
-    except HighwayError as e:  # another writer's folder: its metrics.json is left as it is
-        job.value = user_failure(e, None, multirun, is_main)
-        yield job
-        return
-    try:
-        left, job.value = nothing_to_do(cfg, out_dir, multirun, is_main)
-        job.train = not left
+        with failures(None, multirun, is_main):
+            lock = folder_lock(out_dir, dist)
+            job.train, job.value = to_train(cfg, out_dir)
         with failures(out_dir / "metrics.json", multirun, is_main):
             yield job
         if job.final is None:
@@ -205,7 +200,6 @@ def folder_lock(out_dir: Path, dist=None) -> Lock | None:
     held, refused = None, None
     if dist is None or dist.rank == 0:
         taken = ADMITTED.pop(str(out_dir), None)
-        GROUPED.discard(str(out_dir))
         try:
             if isinstance(taken, Exception):
                 raise taken
@@ -219,27 +213,22 @@ def folder_lock(out_dir: Path, dist=None) -> Lock | None:
     return held
 
 
-def nothing_to_do(cfg: DictConfig, out_dir: Path, multirun: bool, is_main: bool = True) -> tuple[bool, object]:
-    """(True, the job's value) where the job is not to train: another recipe's folder, a kept file (a saved
-    config, run_info.json) that is not plain data or a link (its line), a finished or diverged run (resume=auto:
-    kept as it is)."""
-    try:
-        files.no_links(out_dir, RUN_ENTRIES)
-        check_same_recipe(cfg, out_dir)
-        files.read_json(out_dir / "run_info.json", out_dir.parent, kind=dict)  # (updated as the run starts)
-        prev = (files.read_json(out_dir / "metrics.json", out_dir.parent, kind=dict) or {}) if cfg.resume == "auto" \
-            else {}
-    except USER_ERRORS as e:
-        return True, user_failure(e, None, multirun, is_main)
+def to_train(cfg: DictConfig, out_dir: Path) -> tuple[bool, object]:
+    """(whether to train, else the job's value): a kept file (a saved config, run_info.json) that is not plain data
+    or a link, or another recipe's folder, is the user's error; a finished or diverged run (resume=auto) is kept."""
+    files.no_links(out_dir, RUN_ENTRIES)
+    check_same_recipe(cfg, out_dir)
+    files.read_json(out_dir / "run_info.json", out_dir.parent, kind=dict)  # (updated as the run starts)
+    prev = (files.read_json(out_dir / "metrics.json", out_dir.parent, kind=dict) or {}) if cfg.resume == "auto" else {}
     if prev.get("status") == "done":
         log.info("run in %s already finished (resume=auto): nothing to do", out_dir)
-        return True, prev.get("val/loss")
-    if prev.get("status") == "diverged":  # a rerun repeats it: same seed, same data order, same weights
+    elif prev.get("status") == "diverged":  # a rerun repeats it: same seed, same data order, same weights
         log.info("run in %s diverged at step %s (resume=auto): nothing to do; resume=%s continues it from the last "
                  "good checkpoint, if one was written (change trainer.nan_policy or the learning rate first)",
                  out_dir, prev.get("step"), out_dir / "ckpt" / "last.pt")
-        return True, prev.get("val/loss")
-    return False, None
+    else:
+        return True, None
+    return False, prev.get("val/loss")
 
 
 def summary(final: dict) -> str:
@@ -315,7 +304,8 @@ class RunFolder(Callback):
 
     def on_job_end(self, config: DictConfig, **kwargs) -> None:
         out_dir = str(config.hydra.runtime.output_dir)
-        left = None if out_dir in GROUPED else ADMITTED.pop(out_dir, None)
+        grouped_jobs = {str(job[1]) for job in grouped.JOBS or ()}  # trained later, their locks held till then
+        left = None if out_dir in grouped_jobs else ADMITTED.pop(out_dir, None)
         if isinstance(left, Lock):  # a job that ended before `held` (a config error)
             left.release()
 
@@ -376,14 +366,14 @@ def hydra_flag(arg: str, flag: str, unique: str) -> bool:
 
 
 def prepare(args: list[str], config_dir) -> None:
-    """Before Hydra: `--experimental-rerun` (it unpickles a file) is refused in every spelling, and a misspelt
-    config-group choice is one line before Hydra composes (unless the command adds config folders)."""
+    """Before Hydra (a multirun writes its sweep folder first): `--experimental-rerun` (it unpickles a file) is
+    refused in every spelling, and a misspelt config-group choice is one line (unless the command adds config
+    folders)."""
     rerun = next((a for a in args if hydra_flag(a, "--experimental-rerun", "--e")), None)
     if rerun is not None:
-        print(f"error: {rerun} is not allowed: Hydra's --experimental-rerun unpickles a file (valid: rerun a job "
-              "from its run folder's .hydra/overrides.yaml, e.g. python -m highway_repro.train <those overrides> "
-              "hydra.run.dir=<folder> resume=auto)", file=sys.stderr)
-        sys.exit(2)
+        raise ConfigError(f"{rerun} is not allowed: Hydra's --experimental-rerun unpickles a file (valid: rerun a job "
+                          "from its run folder's .hydra/overrides.yaml, e.g. python -m highway_repro.train <those "
+                          "overrides> hydra.run.dir=<folder> resume=auto)")
     if not any(hydra_flag(a, "--config-dir", "--config-d") or hydra_flag(a, "--config-path", "--config-p")
                or a.split("=", 1)[0] in ("-cd", "-cp") or a.lstrip("+").startswith("hydra.searchpath") for a in args):
         check_group_choices([a for a in args if not a.startswith("-")], config_dir)
