@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 # No torch (nor numpy, the engine, the data or the models) at import time: import them inside functions.
 from highway_repro.engine.loggers import build_logger, now, write_run_info, write_text_atomic
+from highway_repro.errors import HighwayError
 from highway_repro.resolvers import register
 from highway_repro.runtime import configure
 from highway_repro.train import grouped
@@ -115,7 +116,7 @@ def build_run(cfg: DictConfig, out_dir: Path, dist=None, trainer_cls=None):
     elif cfg.resume:
         try:
             trainer.load_state(ckpt_lib.load(Path(cfg.resume), map_location=trainer.device))
-        except (ckpt_lib.CheckpointError, ckpt_lib.UnsafeCheckpointError, ckpt_lib.OldCheckpointError) as e:
+        except HighwayError as e:  # the checkpoint's errors
             raise type(e)(f"resume={cfg.resume}: {e}") from None
     if is_main and trainer.step == 0:
         trainer.record({"model/params": n_params})

@@ -37,23 +37,16 @@ def check_targets(cfg, where: str = "the config", at: str = "") -> None:
     """ConfigError for a `_target_` that `TARGETS` does not allow at its place, at any depth of `cfg` (a DictConfig
     or a saved config's dict, found at `at`), `hydra` left out; nothing is resolved."""
     def walk(node, path: str) -> None:
-        keys = list(node.keys()) if isinstance(node, (dict, DictConfig)) else range(len(node))
-        for k in keys:
+        for k, child in node.items() if isinstance(node, dict) else enumerate(node):
             key = f"{path}.{k}" if path else str(k)
-            if key == "hydra":
-                continue
-            child = node._get_node(k) if isinstance(node, (DictConfig, ListConfig)) else node[k]
-            if k == "_target_":
-                value = child._value() if hasattr(child, "_value") else child
-                if value not in TARGETS.get(path, ()):
-                    allowed = (", ".join(TARGETS[path]) if path in TARGETS
-                               else f"none here; a _target_ belongs to {', '.join(TARGETS)}")
-                    raise ConfigError(f"{key}={value} is not allowed in {where} (valid: {allowed})")
-            elif isinstance(child, (dict, list, DictConfig, ListConfig)) and not (
-                    isinstance(child, (DictConfig, ListConfig)) and (child._is_missing() or child._is_none())):
+            if k == "_target_" and child not in TARGETS.get(path, ()):
+                allowed = (", ".join(TARGETS[path]) if path in TARGETS
+                           else f"none here; a _target_ belongs to {', '.join(TARGETS)}")
+                raise ConfigError(f"{key}={child} is not allowed in {where} (valid: {allowed})")
+            if isinstance(child, (dict, list)) and key != "hydra":
                 walk(child, key)
 
-    walk(cfg, at)
+    walk(OmegaConf.to_container(cfg) if isinstance(cfg, (DictConfig, ListConfig)) else cfg, at)
 
 
 def resolved(node) -> dict:
@@ -73,6 +66,8 @@ def resolved(node) -> dict:
 
 def validate(cfg: DictConfig) -> None:
     """Raise ConfigError (one line: field, value, what is allowed) for a config that cannot run."""
+    from highway_repro.models.placement import GATE_KINDS, check_placement, is_gated  # pure Python, no torch
+
     plain = resolved(cfg)
     for key, rule in options.RUN.items():
         if key in plain:
@@ -86,8 +81,6 @@ def validate(cfg: DictConfig) -> None:
     if name in options.MODELS:  # a model of this package (another _target_ is checked by its own constructor)
         options.check_model(name, model)
         if "gate_kind" in options.MODELS[name] and "n_layers" in model:
-            from highway_repro.models.placement import check_placement  # pure Python, no torch
-
             defaults = ("none", "all", "both")
             check_placement(model["n_layers"], *(model.get(k, d) for k, d in zip(GATE_OPTIONS, defaults)))
     if data is not None:
@@ -95,24 +88,18 @@ def validate(cfg: DictConfig) -> None:
     optimizer = optim.get("optimizer") if isinstance(optim, dict) else None
     if isinstance(optimizer, dict) and "lr" in optimizer:
         options.LEARNING_RATE.check("optim.optimizer.lr", optimizer["lr"])
-    if plain.get("match_params") is not None:
-        _check_match_params(str(plain["match_params"]), model)
+    if plain.get("match_params") is not None:  # widens an ungated model's integer model.d_ff
+        kind = str(plain["match_params"])
+        if kind not in GATE_KINDS or not is_gated(kind):
+            raise ConfigError(f"match_params={kind} is not a gate kind (valid: "
+                              f"{', '.join(k for k in GATE_KINDS if is_gated(k))})")
+        if model.get("gate_kind") != "none" or not options.is_int(model.get("d_ff")):
+            raise ConfigError(f"match_params={kind} widens an ungated model with an integer model.d_ff (valid: model."
+                              f"gate_kind=none; got gate_kind={model.get('gate_kind')}, d_ff={model.get('d_ff')})")
     if isinstance(plain.get("trainer"), dict):
         _check_trainer(plain["trainer"])
     if plain.get("resume") is not None and not isinstance(plain["resume"], str):
         raise ConfigError(f"resume={plain['resume']!r} is not allowed (valid: null, auto, or a checkpoint path)")
-
-
-def _check_match_params(kind: str, model: dict) -> None:
-    """`match_params: <gate kind>` widens an ungated model's integer model.d_ff."""
-    from highway_repro.models.placement import GATE_KINDS, is_gated  # pure Python, no torch
-
-    if kind not in GATE_KINDS or not is_gated(kind):
-        raise ConfigError(f"match_params={kind} is not a gate kind (valid: "
-                          f"{', '.join(k for k in GATE_KINDS if is_gated(k))})")
-    if model.get("gate_kind") != "none" or not options.is_int(model.get("d_ff")):
-        raise ConfigError(f"match_params={kind} widens an ungated model with an integer model.d_ff (valid: "
-                          f"model.gate_kind=none; got gate_kind={model.get('gate_kind')}, d_ff={model.get('d_ff')})")
 
 
 def _check_trainer(values: dict) -> None:

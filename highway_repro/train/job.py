@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import (ConfigCompositionException, InstantiationException, MissingConfigException,
-                          OverrideParseException)
+from hydra.errors import ConfigCompositionException, InstantiationException, OverrideParseException
 from hydra.experimental.callback import Callback
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
@@ -76,7 +75,7 @@ def user_error(e: Exception) -> Exception | None:
     (a write the user can fix, a run folder that cannot be made: StorageError), else None: a bug."""
     if isinstance(e, USER_ERRORS):
         return e
-    if isinstance(e, (ConfigCompositionException, MissingConfigException, OverrideParseException)):
+    if isinstance(e, (ConfigCompositionException, OverrideParseException)):  # (a missing config's too)
         return ConfigError(hydra_line(e))
     run_dir = HydraConfig.get().runtime.output_dir if HydraConfig.initialized() else RunFolder.folder
     cause = unwritable(e) or unmade(e, run_dir)
@@ -112,11 +111,10 @@ class SweepEnd(Callback):
             return
         jobs = [f.read_text(errors="replace") or "?" for f in sorted(Path(folder).glob("[!.]*"))]
         shutil.rmtree(folder, ignore_errors=True)
-        if not any(Path(folder).parent.iterdir()):
+        with contextlib.suppress(OSError):  # another multirun's notes are still there
             Path(folder).parent.rmdir()
-        n = len(jobs)
-        print(f"error: {n} job{'s' if n > 1 else ''} of this multirun failed ({'; '.join(jobs)}); the lines above "
-              "say why", file=sys.stderr)
+        print(f"error: {len(jobs)} job{'s' if len(jobs) > 1 else ''} of this multirun failed ({'; '.join(jobs)}); the "
+              "lines above say why", file=sys.stderr)
         sys.exit(2)
 
 
@@ -316,7 +314,7 @@ def hydra_line(e: Exception) -> str:
     cause = e.__cause__
     key, node = getattr(cause, "full_key", None), getattr(cause, "parent_node", None)
     if key and isinstance(node, DictConfig) and getattr(cause, "key", None) not in node:
-        given = next((a for a in sys.argv[1:] if a.split("=", 1)[0] == key), key)
+        given = str(e).partition("To append to your config use +")[2] or key  # the override as Hydra parsed it
         model = str(node.get("_target_", "")).rsplit(".", 1)[-1] if key.startswith("model.") else ""
         old = options.renamed(model, key.rpartition(".")[2], given.partition("=")[2] or None)
         if old is not None:
