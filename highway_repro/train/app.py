@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 # No torch (nor numpy, the engine, the data or the models) at import time: import them inside functions.
 from highway_repro.engine.loggers import build_logger, now, write_run_info, write_text_atomic
 from highway_repro.errors import HighwayError
+from highway_repro.lock import Lock
 from highway_repro.resolvers import register
 from highway_repro.runtime import configure
 from highway_repro.train import grouped
@@ -128,11 +129,15 @@ def main(cfg: DictConfig):
     hc = HydraConfig.get()
     out_dir, multirun = Path(hc.runtime.output_dir), hc.mode == RunMode.MULTIRUN
     refused = isinstance(ADMITTED.get(str(out_dir)), Exception)  # another writer's folder: its metrics.json stays
-    with failures(None if refused else out_dir / "metrics.json", multirun, is_main=first_rank()):
-        check_command(cfg, CONFIG_DIR, hc.runtime.choices, OmegaConf.to_container(hc.overrides.task))  # (as typed)
-        if grouped.JOBS is not None:  # hydra/launcher=grouped: trained with its group once all jobs are set up
-            return grouped.JOBS.append((cfg.copy(), out_dir, multirun, build_run))
-        return run_job(cfg, out_dir, multirun)
+    try:
+        with failures(None if refused else out_dir / "metrics.json", multirun, is_main=first_rank()):
+            check_command(cfg, CONFIG_DIR, hc.runtime.choices, OmegaConf.to_container(hc.overrides.task))  # as typed
+            if grouped.JOBS is not None:  # hydra/launcher=grouped: trained with its group once all jobs are set up
+                return grouped.JOBS.append((cfg.copy(), out_dir, multirun, build_run))  # its lock held till then
+            return run_job(cfg, out_dir, multirun)
+    finally:  # the lock of a job that ended before `held` took it over (a config error)
+        if isinstance(ADMITTED.get(str(out_dir)), Lock) and all(job[1] != out_dir for job in grouped.JOBS or ()):
+            ADMITTED.pop(str(out_dir)).release()
 
 
 def command():

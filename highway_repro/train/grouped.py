@@ -18,6 +18,7 @@ import sys
 from omegaconf import DictConfig, OmegaConf
 
 from highway_repro.errors import ConfigError
+from highway_repro.train.recipe import flat
 
 log = logging.getLogger("highway_repro")
 
@@ -41,17 +42,13 @@ def collecting():
 
 
 def shape_key(cfg: DictConfig) -> str:
-    """The part of a config that all members of a group share (`MEMBER_KEYS` left out)."""
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    for key in MEMBER_KEYS:
-        *path, leaf = key.split(".")
-        node = plain
-        for part in path:
-            node = node.get(part, {})
-        if isinstance(node, dict) and leaf in node:
-            node[leaf] = ({k: v for k, v in node[leaf].items() if k in ("_target_", "kind")}
-                          if isinstance(node[leaf], dict) else None)
-    return json.dumps(plain, sort_keys=True, default=str)
+    """The part of a config that all members of a group share (`MEMBER_KEYS` left out, but for their kind)."""
+    def own(key: str) -> bool:
+        return any(key == m or key.startswith(f"{m}.") and key[len(m) + 1:] not in ("_target_", "kind")
+                   for m in MEMBER_KEYS)
+
+    plain = flat(OmegaConf.to_container(cfg, resolve=True))
+    return json.dumps({k: v for k, v in plain.items() if not own(k)}, sort_keys=True, default=str)
 
 
 def check_groupable(cfgs: list) -> None:
@@ -89,13 +86,10 @@ def plan_groups(jobs: list, size) -> list[list]:
 def train_groups(jobs: list, size) -> None:
     """Train the collected jobs in groups; a stop signal ends the multirun (exit 128 + signal) once every member
     has saved its state."""
-    stopped = 0
     for group in plan_groups(jobs, size):
-        stopped = stopped or train_group(group)
+        stopped = train_group(group)
         if stopped:
-            break
-    if stopped:
-        sys.exit(128 + stopped)
+            sys.exit(128 + stopped)
 
 
 def train_group(jobs: list) -> int:

@@ -29,7 +29,6 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 from highway_repro import files, options
-from highway_repro.train import grouped
 from highway_repro.train.config import check_group_choices, check_targets
 from highway_repro.engine.loggers import write_json_atomic
 from highway_repro.errors import ConfigError, HighwayError, StorageError, storage_error, unmade, unwritable
@@ -248,7 +247,7 @@ class RunFolder(Callback):
     """Hydra callback: a job's `.hydra/` files are written by its folder's writer only. Hydra writes them before any
     callback hears of the job, so the run or multirun start turns them off (`hydra.output_subdir` null), and the
     job start takes the folder's lock (rank 0 alone), then writes Hydra's three files byte for byte. `folder_lock`
-    hands the job that lock, or why it was refused; a lock no job took over is released at the job's end."""
+    hands the job that lock, or why it was refused; a lock no job took over is released as `main` ends."""
 
     folder: str | None = None  # the folder a command writes into, for the line of a write that fails there
 
@@ -299,14 +298,6 @@ class RunFolder(Callback):
         root, ov = Path(config.hydra.runtime.output_dir), config.hydra.overrides.task  # no link below root
         for name, node in (("config.yaml", task), ("hydra.yaml", hydra_cfg), ("overrides.yaml", ov)):
             files.write_atomic(folder / name, OmegaConf.to_yaml(node), root)
-
-    def on_job_end(self, config: DictConfig, **kwargs) -> None:
-        out_dir = str(config.hydra.runtime.output_dir)
-        grouped_jobs = {str(job[1]) for job in grouped.JOBS or ()}  # trained later, their locks held till then
-        left = None if out_dir in grouped_jobs else ADMITTED.pop(out_dir, None)
-        if isinstance(left, Lock):  # a job that ended before `held` (a config error)
-            left.release()
-
 
 def hydra_line(e: Exception) -> str:
     """One line for Hydra's multi-line error: a key not in the config names its node's keys (or an option's new
