@@ -6,6 +6,7 @@ data."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 from pathlib import Path
 
@@ -104,8 +105,6 @@ def validate(cfg: DictConfig) -> None:
 
 def _check_trainer(values: dict) -> None:
     """TrainerConfig's keys and types, the bounds of options.TRAINER, then TrainerConfig's own checks."""
-    import dataclasses
-
     from highway_repro.engine.trainer_config import TrainerConfig
 
     fields = {f.name: f for f in dataclasses.fields(TrainerConfig)}

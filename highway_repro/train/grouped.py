@@ -115,9 +115,9 @@ def train_group(jobs: list) -> int:
             return 0
         folders = [out_dir.name for _, out_dir in members]
         name = f"{members[0][1].parent.name}/{folders[0]}+{len(folders) - 1}"  # its first member's folder: unique
-        for i, (_, out_dir) in enumerate(members):
-            info = {"id": name, "size": len(members), "position": i, "members": folders}  # folder names
-            write_run_info(out_dir, start_time=now(), group=info)
+        for i, (_, out_dir) in enumerate(members):  # the members by their folders' names
+            write_run_info(out_dir, start_time=now(), group={"id": name, "size": len(members), "position": i,
+                                                             "members": folders})
         log.info("group %s: %d members trained together", name, len(members))
         try:
             finals = Group([m for m, _ in members], name, draws=member_generators).fit()

@@ -14,6 +14,7 @@ import contextlib
 import copy
 import logging
 import os
+import re
 import shutil
 import sys
 import time
@@ -44,16 +45,11 @@ ADMITTED: dict[str, Lock | Exception] = {}  # run folder -> the lock RunFolder t
 log = logging.getLogger("highway_repro")
 
 
-def full_error() -> bool:
-    """Did the user ask for tracebacks (HYDRA_FULL_ERROR=1)?"""
-    return os.environ.get(USER_FULL_ERROR, os.environ.get("HYDRA_FULL_ERROR")) == "1"
-
-
 def user_failure(e: Exception, done: Path | None, multirun: bool, is_main: bool = True):
     """One line on stderr for a user error; alone, exit 2; in a multirun, `done` (metrics.json; None: another
-    run's folder) says failed, the job is noted for `SweepEnd`, and the job returns None."""
+    run's folder) says failed, the job is noted for `SweepEnd`, and the other jobs go on."""
     msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-    if full_error():
+    if os.environ.get(USER_FULL_ERROR, os.environ.get("HYDRA_FULL_ERROR")) == "1":  # the user asked for tracebacks
         traceback.print_exception(e)
     if not multirun:
         print(f"error: {msg}", file=sys.stderr)
@@ -66,7 +62,6 @@ def user_failure(e: Exception, done: Path | None, multirun: bool, is_main: bool 
         if os.environ.get(MULTIRUN_ENV):
             files.write_atomic(Path(os.environ[MULTIRUN_ENV]) / f"{os.getpid()}-{time.time_ns()}", job)
         print(f"error: [{job}] {msg}" if job else f"error: {msg}", file=sys.stderr, flush=True)
-    return None
 
 
 def user_error(e: Exception) -> Exception | None:
@@ -314,13 +309,9 @@ def hydra_line(e: Exception) -> str:
     if isinstance(e, OverrideParseException):
         return f"{e.override} cannot be parsed ({str(e).splitlines()[0]}) (valid: Hydra's override grammar, " \
                "https://hydra.cc/docs/advanced/override_grammar/basic/)"
-    lines = []
-    for text in (str(e), str(cause) if isinstance(cause, OmegaConfBaseException) else ""):
-        for line in map(str.strip, text.splitlines()):
-            if line.startswith(("See https://", "Config search path", "full_key:")):
-                break
-            lines += [line] if line else []
-    return " ".join(lines)
+    texts = (str(e), str(cause) if isinstance(cause, OmegaConfBaseException) else "")  # each up to its details
+    return " ".join(" ".join(re.split(r"\n\s*(?:See https://|Config search path|full_key:)", t)[0].split())
+                    for t in texts).strip()
 
 
 @contextlib.contextmanager
@@ -334,7 +325,7 @@ def one_line_errors():
     try:
         yield
     except Exception as e:
-        if full_error() or user_error(e) is None:
+        if os.environ[USER_FULL_ERROR] == "1" or user_error(e) is None:
             raise
         user_failure(user_error(e), None, multirun=False)
     finally:
