@@ -2,10 +2,9 @@
 
     python -m highway_repro.train -m sweep=hn_fig1/cpu scale=cpu hydra/launcher=grouped hydra.launcher.size=4
 
-The launcher (`hydra_plugins/highway_repro_launcher`) sets up every job as Hydra's basic launcher does, but
-`train.main` adds each composed job to `JOBS`. `train_groups` then trains the jobs in groups of one shape
-(`shape_key`), at most `size` each; each member is admitted as a lone job is (`job.folder_lock`, the recipe guard),
-writes the run folder it would write alone, and names its group in run_info.json.
+The launcher (`hydra_plugins/highway_repro_launcher`) has `train.main` add each job to `JOBS`; `train_groups` trains
+them in groups of one shape (`shape_key`), at most `size` each; a member is admitted as a lone job is, writes the
+run folder it would write alone, and names its group in run_info.json.
 """
 
 from __future__ import annotations

@@ -91,9 +91,8 @@ def failures(done: Path | None, multirun: bool, is_main: bool = True):
 
 
 class SweepEnd(Callback):
-    """Hydra callback: a multirun in which a job failed on the user's input exits 2 once all its jobs have run. The
-    jobs note themselves in `<sweep dir>/.user_errors/<this multirun>/` (another multirun into the same folder has
-    its own)."""
+    """Hydra callback: a multirun in which a job failed on the user's input exits 2 once all its jobs have run (they
+    note themselves in `<sweep dir>/.user_errors/<this multirun>/`)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         folder = Path(config.hydra.sweep.dir) / ".user_errors" / f"{os.getpid()}-{time.time_ns()}"

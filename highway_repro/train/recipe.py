@@ -1,9 +1,6 @@
-"""The recipe guard: is a run folder's run the run that a config would make now?
-
-`recipe_diff` names the keys whose values differ and the keys only the saved config has (read as data: a planted
-`_target_` is never waved through), leaving out `NOT_RECIPE` and the keys only the new config has (an option added
-since, whose default keeps the old behaviour). A renamed model option (`options.RENAMED`) names its migration.
-"""
+"""The recipe guard: is a run folder's run the run that a config would make now? (`recipe_diff`: a planted
+`_target_` only the saved config has is never waved through; a key only the new config has is an option added since,
+whose default keeps the old behaviour.)"""
 
 from __future__ import annotations
 
