@@ -111,11 +111,9 @@ def _check_trainer(values: dict) -> None:
     for k, v in values.items():
         if k not in fields:
             raise ConfigError(f"trainer.{k} is not a trainer option (valid: {', '.join(fields)})")
-        rule = options.annotation_rule(fields[k].type)
-        if rule is not None:
-            rule.check(f"trainer.{k}", v)
-        if k in options.TRAINER:
-            options.TRAINER[k].check(f"trainer.{k}", v)
+        for rule in (options.annotation_rule(fields[k].type), options.TRAINER.get(k)):  # its type, then its bounds
+            if rule is not None:
+                rule.check(f"trainer.{k}", v)
     try:
         TrainerConfig(**values)
     except (TypeError, ValueError) as e:

@@ -293,6 +293,7 @@ class RunFolder(Callback):
         for name, node in (("config.yaml", task), ("hydra.yaml", hydra_cfg), ("overrides.yaml", ov)):
             files.write_atomic(folder / name, OmegaConf.to_yaml(node), root)
 
+
 def hydra_line(e: Exception) -> str:
     """One line for Hydra's multi-line error: a key not in the config names its node's keys (or an option's new
     name); an override Hydra cannot parse names the grammar; else Hydra's message up to its details."""
