@@ -1,7 +1,4 @@
-"""Hydra entry point: compose, validate, build data -> model -> trainer, fit, write metrics.json.
-
-    python -m highway_repro.train experiment=hn_fig1 scale=cpu
-    python -m highway_repro.train -m sweep=hn_fig1/cpu scale=cpu hydra/launcher=grouped  # in groups
+"""`python -m highway_repro.train experiment=hn_fig1 scale=cpu` (`-m sweep=... hydra/launcher=grouped`: in groups).
 
 `app.py` is the Hydra app; `config.py` checks a config before torch is imported, `recipe.py` guards a run folder,
 `job.py` holds a job's run folder and its failure policy, `grouped.py` trains jobs in groups. This package imports

@@ -14,11 +14,13 @@ from omegaconf import DictConfig, OmegaConf
 
 # No torch (nor numpy, the engine, the data or the models) at import time: import them inside functions.
 from highway_repro.engine.loggers import build_logger, now, write_run_info, write_text_atomic
+from highway_repro.errors import HighwayError
+from highway_repro.lock import Lock
 from highway_repro.resolvers import register
 from highway_repro.runtime import configure
 from highway_repro.train import grouped
 from highway_repro.train.config import ConfigError, check_command, validate_against_data
-from highway_repro.train.job import (ADMITTED, GROUPED, build, failures, first_rank, held, one_line_errors, prepare,
+from highway_repro.train.job import (ADMITTED, build, failures, first_rank, held, one_line_errors, prepare,
                                      ranks, with_config)
 
 log = logging.getLogger("highway_repro")
@@ -115,7 +117,7 @@ def build_run(cfg: DictConfig, out_dir: Path, dist=None, trainer_cls=None):
     elif cfg.resume:
         try:
             trainer.load_state(ckpt_lib.load(Path(cfg.resume), map_location=trainer.device))
-        except (ckpt_lib.CheckpointError, ckpt_lib.UnsafeCheckpointError, ckpt_lib.OldCheckpointError) as e:
+        except HighwayError as e:  # the checkpoint's errors
             raise type(e)(f"resume={cfg.resume}: {e}") from None
     if is_main and trainer.step == 0:
         trainer.record({"model/params": n_params})
@@ -127,12 +129,15 @@ def main(cfg: DictConfig):
     hc = HydraConfig.get()
     out_dir, multirun = Path(hc.runtime.output_dir), hc.mode == RunMode.MULTIRUN
     refused = isinstance(ADMITTED.get(str(out_dir)), Exception)  # another writer's folder: its metrics.json stays
-    with failures(None if refused else out_dir / "metrics.json", multirun, is_main=first_rank()):
-        check_command(cfg, CONFIG_DIR, hc.runtime.choices, OmegaConf.to_container(hc.overrides.task))  # (as typed)
-        if grouped.collecting_jobs():  # hydra/launcher=grouped: trained with its group once all jobs are set up
-            GROUPED.add(str(out_dir))  # its lock stays held for `grouped.train_group`
-            return grouped.collect(cfg, out_dir, multirun, build_run)
-        return run_job(cfg, out_dir, multirun)
+    try:
+        with failures(None if refused else out_dir / "metrics.json", multirun, is_main=first_rank()):
+            check_command(cfg, CONFIG_DIR, hc.runtime.choices, OmegaConf.to_container(hc.overrides.task))  # as typed
+            if grouped.JOBS is not None:  # hydra/launcher=grouped: trained with its group once all jobs are set up
+                return grouped.JOBS.append((cfg.copy(), out_dir, multirun, build_run))  # its lock held till then
+            return run_job(cfg, out_dir, multirun)
+    finally:  # the lock of a job that ended before `held` took it over (a config error)
+        if isinstance(ADMITTED.get(str(out_dir)), Lock) and all(job[1] != out_dir for job in grouped.JOBS or ()):
+            ADMITTED.pop(str(out_dir)).release()
 
 
 def command():

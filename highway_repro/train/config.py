@@ -5,6 +5,8 @@ data."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import re
 from pathlib import Path
 
@@ -21,11 +23,11 @@ GATE_OPTIONS = ("gate_kind", "gate_layers", "gate_sublayers")
 # The callables a config may name in a `_target_`, by node; anything else (`torch.load` of a pickle, say) is refused
 # before anything is built: a config is data. Hydra's own node is the command line's and the config files'.
 TARGETS: dict[str, tuple[str, ...]] = {
-    "data": ("highway_repro.data.build",),
     "model": ("highway_repro.models.mlp.MLP", "highway_repro.models.convnets.MnistHighwayNet",
               "highway_repro.models.convnets.CifarHighwayNet", "highway_repro.models.transformer_lm.TransformerLM",
               "highway_repro.models.r_transformer.RTransformer",
               "highway_repro.models.transformer_xl.TransformerXL"),
+    "data": ("highway_repro.data.build",),
     "optim.optimizer": tuple(f"torch.optim.{n}" for n in ("SGD", "Adam", "AdamW", "Adagrad", "Adadelta", "Adamax",
                                                           "ASGD", "NAdam", "RAdam", "RMSprop", "Rprop")),
     "optim.scheduler": ("highway_repro.engine.schedules.build",),
@@ -36,23 +38,16 @@ def check_targets(cfg, where: str = "the config", at: str = "") -> None:
     """ConfigError for a `_target_` that `TARGETS` does not allow at its place, at any depth of `cfg` (a DictConfig
     or a saved config's dict, found at `at`), `hydra` left out; nothing is resolved."""
     def walk(node, path: str) -> None:
-        keys = list(node.keys()) if isinstance(node, (dict, DictConfig)) else range(len(node))
-        for k in keys:
+        for k, child in node.items() if isinstance(node, dict) else enumerate(node):
             key = f"{path}.{k}" if path else str(k)
-            if key == "hydra":
-                continue
-            child = node._get_node(k) if isinstance(node, (DictConfig, ListConfig)) else node[k]
-            if k == "_target_":
-                value = child._value() if hasattr(child, "_value") else child
-                if value not in TARGETS.get(path, ()):
-                    allowed = (", ".join(TARGETS[path]) if path in TARGETS
-                               else f"none here; a _target_ belongs to {', '.join(TARGETS)}")
-                    raise ConfigError(f"{key}={value} is not allowed in {where} (valid: {allowed})")
-            elif isinstance(child, (dict, list, DictConfig, ListConfig)) and not (
-                    isinstance(child, (DictConfig, ListConfig)) and (child._is_missing() or child._is_none())):
+            if k == "_target_" and child not in TARGETS.get(path, ()):
+                allowed = (", ".join(TARGETS[path]) if path in TARGETS
+                           else f"none here; a _target_ belongs to {', '.join(TARGETS)}")
+                raise ConfigError(f"{key}={child} is not allowed in {where} (valid: {allowed})")
+            if isinstance(child, (dict, list)) and key != "hydra":
                 walk(child, key)
 
-    walk(cfg, at)
+    walk(OmegaConf.to_container(cfg) if isinstance(cfg, (DictConfig, ListConfig)) else cfg, at)
 
 
 def resolved(node) -> dict:
@@ -72,6 +67,8 @@ def resolved(node) -> dict:
 
 def validate(cfg: DictConfig) -> None:
     """Raise ConfigError (one line: field, value, what is allowed) for a config that cannot run."""
+    from highway_repro.models.placement import GATE_KINDS, check_placement, is_gated  # pure Python, no torch
+
     plain = resolved(cfg)
     for key, rule in options.RUN.items():
         if key in plain:
@@ -85,8 +82,6 @@ def validate(cfg: DictConfig) -> None:
     if name in options.MODELS:  # a model of this package (another _target_ is checked by its own constructor)
         options.check_model(name, model)
         if "gate_kind" in options.MODELS[name] and "n_layers" in model:
-            from highway_repro.models.placement import check_placement  # pure Python, no torch
-
             defaults = ("none", "all", "both")
             check_placement(model["n_layers"], *(model.get(k, d) for k, d in zip(GATE_OPTIONS, defaults)))
     if data is not None:
@@ -94,41 +89,31 @@ def validate(cfg: DictConfig) -> None:
     optimizer = optim.get("optimizer") if isinstance(optim, dict) else None
     if isinstance(optimizer, dict) and "lr" in optimizer:
         options.LEARNING_RATE.check("optim.optimizer.lr", optimizer["lr"])
-    if plain.get("match_params") is not None:
-        _check_match_params(str(plain["match_params"]), model)
+    if plain.get("match_params") is not None:  # widens an ungated model's integer model.d_ff
+        kind = str(plain["match_params"])
+        if kind not in GATE_KINDS or not is_gated(kind):
+            raise ConfigError(f"match_params={kind} is not a gate kind (valid: "
+                              f"{', '.join(k for k in GATE_KINDS if is_gated(k))})")
+        if model.get("gate_kind") != "none" or not options.is_int(model.get("d_ff")):
+            raise ConfigError(f"match_params={kind} widens an ungated model with an integer model.d_ff (valid: model."
+                              f"gate_kind=none; got gate_kind={model.get('gate_kind')}, d_ff={model.get('d_ff')})")
     if isinstance(plain.get("trainer"), dict):
         _check_trainer(plain["trainer"])
     if plain.get("resume") is not None and not isinstance(plain["resume"], str):
         raise ConfigError(f"resume={plain['resume']!r} is not allowed (valid: null, auto, or a checkpoint path)")
 
 
-def _check_match_params(kind: str, model: dict) -> None:
-    """`match_params: <gate kind>` widens an ungated model's integer model.d_ff."""
-    from highway_repro.models.placement import GATE_KINDS, is_gated  # pure Python, no torch
-
-    if kind not in GATE_KINDS or not is_gated(kind):
-        raise ConfigError(f"match_params={kind} is not a gate kind (valid: "
-                          f"{', '.join(k for k in GATE_KINDS if is_gated(k))})")
-    if model.get("gate_kind") != "none" or not options.is_int(model.get("d_ff")):
-        raise ConfigError(f"match_params={kind} widens an ungated model with an integer model.d_ff (valid: "
-                          f"model.gate_kind=none; got gate_kind={model.get('gate_kind')}, d_ff={model.get('d_ff')})")
-
-
 def _check_trainer(values: dict) -> None:
     """TrainerConfig's keys and types, the bounds of options.TRAINER, then TrainerConfig's own checks."""
-    import dataclasses
-
     from highway_repro.engine.trainer_config import TrainerConfig
 
     fields = {f.name: f for f in dataclasses.fields(TrainerConfig)}
     for k, v in values.items():
         if k not in fields:
             raise ConfigError(f"trainer.{k} is not a trainer option (valid: {', '.join(fields)})")
-        rule = options.annotation_rule(fields[k].type)
-        if rule is not None:
-            rule.check(f"trainer.{k}", v)
-        if k in options.TRAINER:
-            options.TRAINER[k].check(f"trainer.{k}", v)
+        for rule in (options.annotation_rule(fields[k].type), options.TRAINER.get(k)):  # its type, then its bounds
+            if rule is not None:
+                rule.check(f"trainer.{k}", v)
     try:
         TrainerConfig(**values)
     except (TypeError, ValueError) as e:
@@ -177,48 +162,28 @@ def check_added_keys(cfg: DictConfig, overrides: list[str], config_dir) -> None:
     """A key added with `+` (or added by `++`) is a constructor's argument: it goes into a node with a `_target_`
     (its constructor checks it); elsewhere (`+optim.lrr=1`, `++seedd=3`) nothing reads it: ConfigError. Group choices
     and Hydra's keys are left alone."""
-    forced = [a for a in overrides if a.startswith("++")]
-    base = _compose_without(overrides, forced, config_dir) if forced else None
+    base = None
+    if any(a.startswith("++") for a in overrides):  # the config without them: does a `++` set a key it has?
+        from hydra import compose, initialize_config_dir
+        from hydra.core.global_hydra import GlobalHydra
 
-    def targets(node, prefix: str = "") -> list[str]:
-        out = []
-        for k in node:
-            v = node._get_node(k)  # no interpolation is resolved
-            if isinstance(v, DictConfig) and not v._is_missing() and not v._is_none():
-                out += [prefix + str(k)] if "_target_" in v else targets(v, f"{prefix}{k}.")
-        return out
-
-    for arg in overrides:
-        if not arg.startswith("+"):
-            continue
+        with (contextlib.nullcontext() if GlobalHydra.instance().is_initialized()
+              else initialize_config_dir(config_dir=str(config_dir), version_base="1.3")):
+            base = compose("train", overrides=[a for a in overrides if not a.startswith("++")])
+    for arg in (a for a in overrides if a.startswith("+")):
         plus = "++" if arg.startswith("++") else "+"
         key, _, value = arg[len(plus):].partition("=")
         if key.startswith("hydra.") or not key or (Path(config_dir) / key.split("@")[0]).is_dir():
             continue
-        parent = key.rpartition(".")[0]
+        parent, _, leaf = key.rpartition(".")
         node = OmegaConf.select(cfg, parent, throw_on_missing=False) if parent else cfg
-        if isinstance(node, DictConfig) and "_target_" in node:
-            continue
-        if plus == "++":
-            before = OmegaConf.select(base, parent, throw_on_missing=False) if parent else base
-            if isinstance(before, DictConfig) and key.rpartition(".")[2] in before:
-                continue  # it sets a key the config has
-        others = [str(k) for k in node if k != key.rpartition(".")[2]] if isinstance(node, DictConfig) else []
+        before = (OmegaConf.select(base, parent, throw_on_missing=False) if parent else base) if plus == "++" else None
+        if (isinstance(node, DictConfig) and "_target_" in node) or (isinstance(before, DictConfig) and leaf in before):
+            continue  # a constructor's argument, or a key the config has
+        others = [str(k) for k in node if k != leaf] if isinstance(node, DictConfig) else []
         has = f"; {parent or 'the root'} has {', '.join(others)}" if others else ""
         raise ConfigError(f"{plus}{key}={value} is read by nothing: {parent or 'the config root'} has no _target_ "
-                          f"(valid: + adds an argument to {', '.join(targets(cfg)) or 'a node with a _target_'}{has})")
-
-
-def _compose_without(overrides: list[str], left_out: list[str], config_dir) -> DictConfig:
-    """The config composed without the overrides `left_out` (Hydra's public compose API)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    rest = [a for a in overrides if a not in left_out]
-    if GlobalHydra.instance().is_initialized():
-        return compose("train", overrides=rest)
-    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
-        return compose("train", overrides=rest)
+                          f"(valid: + adds an argument to {', '.join(TARGETS)}{has})")
 
 
 def check_command(cfg: DictConfig, config_dir, choices: dict, overrides: list[str]) -> None:

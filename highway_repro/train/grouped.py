@@ -2,10 +2,9 @@
 
     python -m highway_repro.train -m sweep=hn_fig1/cpu scale=cpu hydra/launcher=grouped hydra.launcher.size=4
 
-The launcher (`hydra_plugins/highway_repro_launcher`) sets up every job as Hydra's basic launcher does, but
-`train.main` hands each composed job to `collect`. `train_groups` then trains the jobs in groups of one shape
-(`shape_key`), at most `size` each; each member is admitted as a lone job is (`job.folder_lock`, the recipe guard),
-writes the run folder it would write alone, and names its group in run_info.json.
+The launcher (`hydra_plugins/highway_repro_launcher`) has `train.main` add each job to `JOBS`; `train_groups` trains
+them in groups of one shape (`shape_key`), at most `size` each; a member is admitted as a lone job is, writes the
+run folder it would write alone, and names its group in run_info.json.
 """
 
 from __future__ import annotations
@@ -14,11 +13,11 @@ import contextlib
 import json
 import logging
 import sys
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from highway_repro.errors import ConfigError
+from highway_repro.train.recipe import flat
 
 log = logging.getLogger("highway_repro")
 
@@ -27,41 +26,28 @@ GROUPABLE = ("MLP", "MnistHighwayNet", "CifarHighwayNet", "TransformerLM", "Tran
 # What a member of a group may have of its own; everything else of the resolved config must be equal.
 MEMBER_KEYS = ("seed", "trial", "data.seed", "model.gate_bias", "optim.optimizer", "optim.scheduler", "hydra")
 AUTO_SIZE = 32  # size=auto: every job of a shape, up to this many members a group
-_COLLECTED: list | None = None  # set while the grouped launcher sets up its jobs
+JOBS: list | None = None  # while the grouped launcher sets up its jobs: (cfg, run folder, multirun, `build_run`)
 
 
 @contextlib.contextmanager
 def collecting():
-    """Within: `train.main` hands each composed job to `collect` (see `collecting_jobs`)."""
-    global _COLLECTED
-    before, _COLLECTED = _COLLECTED, []
+    """Within: `train.main` adds each composed job to `JOBS` (its folder's lock stays held) instead of training it."""
+    global JOBS
+    JOBS = []
     try:
-        yield _COLLECTED
+        yield JOBS
     finally:
-        _COLLECTED = before
-
-
-def collecting_jobs() -> bool:
-    return _COLLECTED is not None
-
-
-def collect(cfg: DictConfig, out_dir: Path, multirun: bool, build) -> None:
-    """Note a composed job for its group; `build` (`train.build_run`) makes its trainer later."""
-    _COLLECTED.append((cfg.copy(), Path(out_dir), multirun, build))
+        JOBS = None
 
 
 def shape_key(cfg: DictConfig) -> str:
-    """The part of a config that all members of a group share (`MEMBER_KEYS` left out)."""
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    for key in MEMBER_KEYS:
-        *path, leaf = key.split(".")
-        node = plain
-        for part in path:
-            node = node.get(part, {})
-        if isinstance(node, dict) and leaf in node:
-            node[leaf] = ({k: v for k, v in node[leaf].items() if k in ("_target_", "kind")}
-                          if isinstance(node[leaf], dict) else None)
-    return json.dumps(plain, sort_keys=True, default=str)
+    """The part of a config that all members of a group share (`MEMBER_KEYS` left out, but for their kind)."""
+    def own(key: str) -> bool:
+        return any(key == m or key.startswith(f"{m}.") and key[len(m) + 1:] not in ("_target_", "kind")
+                   for m in MEMBER_KEYS)
+
+    plain = flat(OmegaConf.to_container(cfg, resolve=True))
+    return json.dumps({k: v for k, v in plain.items() if not own(k)}, sort_keys=True, default=str)
 
 
 def check_groupable(cfgs: list) -> None:
@@ -99,46 +85,38 @@ def plan_groups(jobs: list, size) -> list[list]:
 def train_groups(jobs: list, size) -> None:
     """Train the collected jobs in groups; a stop signal ends the multirun (exit 128 + signal) once every member
     has saved its state."""
-    stopped = 0
     for group in plan_groups(jobs, size):
-        stopped = stopped or train_group(group)
+        stopped = train_group(group)
         if stopped:
-            break
-    if stopped:
-        sys.exit(128 + stopped)
+            sys.exit(128 + stopped)
 
 
 def train_group(jobs: list) -> int:
     """One group: admit its members, train them together, write their run_info.json and last lines. Returns the
     signal that stopped it, else 0."""
-    from highway_repro.train.job import failures, folder_lock, nothing_to_do, summary, user_failure
+    from highway_repro.train.job import failures, folder_lock, summary, to_train
     from highway_repro.engine.group import Group, Member
     from highway_repro.engine.loggers import now, write_json_atomic, write_run_info
-    from highway_repro.errors import HighwayError
     from highway_repro.models.dropout import member_generators
 
     check_groupable([job[0] for job in jobs])
     members, locks = [], []
     try:
         for cfg, out_dir, multirun, build_run in jobs:
-            try:
-                lock = folder_lock(out_dir)
-            except HighwayError as e:
-                user_failure(e, None, multirun)
-                continue
-            locks.append(lock)
-            left, _ = nothing_to_do(cfg, out_dir, multirun)
-            if left:
-                continue
-            with failures(out_dir / "metrics.json", multirun):
-                members.append((build_run(cfg, out_dir, trainer_cls=Member), out_dir))
+            train = False
+            with failures(None, multirun):  # another writer's or recipe's folder: left as it is
+                locks.append(folder_lock(out_dir))
+                train = to_train(cfg, out_dir)[0]
+            if train:
+                with failures(out_dir / "metrics.json", multirun):
+                    members.append((build_run(cfg, out_dir, trainer_cls=Member), out_dir))
         if not members:
             return 0
         folders = [out_dir.name for _, out_dir in members]
         name = f"{members[0][1].parent.name}/{folders[0]}+{len(folders) - 1}"  # its first member's folder: unique
-        for i, (_, out_dir) in enumerate(members):
-            info = {"id": name, "size": len(members), "position": i, "members": folders}  # folder names
-            write_run_info(out_dir, start_time=now(), group=info)
+        for i, (_, out_dir) in enumerate(members):  # the members by their folders' names
+            write_run_info(out_dir, start_time=now(), group={"id": name, "size": len(members), "position": i,
+                                                             "members": folders})
         log.info("group %s: %d members trained together", name, len(members))
         try:
             finals = Group([m for m, _ in members], name, draws=member_generators).fit()

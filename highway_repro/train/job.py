@@ -14,6 +14,7 @@ import contextlib
 import copy
 import logging
 import os
+import re
 import shutil
 import sys
 import time
@@ -22,8 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import (ConfigCompositionException, InstantiationException, MissingConfigException,
-                          OverrideParseException)
+from hydra.errors import ConfigCompositionException, InstantiationException, OverrideParseException
 from hydra.experimental.callback import Callback
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
@@ -42,20 +42,14 @@ MULTIRUN_ENV = "HIGHWAY_MULTIRUN_ERRORS"  # where a multirun's jobs note their u
 USER_FULL_ERROR = "HIGHWAY_USER_FULL_ERROR"  # the user's HYDRA_FULL_ERROR, while a command sets Hydra's to 1
 NO_SUBDIR = "hydra.output_subdir=null"  # keeps Hydra from writing a job's .hydra/ (RunFolder writes it)
 ADMITTED: dict[str, Lock | Exception] = {}  # run folder -> the lock RunFolder took for its job, or why it could not
-GROUPED: set[str] = set()  # run folders whose lock outlives their job (hydra/launcher=grouped trains them later)
 log = logging.getLogger("highway_repro")
-
-
-def full_error() -> bool:
-    """Did the user ask for tracebacks (HYDRA_FULL_ERROR=1)?"""
-    return os.environ.get(USER_FULL_ERROR, os.environ.get("HYDRA_FULL_ERROR")) == "1"
 
 
 def user_failure(e: Exception, done: Path | None, multirun: bool, is_main: bool = True):
     """One line on stderr for a user error; alone, exit 2; in a multirun, `done` (metrics.json; None: another
-    run's folder) says failed, the job is noted for `SweepEnd`, and the job returns None."""
+    run's folder) says failed, the job is noted for `SweepEnd`, and the other jobs go on."""
     msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-    if full_error():
+    if os.environ.get(USER_FULL_ERROR, os.environ.get("HYDRA_FULL_ERROR")) == "1":  # the user asked for tracebacks
         traceback.print_exception(e)
     if not multirun:
         print(f"error: {msg}", file=sys.stderr)
@@ -68,7 +62,6 @@ def user_failure(e: Exception, done: Path | None, multirun: bool, is_main: bool 
         if os.environ.get(MULTIRUN_ENV):
             files.write_atomic(Path(os.environ[MULTIRUN_ENV]) / f"{os.getpid()}-{time.time_ns()}", job)
         print(f"error: [{job}] {msg}" if job else f"error: {msg}", file=sys.stderr, flush=True)
-    return None
 
 
 def user_error(e: Exception) -> Exception | None:
@@ -76,7 +69,7 @@ def user_error(e: Exception) -> Exception | None:
     (a write the user can fix, a run folder that cannot be made: StorageError), else None: a bug."""
     if isinstance(e, USER_ERRORS):
         return e
-    if isinstance(e, (ConfigCompositionException, MissingConfigException, OverrideParseException)):
+    if isinstance(e, (ConfigCompositionException, OverrideParseException)):  # (a missing config's too)
         return ConfigError(hydra_line(e))
     run_dir = HydraConfig.get().runtime.output_dir if HydraConfig.initialized() else RunFolder.folder
     cause = unwritable(e) or unmade(e, run_dir)
@@ -98,9 +91,8 @@ def failures(done: Path | None, multirun: bool, is_main: bool = True):
 
 
 class SweepEnd(Callback):
-    """Hydra callback: a multirun in which a job failed on the user's input exits 2 once all its jobs have run. The
-    jobs note themselves in `<sweep dir>/.user_errors/<this multirun>/` (another multirun into the same folder has
-    its own)."""
+    """Hydra callback: a multirun in which a job failed on the user's input exits 2 once all its jobs have run (they
+    note themselves in `<sweep dir>/.user_errors/<this multirun>/`)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         folder = Path(config.hydra.sweep.dir) / ".user_errors" / f"{os.getpid()}-{time.time_ns()}"
@@ -112,11 +104,10 @@ class SweepEnd(Callback):
             return
         jobs = [f.read_text(errors="replace") or "?" for f in sorted(Path(folder).glob("[!.]*"))]
         shutil.rmtree(folder, ignore_errors=True)
-        if not any(Path(folder).parent.iterdir()):
+        with contextlib.suppress(OSError):  # another multirun's notes are still there
             Path(folder).parent.rmdir()
-        n = len(jobs)
-        print(f"error: {n} job{'s' if n > 1 else ''} of this multirun failed ({'; '.join(jobs)}); the lines above "
-              "say why", file=sys.stderr)
+        print(f"error: {len(jobs)} job{'s' if len(jobs) > 1 else ''} of this multirun failed ({'; '.join(jobs)}); the "
+              "lines above say why", file=sys.stderr)
         sys.exit(2)
 
 
@@ -165,26 +156,21 @@ def ranks(cfg: DictConfig, out_dir: Path):
 
 @dataclass
 class Job:
-    train: bool = False  # False: another writer's or recipe's folder, or a finished run
+    train: bool = False  # False: another writer's or recipe's folder, a damaged kept file, or a finished run
     final: dict | None = None  # the run's final metrics, set by the caller
     value: float | None = None  # Hydra's return value: val/loss
 
 
 @contextlib.contextmanager
 def held(cfg: DictConfig, out_dir: Path, multirun: bool, dist=None):
-    """The job in `out_dir` with the folder's lock held (`folder_lock`), past the recipe guard (`nothing_to_do`),
-    under `failures`. The caller trains where `job.train` and sets `job.final`; an interrupted run exits
-    128 + signal."""
-    is_main, job = dist is None or dist.rank == 0, Job()
+    """The job in `out_dir` with the folder's lock held (`folder_lock`), past the recipe guard (`to_train`),
+    under `failures` (a refused folder's metrics.json is left as it is). The caller trains where `job.train` and
+    sets `job.final`; an interrupted run exits 128 + signal."""
+    is_main, job, lock = dist is None or dist.rank == 0, Job(), None
     try:
-        lock = folder_lock(out_dir, dist)
-    except HighwayError as e:  # another writer's folder: its metrics.json is left as it is
-        job.value = user_failure(e, None, multirun, is_main)
-        yield job
-        return
-    try:
-        left, job.value = nothing_to_do(cfg, out_dir, multirun, is_main)
-        job.train = not left
+        with failures(None, multirun, is_main):
+            lock = folder_lock(out_dir, dist)
+            job.train, job.value = to_train(cfg, out_dir)
         with failures(out_dir / "metrics.json", multirun, is_main):
             yield job
         if job.final is None:
@@ -205,7 +191,6 @@ def folder_lock(out_dir: Path, dist=None) -> Lock | None:
     held, refused = None, None
     if dist is None or dist.rank == 0:
         taken = ADMITTED.pop(str(out_dir), None)
-        GROUPED.discard(str(out_dir))
         try:
             if isinstance(taken, Exception):
                 raise taken
@@ -219,27 +204,22 @@ def folder_lock(out_dir: Path, dist=None) -> Lock | None:
     return held
 
 
-def nothing_to_do(cfg: DictConfig, out_dir: Path, multirun: bool, is_main: bool = True) -> tuple[bool, object]:
-    """(True, the job's value) where the job is not to train: another recipe's folder, a kept file (a saved
-    config, run_info.json) that is not plain data or a link (its line), a finished or diverged run (resume=auto:
-    kept as it is)."""
-    try:
-        files.no_links(out_dir, RUN_ENTRIES)
-        check_same_recipe(cfg, out_dir)
-        files.read_json(out_dir / "run_info.json", out_dir.parent, kind=dict)  # (updated as the run starts)
-        prev = (files.read_json(out_dir / "metrics.json", out_dir.parent, kind=dict) or {}) if cfg.resume == "auto" \
-            else {}
-    except USER_ERRORS as e:
-        return True, user_failure(e, None, multirun, is_main)
+def to_train(cfg: DictConfig, out_dir: Path) -> tuple[bool, object]:
+    """(whether to train, else the job's value): a kept file (a saved config, run_info.json) that is not plain data
+    or a link, or another recipe's folder, is the user's error; a finished or diverged run (resume=auto) is kept."""
+    files.no_links(out_dir, RUN_ENTRIES)
+    check_same_recipe(cfg, out_dir)
+    files.read_json(out_dir / "run_info.json", out_dir.parent, kind=dict)  # (updated as the run starts)
+    prev = (files.read_json(out_dir / "metrics.json", out_dir.parent, kind=dict) or {}) if cfg.resume == "auto" else {}
     if prev.get("status") == "done":
         log.info("run in %s already finished (resume=auto): nothing to do", out_dir)
-        return True, prev.get("val/loss")
-    if prev.get("status") == "diverged":  # a rerun repeats it: same seed, same data order, same weights
+    elif prev.get("status") == "diverged":  # a rerun repeats it: same seed, same data order, same weights
         log.info("run in %s diverged at step %s (resume=auto): nothing to do; resume=%s continues it from the last "
                  "good checkpoint, if one was written (change trainer.nan_policy or the learning rate first)",
                  out_dir, prev.get("step"), out_dir / "ckpt" / "last.pt")
-        return True, prev.get("val/loss")
-    return False, None
+    else:
+        return True, None
+    return False, prev.get("val/loss")
 
 
 def summary(final: dict) -> str:
@@ -261,7 +241,7 @@ class RunFolder(Callback):
     """Hydra callback: a job's `.hydra/` files are written by its folder's writer only. Hydra writes them before any
     callback hears of the job, so the run or multirun start turns them off (`hydra.output_subdir` null), and the
     job start takes the folder's lock (rank 0 alone), then writes Hydra's three files byte for byte. `folder_lock`
-    hands the job that lock, or why it was refused; a lock no job took over is released at the job's end."""
+    hands the job that lock, or why it was refused; a lock no job took over is released as `main` ends."""
 
     folder: str | None = None  # the folder a command writes into, for the line of a write that fails there
 
@@ -313,12 +293,6 @@ class RunFolder(Callback):
         for name, node in (("config.yaml", task), ("hydra.yaml", hydra_cfg), ("overrides.yaml", ov)):
             files.write_atomic(folder / name, OmegaConf.to_yaml(node), root)
 
-    def on_job_end(self, config: DictConfig, **kwargs) -> None:
-        out_dir = str(config.hydra.runtime.output_dir)
-        left = None if out_dir in GROUPED else ADMITTED.pop(out_dir, None)
-        if isinstance(left, Lock):  # a job that ended before `held` (a config error)
-            left.release()
-
 
 def hydra_line(e: Exception) -> str:
     """One line for Hydra's multi-line error: a key not in the config names its node's keys (or an option's new
@@ -326,7 +300,7 @@ def hydra_line(e: Exception) -> str:
     cause = e.__cause__
     key, node = getattr(cause, "full_key", None), getattr(cause, "parent_node", None)
     if key and isinstance(node, DictConfig) and getattr(cause, "key", None) not in node:
-        given = next((a for a in sys.argv[1:] if a.split("=", 1)[0] == key), key)
+        given = str(e).partition("To append to your config use +")[2] or key  # the override as Hydra parsed it
         model = str(node.get("_target_", "")).rsplit(".", 1)[-1] if key.startswith("model.") else ""
         old = options.renamed(model, key.rpartition(".")[2], given.partition("=")[2] or None)
         if old is not None:
@@ -335,13 +309,9 @@ def hydra_line(e: Exception) -> str:
     if isinstance(e, OverrideParseException):
         return f"{e.override} cannot be parsed ({str(e).splitlines()[0]}) (valid: Hydra's override grammar, " \
                "https://hydra.cc/docs/advanced/override_grammar/basic/)"
-    lines = []
-    for text in (str(e), str(cause) if isinstance(cause, OmegaConfBaseException) else ""):
-        for line in map(str.strip, text.splitlines()):
-            if line.startswith(("See https://", "Config search path", "full_key:")):
-                break
-            lines += [line] if line else []
-    return " ".join(lines)
+    texts = (str(e), str(cause) if isinstance(cause, OmegaConfBaseException) else "")  # each up to its details
+    return " ".join(" ".join(re.split(r"\n\s*(?:See https://|Config search path|full_key:)", t)[0].split())
+                    for t in texts).strip()
 
 
 @contextlib.contextmanager
@@ -355,7 +325,7 @@ def one_line_errors():
     try:
         yield
     except Exception as e:
-        if full_error() or user_error(e) is None:
+        if os.environ[USER_FULL_ERROR] == "1" or user_error(e) is None:
             raise
         user_failure(user_error(e), None, multirun=False)
     finally:
@@ -376,14 +346,14 @@ def hydra_flag(arg: str, flag: str, unique: str) -> bool:
 
 
 def prepare(args: list[str], config_dir) -> None:
-    """Before Hydra: `--experimental-rerun` (it unpickles a file) is refused in every spelling, and a misspelt
-    config-group choice is one line before Hydra composes (unless the command adds config folders)."""
+    """Before Hydra (a multirun writes its sweep folder first): `--experimental-rerun` (it unpickles a file) is
+    refused in every spelling, and a misspelt config-group choice is one line (unless the command adds config
+    folders)."""
     rerun = next((a for a in args if hydra_flag(a, "--experimental-rerun", "--e")), None)
     if rerun is not None:
-        print(f"error: {rerun} is not allowed: Hydra's --experimental-rerun unpickles a file (valid: rerun a job "
-              "from its run folder's .hydra/overrides.yaml, e.g. python -m highway_repro.train <those overrides> "
-              "hydra.run.dir=<folder> resume=auto)", file=sys.stderr)
-        sys.exit(2)
+        raise ConfigError(f"{rerun} is not allowed: Hydra's --experimental-rerun unpickles a file (valid: rerun a job "
+                          "from its run folder's .hydra/overrides.yaml, e.g. python -m highway_repro.train <those "
+                          "overrides> hydra.run.dir=<folder> resume=auto)")
     if not any(hydra_flag(a, "--config-dir", "--config-d") or hydra_flag(a, "--config-path", "--config-p")
                or a.split("=", 1)[0] in ("-cd", "-cp") or a.lstrip("+").startswith("hydra.searchpath") for a in args):
         check_group_choices([a for a in args if not a.startswith("-")], config_dir)

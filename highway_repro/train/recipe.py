@@ -1,9 +1,6 @@
-"""The recipe guard: is a run folder's run the run that a config would make now?
-
-`recipe_diff` names the keys whose values differ and the keys only the saved config has (read as data: a planted
-`_target_` is never waved through), leaving out `NOT_RECIPE` and the keys only the new config has (an option added
-since, whose default keeps the old behaviour). A renamed model option (`options.RENAMED`) names its migration.
-"""
+"""The recipe guard: is a run folder's run the run that a config would make now? (`recipe_diff`: a planted
+`_target_` only the saved config has is never waved through; a key only the new config has is an option added since,
+whose default keeps the old behaviour.)"""
 
 from __future__ import annotations
 
@@ -37,21 +34,15 @@ def flat(d: dict, prefix: str = "") -> dict:
     return out
 
 
-def _absent(key: str) -> str:
-    """For an old option name only the saved config has: its new name and the migration that rewrites it."""
-    old = key.removeprefix("model.")
-    if key.startswith("model.") and old in RENAMED:
-        return f" (now model.{RENAMED[old]}: python scripts/migrate_kept_runs.py <folder> rewrites it)"
-    return ""
-
-
 def recipe_diff(there: dict, here: dict) -> list[str]:
     """'key: value there, value here' for each recipe key that a run folder's config_resolved.yaml (`there`) and the
     config about to run (`here`) differ in, `absent here` for a key only `there` has; with `match_params`,
     model.d_ff is not compared (the saved config holds the widened width)."""
     a, b = flat(there if isinstance(there, dict) else {}), flat(here)
     compared = [k for k in sorted(a) if in_recipe(k) and not (k == "model.d_ff" and here.get("match_params"))]
-    return [f"{k}: {a[k]!r} there, {repr(b[k]) if k in b else 'absent'} here{'' if k in b else _absent(k)}"
+    moved = {f"model.{old}": f" (now model.{new}: python scripts/migrate_kept_runs.py <folder> rewrites it)"
+             for old, new in RENAMED.items()}  # an old option name only the saved config has: its migration
+    return [f"{k}: {a[k]!r} there, {repr(b[k]) if k in b else 'absent'} here{'' if k in b else moved.get(k, '')}"
             for k in compared if k not in b or a[k] != b[k]]
 
 
