@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -109,3 +110,24 @@ def test_jobs_caps_every_job_in_flight_across_the_arrays_and_tables(tmp_path, mo
         cluster.submit([(tables[0][0], [(["again"], None)])], tries=1)
         assert in_flight(arrays) <= jobs, (jobs, sizes, arrays)
         out["squeue"] = ""
+
+
+def test_a_job_is_lost_only_when_two_readings_of_squeue_in_a_row_miss_it(tmp_path, monkeypatch):
+    """A followed SLURM job with no result is taken for lost (and submitted again by the queue) only once two
+    readings of squeue in a row miss it: a job missed by one reading, between two states (a requeue under way), is
+    not. squeue's answers are set here; no SLURM needed."""
+    from highway_repro.runner import slurm
+
+    answers = {"sinfo": ["test\n"], "scontrol": ["MaxArraySize = 1001\n"]}
+    monkeypatch.setattr(slurm, "_slurm", lambda *cmd: answers[cmd[0]].pop(0) if len(answers[cmd[0]]) > 1
+                        else answers[cmd[0]][0])
+    monkeypatch.setattr(slurm, "LOST_CHECK_S", 0.0)  # squeue asked at every poll
+    cluster = slurm.Cluster("test", "cpu", tmp_path, 1)
+    submitted = type("J", (), {"job_id": "7_0", "paths": type("P", (), {"result_pickle": tmp_path / "no.pkl"})()})()
+    job = slurm.Job(cluster, submitted, ["cmd"], None, 10)
+    answers["squeue"] = ["", "7_0 PENDING\n", "", "7_0 REQUEUED\n", "", "", "7_0 RUNNING\n"]
+    polls = []
+    for _ in range(6):
+        time.sleep(0.002)
+        polls.append(job.poll())
+    assert polls == [None] * 5 + [1] and job.lost, polls  # missing, back, missing, back, missing, missing: lost

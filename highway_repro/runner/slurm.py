@@ -77,6 +77,7 @@ class Job:
     def __init__(self, cluster: "Cluster", job, cmd: list[str], secs, limit_min: int, tries: int = 0):
         self.cluster, self.job, self.cmd, self.secs, self.limit_min = cluster, job, cmd, secs, limit_min
         self.id, self.since, self.tries, self.returncode, self.lost = str(job.job_id), time.time(), tries, None, False
+        self.gone: set[int] = set()  # the squeue readings (`Cluster.reads`) it was missing from, in a row
         cluster.followed.append(self)
         self.pid = f"slurm job {self.id}"
         print(f"+ {self.pid} ({limit_min} min):", shlex.join(cmd), flush=True)
@@ -88,10 +89,11 @@ class Job:
             except Exception as e:  # the command raised in the job: its first line
                 self.returncode = 1
                 print(f"[slurm] {self.pid}: {(str(e).strip().splitlines() or [type(e).__name__])[0]}", flush=True)
-        elif self.returncode is None:  # lost: gone from squeue's active states (asked after its submission)
-            self.cluster.refresh()
-            if self.cluster.seen > self.since and self.cluster.states.get(self.id) not in ACTIVE \
-                    and not self.job.paths.result_pickle.exists():
+        elif self.returncode is None:  # lost: missing from two readings of squeue in a row (one: between two states)
+            c = self.cluster
+            c.refresh()
+            self.gone = self.gone | {c.reads} if c.seen > self.since and c.states.get(self.id) not in ACTIVE else set()
+            if len(self.gone) >= 2 and not self.job.paths.result_pickle.exists():
                 self.lost, self.returncode = True, 1
         return self.returncode
 
@@ -114,14 +116,14 @@ class Cluster:
         self.limit = int(self.preset["timeout_min"]) if any(".timeout_min=" in o for o in request) else None
         found = re.search(r"^MaxArraySize\s*=\s*(\d+)\s*$", _slurm("scontrol", "show", "config"), re.M)
         self.max_array = int(found[1]) if found else 1001  # array indices stay below it; SLURM's default
-        self.detach, self.states, self.seen = detach, {}, 0.0
+        self.detach, self.states, self.seen, self.reads = detach, {}, 0.0, 0
         # every job this runner follows (finished and lost ones too); [[jobs at once, its last array's id]]; next lane
         self.followed, self.lanes, self.turn = [], [], 0
 
     def refresh(self, force: bool = False) -> None:
         """squeue's state of this user's jobs ({id: state}, array tasks one by one), at most every LOST_CHECK_S."""
         if force or time.time() - self.seen > LOST_CHECK_S:
-            self.seen = time.time()
+            self.seen, self.reads = time.time(), self.reads + 1  # the time and count of squeue's readings
             out = _slurm("squeue", "-u", getpass.getuser(), "-r", "-h", "-o", "%i %T")
             self.states = dict(line.split()[:2] for line in out.splitlines() if len(line.split()) >= 2)
 
