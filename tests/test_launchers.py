@@ -131,3 +131,38 @@ def test_a_job_is_lost_only_when_two_readings_of_squeue_in_a_row_miss_it(tmp_pat
         time.sleep(0.002)
         polls.append(job.poll())
     assert polls == [None] * 5 + [1] and job.lost, polls  # missing, back, missing, back, missing, missing: lost
+
+
+def test_a_runner_stopped_by_an_error_leaves_its_slurm_jobs_to_the_same_command(tmp_path):
+    """An error that ends the runner (here a squeue that fails) cancels none of its SLURM jobs: they go on, and the
+    same command re-attaches (the local queue, by contrast, stops its trainers)."""
+    from highway_repro.errors import ConfigError
+    from highway_repro.runner.queue import run_queue
+    from highway_repro.runner.table import TablePlan
+
+    cancelled = []
+
+    class Job:
+        pid, tries, cmd, secs = "slurm job 7_0", 0, ["cmd"], None
+
+        def poll(self):
+            raise ConfigError("cluster slurm: squeue failed: slurm_load_jobs error: Socket timed out")
+
+    class Cluster:
+        detach = False
+
+        def submit(self, tables, tries=0):
+            return [(plan, job) for plan, items in tables for _ in items]
+
+        def cancel(self, jobs):
+            cancelled.extend(jobs)
+
+        def line(self):
+            return ""
+
+    job = Job()
+    job.cluster = Cluster()
+    plan = TablePlan("t", tmp_path / "sweep", tmp_path / "kept", False, False, "make t", commands=[["cmd"]])
+    with pytest.raises(ConfigError, match="squeue failed"):
+        run_queue([plan], 1, cluster=job.cluster)
+    assert cancelled == []

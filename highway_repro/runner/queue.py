@@ -154,8 +154,8 @@ def run_queue(plans: list[TablePlan], jobs: int, on_table_end=lambda p: None, cl
             for p in plans:
                 if p.start is not None and p.left:  # started, not ended: keep what finished, record the time
                     finish_table(p)
-    except BaseException:
-        stop_sweep([proc for _, proc in live], stop)  # never leave trainers running unsupervised
+    except BaseException:  # never leave trainers running unsupervised (SLURM's jobs: the same command re-attaches)
+        stop_sweep([proc for _, proc in live] if cluster is None else [], stop)
         raise
     finally:
         for s, h in old.items():
