@@ -106,7 +106,7 @@ def quantiles(name: str, runs: list[Run], split: str, metric: str) -> list[dict]
 
     spec = registry()[name]
     rows = group(spec, runs)
-    q = next((c.q for c in claims_of(spec, {r.id: r for r in rows}) if c.pick == "quantile"), None)
+    q = next((c.q for c in claims_of(spec, {r.id: r for r in rows}, name) if c.pick == "quantile"), None)
     if q is None:
         return []
     out = []

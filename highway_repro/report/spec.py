@@ -67,7 +67,7 @@ def group(spec: TableSpec, runs: list[Run]) -> list[Row]:
     return rows
 
 
-def claims_of(spec: TableSpec, by_id: dict, name: str = "") -> list[Claim]:
+def claims_of(spec: TableSpec, by_id: dict, name: str) -> list[Claim]:
     """The spec's claims and table `name`'s floors (papers.FLOORS) on the rows the runs have (a smoke sweep may have
     other rows)."""
     claims = list(spec.claims(by_id) if callable(spec.claims) else spec.claims)
