@@ -1,6 +1,5 @@
-"""`<out>.claims.json` beside each table (`write_claims`): an entry per table row (kind `row`) and per claim or floor
-(kinds `claim` / `floor`), what `results/summary.csv` is made of (`summary.py`); `read_claims` reads one back as a
-kept file, and `comparisons_elsewhere` finds the table that holds a comparison already (its home, `home_rank`)."""
+"""`<out>.claims.json` beside each table: an entry per table row (kind `row`), claim and floor, what
+`results/summary.csv` is made of; `comparisons_elsewhere` finds the table that holds a comparison already."""
 
 from __future__ import annotations
 
@@ -22,31 +21,28 @@ def _num(x):
 
 
 def _ends(name: str, ci: tuple | None) -> dict:
-    """`<name>_low`, `<name>_high`: an interval's ends (None without one)."""
     return {f"{name}_low": _num(ci[0]) if ci else None, f"{name}_high": _num(ci[1]) if ci else None}
 
 
 def claim_rows(name: str, t: Rendered, scale: str | None) -> list[dict]:
-    spec, m = t.spec, t.spec.primary
+    spec, m, best = t.spec, t.spec.primary, t.spec.primary_pick == "best"
     floors = {r.claim.row: r for r in t.results if r.claim.kind == "floor"}
     out = []
     for row in t.rows:
-        ranked = [v for v, _ in row.ranked(m)]
-        vals = ranked[:1] if spec.primary_pick == "best" else ranked
+        vals = [v for v, _ in row.ranked(m)][:1 if best else None]
         mean, std = stats.mean_std(vals)
-        ci = None if spec.primary_pick == "best" else stats.mean_interval(vals)
+        ci = None if best else stats.mean_interval(vals)
         f = floors.get(row.id)
-        out.append({"table": name, "row": row.name, "kind": "row", "metric": m.metric + (
-            " (best run)" if spec.primary_pick == "best" else ""), "split": m.split, "n_seeds": len(row.done),
-            "mean": _num(mean), "std": _num(std) if spec.primary_pick != "best" else None, **_ends("ci", ci),
-            "level": stats.LEVEL if ci else None,
-            "paper": _num(spec.paper_of(row.id, m.split)) if spec.paper_of else None,
-            "floor": f.claim.against if f else None, "floor_met": floor_met(f) if f else None,
-            "claim": "", "verdict": "", "scale": scale})
+        out.append({"table": name, "row": row.name, "kind": "row", "metric": m.metric + (" (best run)" if best else ""),
+                    "split": m.split, "n_seeds": len(row.done), "mean": _num(mean), "std": None if best else _num(std),
+                    **_ends("ci", ci), "level": stats.LEVEL if ci else None,
+                    "paper": _num(spec.paper_of(row.id, m.split)) if spec.paper_of else None,
+                    "floor": f.claim.against if f else None, "floor_met": floor_met(f) if f else None,
+                    "claim": "", "verdict": "", "scale": scale})
     for r in t.results:
-        c = r.claim
-        against = (r.other_label or "/".join(map(str, c.against))).replace("`", "") \
-            if isinstance(c.against, tuple) else c.against
+        c, effect = r.claim, r.paper_effect or (None, None)
+        two_rows = isinstance(c.against, tuple)
+        against = (r.other_label or "/".join(map(str, c.against))).replace("`", "") if two_rows else c.against
         out.append({"table": name, "row": r.label.replace("`", ""), "kind": c.kind, "metric": c.measure.metric,
                     "split": c.measure.split, "n_seeds": r.n, "mean": _num(r.mean),
                     "std": _num(r.std) if c.pick != "best" else None,
@@ -63,9 +59,8 @@ def claim_rows(name: str, t: Rendered, scale: str | None) -> list[dict]:
                     "family_size": r.family_size, "holm_verdict": r.holm,
                     "seeds_needed": r.seeds_needed, "points_to": r.points_to or None,
                     "same_as": same_as_line(r.same_as),
-                    "paper_effect": _num((r.paper_effect or (None, None))[0]),
-                    "paper_effect_rel": _num((r.paper_effect or (None, None))[1]), "paper_claim_id": r.paper_id,
-                    "threshold": c.threshold if isinstance(c.against, tuple) else c.against,
+                    "paper_effect": _num(effect[0]), "paper_effect_rel": _num(effect[1]), "paper_claim_id": r.paper_id,
+                    "threshold": c.threshold if two_rows else c.against,
                     "side": c.side, "pick": c.pick, "cpu_models": r.cpus})
     return out
 
@@ -75,12 +70,12 @@ def same_as_line(s: dict | None) -> str | None:
 
 
 def home_rank(table: str, part_of: str | None, experiment: str) -> int:
-    """Which table is a comparison's home when several hold it: the table of the runs' own experiment (0), else a
-    table that is not a part of a combined study table (1), else a part (2); ties go to the first file."""
+    """A comparison's home among the tables that hold it: its runs' own experiment, else a table that is not part of a
+    combined study table, else a part; ties go to the first file."""
     return 0 if table == experiment else 1 if not part_of else 2
 
 
-# The fields every claims file and each kind of its rows has (`write_claims`, `claim_rows`), those the readers need
+# the fields of a claims file and of each kind of its rows that the readers need
 CLAIMS_FIELDS = {"table", "title", "scale", "file", "runs", "runs_planned", "part_of", "rows"}
 ROW_FIELDS = {"kind", "row", "table", "claim", "metric", "split", "scale", "verdict", "ci_low", "ci_high", "mean",
               "std", "n_seeds", "paper", "level", "floor", "floor_met"}
@@ -89,9 +84,8 @@ CLAIM_FIELDS = ROW_FIELDS | {"comparison", "same_as", "experiment", "claim_type"
 
 
 def read_claims(path: Path, root: Path) -> dict:
-    """A table's `<out>.claims.json` (`files.read_json` below `root`): an object with the fields `write_claims`
-    writes, `file` a name, rows of kind row, claim or floor, each with its kind's fields, its names text and no
-    value an object but its `tests`; else KeptFileError naming it."""
+    """A table's claims file, a kept file below `root`: its fields, its rows' names text and no value an object but
+    `tests`; else KeptFileError."""
     d = files.read_json(path, root, kind=dict)
     rows = d.get("rows")
     ok = CLAIMS_FIELDS <= set(d) and isinstance(d["table"], str) and isinstance(rows, list) and all(
@@ -107,9 +101,8 @@ def read_claims(path: Path, root: Path) -> dict:
 
 
 def comparisons_elsewhere(out: Path, table: str, part_of: str | None):
-    """`home(key, experiment)` for a table about to be written to `out`: the line of another table's claims file
-    beside it that holds the same comparison and is its home (`home_rank`), as {"table", "file", "row", "claim"};
-    None when this table is the home. (A study is reported after the tables whose runs it reuses.)"""
+    """`home(key, experiment)`: the line of another claims file beside `out` that is the comparison's home
+    (`home_rank`), as {"table", "file", "row", "claim"}; None when this table is."""
     out = Path(out)
     lines = {}
     for f in sorted(out.parent.glob("*.claims.json")):
@@ -133,8 +126,7 @@ def comparisons_elsewhere(out: Path, table: str, part_of: str | None):
 
 
 def write_claims(name: str, t: Rendered, out: Path, meta: dict, runs: int | None = None) -> Path:
-    """`<out>.claims.json`: {table, title, scale, file (the table's .md), runs (done, failed or missing),
-    runs_planned (the runner's plan; None: unknown), part_of (the study whose combined table reads them), rows}."""
+    """`<out>.claims.json`; runs: done, failed or missing; runs_planned: the runner's plan (None: unknown)."""
     out = Path(out)
     path = out.with_name(out.name + ".claims.json")
     return files.write_atomic(path, json.dumps({"table": name, "title": t.spec.title, "scale": meta.get("scale"),

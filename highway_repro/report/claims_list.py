@@ -1,8 +1,5 @@
-"""The full claims list of `results/README.md` (one line per distinct comparison, by claim type, then one per floor
-of the cpu scale) and the counts of verdicts, from summary.csv's rows (every value a string). A level claim tested
-at another scale than the paper's gets no verdict (`counted`). Standard library only: `scripts/update_readme.py`
-loads this file without the package.
-"""
+"""The claims list of `results/README.md` and the counts of verdicts, from summary.csv's rows (every value a string).
+Standard library only: `scripts/update_readme.py` loads this file without the package."""
 
 from __future__ import annotations
 
@@ -15,7 +12,6 @@ EARLIER_INVALID = "no valid verdict"  # ledger.EARLIER_INVALID: the rule in forc
 
 
 def num(x: str) -> str:
-    """A cell's number in 4 significant digits; a non-number as it is, an empty cell as a dash."""
     try:
         v = float(x)
     except ValueError:
@@ -24,8 +20,7 @@ def num(x: str) -> str:
 
 
 def uncounted(r: dict) -> str | None:
-    """Why a claim line's verdict counts in no tally (shown, counted apart): PAPER_SCALE_ONLY for a level claim tested
-    at a scale other than the paper's, NO_CLAIM for a negligible paper difference; None: it counts."""
+    """Why a claim line's verdict counts in no tally (shown, counted apart); None: it counts."""
     if r.get("claim_type") == "negligible":
         return NO_CLAIM
     return PAPER_SCALE_ONLY if r.get("claim_type") == "level" and r.get("scale") != PAPER_SCALE else None
@@ -48,7 +43,6 @@ def _verdict(r: dict) -> str:
           f" ({r['detail']})" if r["detail"].startswith("not testable") else " (no interval)")  # report.claims.UNTESTED
     if not counted(r):  # its numbers, for information
         return f"{uncounted(r)}{ci}"
-    # runs per row: seeds of a trained row, trials of a random search (its table's line says which)
     need = (f"; a decision needs ~{r['seeds_needed']} runs per row" if r.get("seeds_needed") else
             "; its second look was the last" if _last_look(r) else "")
     need += f", pointing to {r['points_to']}" if r.get("points_to") and r["verdict"] == "NOT RESOLVED" else ""
@@ -62,17 +56,14 @@ def _last_look(r: dict) -> bool:
 
 
 def tally(rows: list[dict], key: str = "verdict") -> str:
-    """'3 HELD, 1 DID NOT HOLD, ...': each verdict's count by `key` (holm_verdict, papers_family_verdict,
-    verdict_before_rules: that one where a line has it, else its verdict); a line with no valid earlier verdict
-    (EARLIER_INVALID) is counted after them."""
+    """'3 HELD, 1 DID NOT HOLD, ...' by `key` where a line has it, else by its verdict."""
     got = [r.get(key) or r["verdict"] for r in rows]
     invalid = got.count(EARLIER_INVALID)
     return ", ".join(f"{got.count(v)} {v}" for v in VERDICTS) + (f", {invalid} {EARLIER_INVALID}" if invalid else "")
 
 
 def earlier(rows: list[dict]) -> str:
-    """Where the reading rules fixed after the data (the ledger) change verdicts of `rows`: '; under the rules in force
-    before them: <tally> (N lines change)', else ''."""
+    """The tally under the reading rules in force before those fixed after the data, where they change a verdict."""
     changed = sum((r.get("verdict_before_rules") or r["verdict"]) != r["verdict"] for r in rows)
     lines = "line changes" if changed == 1 else "lines change"
     return (f"; under the reading rules in force before those fixed after the data: "
@@ -80,19 +71,15 @@ def earlier(rows: list[dict]) -> str:
 
 
 def counts(claims: list[dict]) -> str:
-    """The distinct comparisons and their verdicts (raw and Holm), then each type apart: the papers' trends with
-    their share NOT RESOLVED, the papers' levels (counted at the paper's scale only), ours, the artifacts."""
+    """The distinct comparisons and their verdicts (raw and Holm), then each claim type apart."""
     of = {t: [r for r in claims if r.get("claim_type") == t] for t in CLAIM_TYPES}
-    tested = [r for r in claims if counted(r)]
-    trend = of["trend"]
+    tested, trend = [r for r in claims if counted(r)], of["trend"]
     open_ = sum(r["verdict"] == "NOT RESOLVED" for r in trend)
-    share = f"{100 * open_ / len(trend):.0f} %" if trend else "—"
     named = sum(r["verdict"] == "NOT RESOLVED" and bool(r.get("seeds_needed")) for r in trend)
     last = sum(_last_look(r) for r in trend)
-    if open_:
-        share += f", {named} of the {open_} naming the seeds or trials a decision would need"
-    if last:
-        share += f", {last} at the end of their second look (no look follows)"
+    share = ((f"{100 * open_ / len(trend):.0f} %" if trend else "—")
+             + (f", {named} of the {open_} naming the seeds or trials a decision would need" if open_ else "")
+             + (f", {last} at the end of their second look (no look follows)" if last else ""))
     others = []
     if of["level"]:
         at_paper = [r for r in of["level"] if counted(r)]
@@ -121,14 +108,13 @@ def _are(rows: list) -> str:
 
 
 def scale(r: dict) -> str:
-    """The scale, and for a table whose grid is not all trained yet: how much of it is."""
     n, planned = r.get("runs") or "", r.get("runs_planned") or ""
     partial = n.isdigit() and planned.isdigit() and int(planned) > int(n)
     return f"{r['scale']}, **partial: {n} of {planned} runs**" if partial else r["scale"]
 
 
 def claims_list(rows: list[dict]) -> str:
-    """Every distinct comparison and every floor, as two Markdown tables, each line linking its table's file."""
+    """Every distinct comparison and every floor as two Markdown tables."""
     order = {t: i for i, t in enumerate(CLAIM_TYPES)}
     claims = sorted((r for r in rows if r["kind"] == "claim"), key=lambda r: order.get(r.get("claim_type"), 0))
     floors = [r for r in rows if r["kind"] == "floor" and not r.get("part_of")]  # parts: in the combined table

@@ -1,20 +1,12 @@
-"""The power of Fig. 1's claim "highway is more than 100x below plain" (Highway Networks, Srivastava et al. 2015) as
-the table tests it (`stats.quantile_test` on the 20 % quantile of log10 final training loss), simulated at the
-trial distributions of the kept runs.
+"""The power of Fig. 1's claim "highway is more than 100x below plain" (Srivastava et al. 2015) as the table tests it
+(`stats.quantile_test` on the 20 % quantile of log10 final training loss), simulated at the kept runs' trials.
 
-The laws: each row's law is its measured trials (a failure stays a failure), highway's finished values shifted on
-log10 so that its 20 % quantile lies `gap` from plain's (-3: highway 1,000x below, -2: exactly the claim's 100x,
-0: no difference); a draw takes n trials a row from the two laws with replacement, counts a failure at the worst
-finished value of the draw's two rows (as `claims.trials` does) and reads the test's verdict at the row's level.
-
-- power: P(HELD) at a true gap of -3 (1,000x);
-- error: P(HELD) at a true gap of exactly -2, where the claim "more than 100x" is false at its boundary: the test's
-  type-I error at that law (at most (1 - level) / 2 whatever the law); error_not_held: P(DID NOT HOLD) there, the
-  interval's miss on the other side;
-- refuted: P(DID NOT HOLD) at a true gap of 0, the claim false by two decades.
-
-numpy is imported inside the functions, as scipy is in `stats`. Recompute the stated numbers (about 2 minutes on
-one core): `python -c "from highway_repro.report import power; print(power.fig1_power())"`.
+Each row's law is its measured trials (a failure stays a failure), highway's finished values shifted on log10 so that
+its 20 % quantile lies `gap` from plain's; a draw takes n trials a row with replacement and counts a failure at the
+draw's worst finished value (as `claims.trials` does). power: P(HELD) at a gap of -3 (1,000x); error: P(HELD) at
+exactly -2, the claim false at its boundary (at most (1 - level) / 2 whatever the law), error_not_held: P(DID NOT HOLD)
+there; refuted: P(DID NOT HOLD) at a gap of 0. Recompute (about 2 minutes on one core):
+`python -c "from highway_repro.report import power; print(power.fig1_power())"`.
 """
 
 from __future__ import annotations
@@ -30,23 +22,18 @@ from highway_repro.report.runs import load_run
 RUNS = Path(__file__).resolve().parents[2] / "results" / "highway_networks" / "runs" / "hn_fig1-cpu"
 LOG_LOSS = Measure("train/loss", "log10 final training loss", how="log10")
 THRESHOLD = -math.log10(papers.FIG1_HIGHWAY_FACTOR)  # -2: "more than 100x below"
-# depth -> (trials a row, level) of its verdict: depth 100 on its 26 trials at 95 %; depth 50 at its second look,
-# 100 trials a row at stats.SECOND_LOOK
-DESIGN = {"50": (papers.FIG1_TRIALS, stats.SECOND_LOOK), "100": (26, stats.LEVEL)}
-# name -> (true gap, the verdict counted): the docstring's definitions
+DESIGN = {"50": (papers.FIG1_TRIALS, stats.SECOND_LOOK), "100": (26, stats.LEVEL)}  # depth -> (trials a row, level)
 COUNTED = {"power": (-3.0, stats.HELD), "error": (THRESHOLD, stats.HELD), "error_not_held": (THRESHOLD, stats.NOT_HELD),
-           "refuted": (0.0, stats.NOT_HELD)}
+           "refuted": (0.0, stats.NOT_HELD)}  # name -> (true gap, the verdict counted)
 
-# `fig1_power()`'s numbers: FIG1_POWER_DRAWS draws at seed FIG1_POWER_SEED; a rate p's Monte Carlo standard error is
-# sqrt(p (1 - p) / FIG1_POWER_DRAWS): 0.0014 for depth 100's power, 0.0004 for depth 50's, 0.0002 for depth 100's error
+# a rate p's Monte Carlo standard error is sqrt(p (1 - p) / FIG1_POWER_DRAWS): 0.0014 for depth 100's power
 FIG1_POWER_DRAWS, FIG1_POWER_SEED = 100_000, 0
 FIG1_POWER = {"50": {"power": 0.01537, "error": 0.00003, "error_not_held": 0.00023, "refuted": 1.0},
               "100": {"power": 0.26442, "error": 0.00602, "error_not_held": 0.00125, "refuted": 0.12133}}
 
 
 def measured_trials(depth: str, runs_dir: Path = RUNS) -> dict[str, list[float]]:
-    """kind -> the log10 final training loss of every kept trial of (depth, kind), kinds highway and plain; a
-    failure as inf (`claims.trials` with an infinite worst value: a draw places it at its own worst)."""
+    """kind -> the log10 final training loss of each kept trial of (depth, kind); a failure as inf."""
     out = {}
     for kind in ("highway", "plain"):
         runs = [load_run(p) for p in sorted(Path(runs_dir).glob(f"model.depth={depth},model.kind={kind},trial=*"))]
@@ -58,12 +45,11 @@ def measured_trials(depth: str, runs_dir: Path = RUNS) -> dict[str, list[float]]
 
 
 def verdict_rates(highway: list[float], plain: list[float], gap: float, n: int, level: float, draws: int,
-                  seed: int, q: float = papers.FIG1_QUANTILE, threshold: float = THRESHOLD) -> dict[str, float]:
-    """verdict -> its share of `draws` draws of `n` trials a row (HELD, DID NOT HOLD, NOT RESOLVED) of the claim
-    "Q(highway) - Q(plain) < threshold" (`stats.quantile_test` at `level`), the laws the measured trials (failures
-    inf) with highway's finished values shifted so that the laws' q-quantiles differ by exactly `gap`."""
+                  seed: int) -> dict[str, float]:
+    """verdict -> its share of `draws` draws of `n` trials a row, highway shifted so the quantiles differ by `gap`."""
     import numpy as np
 
+    q = papers.FIG1_QUANTILE
     h, p = np.array(highway, dtype=float), np.array(plain, dtype=float)
     qh, qp = stats.quantile(h, q), stats.quantile(p, q)
     if not (math.isfinite(qh) and math.isfinite(qp)):
@@ -77,15 +63,14 @@ def verdict_rates(highway: list[float], plain: list[float], gap: float, n: int, 
         both = np.concatenate([xs, ys])
         worst = both[np.isfinite(both)].max()
         xs, ys = np.where(np.isfinite(xs), xs, worst), np.where(np.isfinite(ys), ys, worst)
-        ci = stats.quantile_test(xs.tolist(), q, threshold, "lower", ys.tolist(), level)["ci"]
-        counts[stats.verdict(ci, "lower", threshold)] += 1
+        ci = stats.quantile_test(xs.tolist(), q, THRESHOLD, "lower", ys.tolist(), level)["ci"]
+        counts[stats.verdict(ci, "lower", THRESHOLD)] += 1
     return {v: c / draws for v, c in counts.items()}
 
 
 def fig1_power(draws: int = FIG1_POWER_DRAWS, seed: int = FIG1_POWER_SEED, runs_dir: Path = RUNS,
                depths=tuple(DESIGN)) -> dict:
-    """depth -> {name: rate} for the names of `COUNTED` (the docstring's definitions), at the depth's trials a row and
-    level (`DESIGN`) and the laws of its kept trials: FIG1_POWER at its draws and seed."""
+    """depth -> {name: rate} for the names of `COUNTED` at the depth's `DESIGN`: FIG1_POWER at its draws and seed."""
     out = {}
     for depth in depths:
         n, level = DESIGN[depth]

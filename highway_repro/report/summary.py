@@ -1,8 +1,5 @@
-"""`results/summary.csv` over every table's `<out>.claims.json` (`claims_file.py`), where each distinct comparison
-(the same runs on each side, the same statistic) is one `claim` line in its home table (`claims_file.home_rank`;
-another table's line on it: kind `same`), and the index `results/README.md`, ending with the full claims list
-(`claims_list.py`) and `results/claims.png` (`forest.py`).
-"""
+"""`results/summary.csv` over every table's `<out>.claims.json`, each distinct comparison one `claim` line in its home
+table (`claims_file.home_rank`; another table's line on it: kind `same`), and the index `results/README.md`."""
 
 from __future__ import annotations
 
@@ -22,42 +19,26 @@ from highway_repro.report.prose import prose
 from highway_repro.report.claims_file import same_as_line, read_claims
 from highway_repro.report.claims import UNTESTED
 
-COLUMNS = ["table", "row", "kind", "metric", "split", "n_seeds", "mean", "std", "ci_low", "ci_high",
-           "ci_unpaired_low", "ci_unpaired_high", "level", "paper",
-           "floor", "floor_met", "claim", "verdict", "delta", "family_size", "holm_verdict", "papers_family_size",
-           "papers_family_verdict", "verdict_before_rules", "compared_with",
+# ci_unpaired_*: a comparison paired by seed, its Welch interval; papers_family_*: Holm over all the papers' trend
+# claims (`papers_family`); verdict_before_rules: the verdict under the reading rules in force before those the ledger
+# marks as fixed after the data (`ledger.earlier_verdict`); part_of: the study whose combined table also holds a row
+COLUMNS = ["table", "row", "kind", "metric", "split", "n_seeds", "mean", "std", "ci_low", "ci_high", "ci_unpaired_low",
+           "ci_unpaired_high", "level", "paper", "floor", "floor_met", "claim", "verdict", "delta", "family_size",
+           "holm_verdict", "papers_family_size", "papers_family_verdict", "verdict_before_rules", "compared_with",
            "compared_mean", "diff", "paper_effect", "paper_claim", "claim_type", "seeds_needed", "points_to", "same_as",
-           "detail",
-           "cpu_models", "scale", "runs", "runs_planned", "part_of", "file"]
-# ci_unpaired_low, ci_unpaired_high: a comparison tested paired by seed (ci_*: the paired interval), its Welch
-# interval at the same level (empty for every other line);
-# papers_family_verdict: a paper trend claim's Holm verdict over all the papers' trend claims as one family (of
-# papers_family_size tests; `papers_family`); verdict_before_rules: the verdict under the reading rules in force
-# before those the ledger marks as fixed after the data (`ledger.earlier_verdict`; empty where none applies);
-# cpu_models: the processors each side's runs were made on (`claims.cpu_models`);
-# runs, runs_planned: the table's (partial: fewer); part_of: the study whose combined table also holds these rows
-# (README.md's glance shows that one only); claim_type: papers.CLAIM_TYPES (a level claim is counted at the paper's
-# scale only, claims_list.counted)
-
-
-def _cell(v) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    return str(v)
-
-
+           "detail", "cpu_models", "scale", "runs", "runs_planned", "part_of", "file"]
 ARCHIVE = "archive"  # results/archive/: tables and runs of superseded recipes, out of the tree
 ARCHIVE_COMMIT = "3b84a2689132d00462605e95dd0e34f464c9f369"  # the last change of results/archive/ (in its tree)
 
 
+def _cell(v) -> str:
+    return "" if v is None else ("yes" if v else "no") if isinstance(v, bool) else str(v)
+
+
 def distinct(rows: list[dict]) -> list[str]:
-    """Each comparison once, as the tables marked it (`claims.family`): a table's line on a comparison that another
-    table holds (`same_as`) becomes kind `same` and gives its home the paper claim it tests; family sizes and Holm
-    verdicts stay the tables' own, so that summary.csv says what each table says. Returns where the tables disagree
-    (a comparison two tables hold, a line naming a comparison no table holds): tables built out of order, or one
-    rebuilt without the tables it reuses; `make tables` rebuilds them in order."""
+    """Each comparison once: a line whose comparison another table holds (`same_as`) becomes kind `same` and gives its
+    home the paper claim it tests; families stay the tables' own. Returns where the tables disagree (built out of
+    order)."""
     homes: dict[str, list[dict]] = {}
     for r in rows:
         if r["kind"] == "claim" and r.get("comparison") and not r.get("same_as"):
@@ -79,9 +60,8 @@ def distinct(rows: list[dict]) -> list[str]:
 
 
 def papers_family(rows: list[dict]) -> int:
-    """The papers' trend claims as one family: each distinct one (kind claim, counted) gets `papers_family_verdict`,
-    Holm over all of their tests (`stats.holm_verdicts`: a claim without a test is NOT RESOLVED and not in the
-    adjustment), and `papers_family_size`; returns that size. The tables' own families stay in `holm_verdict`."""
+    """The papers' distinct trend claims as one Holm family (a claim without a test: NOT RESOLVED, not adjusted for);
+    sets `papers_family_verdict` and `papers_family_size`, returns that size."""
     trend = [r for r in rows if r["kind"] == "claim" and r.get("claim_type") == "trend" and counted(r)]
     size = sum(r.get("tests") is not None for r in trend)
     for r, v in zip(trend, stats.holm_verdicts([r.get("tests") for r in trend])):
@@ -90,9 +70,8 @@ def papers_family(rows: list[dict]) -> int:
 
 
 def write_summary(results_root: Path, expected: dict | None = None) -> Path:
-    """`<results_root>/summary.csv` from every `*.claims.json` below it but `archive/` (superseded recipes: indexed,
-    not summarised), and the index `README.md`, which names each table of `expected` (name -> how to make it) not
-    made yet."""
+    """`summary.csv` from every `*.claims.json` below `results_root` but `archive/`, and the index `README.md`, which
+    names each table of `expected` (name -> how to make it) not made yet."""
     root = Path(results_root)
     tables, rows, damaged = [], [], []
     for f in sorted(f for f in root.rglob("*.claims.json") if f.relative_to(root).parts[0] != ARCHIVE):
@@ -120,7 +99,7 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
     path = root / "summary.csv"
     flat = [{k: _cell(r.get(k)) for k in COLUMNS} for r in rows]  # summary.csv's rows, as the claims list reads them
     fh = io.StringIO(newline="")
-    w = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
+    w = csv.DictWriter(fh, fieldnames=COLUMNS)
     w.writeheader()
     w.writerows(flat)
     files.write_atomic(path, fh.getvalue())
@@ -128,17 +107,13 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
              prose("results intro", verdicts=prose("verdicts"), paper_scale_only=PAPER_SCALE_ONLY,
                    types="; ".join(f"**{k}** = {v}" for k, v in papers.CLAIM_TYPES.items()), no_claim=NO_CLAIM,
                    rule=papers.CLAIM_TYPE_RULE),
-             "",
-             "| table | scale | runs | claims held / did not hold / no difference / not resolved (not testable yet) "
-             "| Holm | family | linked to another table | floors met |",
-             "|---|---|---|---|---|---|---|---|"]
+             "", prose("results index header"), "|---|---|---|---|---|---|---|---|"]
     for d, rel in tables:
         mine = [r for r in rows if r["file"] == rel]
         claims = [r for r in mine if r["kind"] == "claim" and counted(r)]
         aside = apart([r for r in mine if r["kind"] == "claim"])
-        v = Counter(r["verdict"] for r in claims)
-        h = Counter(r["holm_verdict"] or r["verdict"] for r in claims)
-        untested = sum(1 for r in claims if r.get("detail", "").startswith(UNTESTED))
+        v, h = Counter(r["verdict"] for r in claims), Counter(r["holm_verdict"] or r["verdict"] for r in claims)
+        untested = sum(r.get("detail", "").startswith(UNTESTED) for r in claims)
         fl = [r["floor_met"] for r in mine if r["kind"] == "floor"]
         n, planned = d.get("runs"), d.get("runs_planned")
         runs = "not recorded" if n is None else f"{n} of {planned} (partial)" if planned and planned > n else str(n)
@@ -158,20 +133,16 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
         per_table = ", ".join(f"{t} {n}" for t, n in Counter(c.table for c in missing).items())
         lines += ["", prose("results missing", n=len(missing), tables=per_table)]
     made = {d["table"] for d, _ in tables}
-    not_made = [how for n, how in (expected or {}).items() if n not in made]
-    if not_made:
+    if not_made := [how for n, how in (expected or {}).items() if n not in made]:
         lines += ["", "Not made yet (no kept run, so no table file): " + "; ".join(not_made) + "."]
     listed = {rel for _, rel in tables} | {"README.md"}
-    others = [p.relative_to(root).as_posix() for p in sorted(root.rglob("*.md"))]
-    others = [o for o in others if o not in listed]
+    others = [o for p in sorted(root.rglob("*.md")) if (o := p.relative_to(root).as_posix()) not in listed]
     archived = [o for o in others if o.startswith(ARCHIVE + "/")]
-    others = [o for o in others if o not in archived]
-    if others:
+    if others := [o for o in others if o not in archived]:
         lines += ["", prose("results others", links=", ".join(f"[{o}]({o})" for o in others))]
     lines += ["", prose("results archive", commit=ARCHIVE_COMMIT[:12],
-                        archived=": " + ", ".join(f"[{o}]({o})" for o in archived) if archived else "")]
-    lines += ["", "## Every comparison", "", "![every distinct comparison: difference, 95 % interval (99 % at a "
-              "second look), +-delta, the paper's effect](claims.png)", "", claims_list(flat)]
+                        archived=": " + ", ".join(f"[{o}]({o})" for o in archived) if archived else ""),
+              "", "## Every comparison", "", prose("results figure"), "", claims_list(flat)]
     files.write_atomic(root / "README.md", "\n".join(lines) + "\n")
     if damaged:
         raise KeptFileError(f"{len(damaged)} claims file(s) left out of {path} (make tables rebuilds them): "
