@@ -1,7 +1,6 @@
-"""Claims and their tests (`test_claim`): two rows by the difference of their means (paired by seed where the design
-pairs them, else Welch) with the equivalence margin, a row against a number (one-sample), a random search's quantile
-(exact order-statistic intervals); 99 % at a comparison's second look, every other on its first look's runs
-(`first_look`); the table's family, Holm-adjusted (`family`); floors as claims (`floor_claim`)."""
+"""Claims and their tests (`test_claim`): two rows by the difference of their means (paired by seed, else Welch) with
+the equivalence margin, a row against a number, a random search's quantile (exact order-statistic intervals); 99 % at
+a comparison's second look, every other on its first look's runs; the table's family, Holm-adjusted (`family`)."""
 
 from __future__ import annotations
 
@@ -23,11 +22,8 @@ from highway_repro.report.runs import Run
 
 @dataclass(frozen=True)
 class Claim:
-    """`row`'s `measure` lies on `side` of `against`: another row (difference of means, paired by seed or Welch; the
-    difference is compared with `threshold`, 0 for "lower / higher than") or a number (one-sample). `row` / `against`
-    may pool several rows (a tuple of row ids: their runs together). pick: all runs | "best" run (a floor on a random
-    search: a single value) | "quantile": the `q`-quantile of a random search's trials, failures included
-    (`stats.quantile_test`)."""
+    """`row`'s `measure` lies on `side` of `against`: another row or a number; a side may pool rows (a tuple of row
+    ids). pick: all runs | "best" run (a floor on a random search) | "quantile": the `q`-quantile of the trials."""
     text: str
     row: tuple
     measure: Measure
@@ -55,7 +51,7 @@ def pooled(ids: tuple) -> bool:
 
 
 def side_row(rows: dict, ids) -> Row | None:
-    """The row a claim side names: a row of the table, or the rows of a pooled side together (None if one lacks)."""
+    """The row a claim side names, or a pooled side's rows together; None if one lacks."""
     if not isinstance(ids, tuple) or not pooled(ids):
         return rows.get(ids) if isinstance(ids, tuple) else None
     parts = [rows.get(i) for i in ids]
@@ -104,12 +100,9 @@ def seed_pairs(row: Row, other: Row, m: Measure) -> list[float] | None:
 
 
 def second_look_grid(table: str, scale: str) -> dict[str, set[str]]:
-    """The runs a table's second look adds at `scale` (`configs/sweep/<table>/<scale>-second_look.yaml`), as the
-    values each swept key takes; {} when the table has none."""
+    """The values each key of a table's second look at `scale` takes (its sweep file); {} without one."""
     path = SWEEP_DIR / table / f"{scale}-second_look.yaml"
-    if not table or not path.exists():
-        return {}
-    return {k: set(vs) for k, vs in grid_of(path).items()}
+    return {k: set(vs) for k, vs in grid_of(path).items()} if table and path.exists() else {}
 
 
 def _scales(runs: list[Run]) -> set[str]:
@@ -121,7 +114,7 @@ def _in_grid(r: Run, scale: str, grid: dict) -> bool:
 
 
 def first_look(rows: dict, table: str) -> dict:
-    """The rows without the runs of the table's second look: what every comparison but a second look's reads."""
+    """The rows without the runs of the table's second look."""
     out = {}
     for key, row in rows.items():
         grids = {s: grid for s in _scales(row.runs) if (grid := second_look_grid(table, s))}
@@ -131,9 +124,7 @@ def first_look(rows: dict, table: str) -> dict:
 
 
 def second_look_complete(row: Row, table: str, keys: tuple) -> bool:
-    """Whether every run the table's second look plans for `row` has ended (has a metrics.json): the grid's
-    combinations whose row `keys` (the table's, `TableSpec.keys`) have the row's values. False without a second look
-    at the row's scale, or without `keys`."""
+    """Whether every run the table's second look plans for `row` (by the table's row `keys`) has a metrics.json."""
     scales = _scales(row.runs)
     if not keys or pooled(row.id) or len(scales) != 1:
         return False
@@ -151,8 +142,7 @@ UNTESTED = "not testable yet"  # a claim's detail when a side has no finished ru
 
 
 def run_id(r: Run) -> str:
-    """A run across tables: its experiment (config `name`) and folder name; a study that reuses a table's run
-    keeps both (the runner restores a kept run under its folder name)."""
+    """A run across tables: a study that reuses a table's run keeps its experiment and folder name."""
     return f"{r.get('name', '')}/{r.path.name}"
 
 
@@ -169,21 +159,15 @@ def trials(row: Row, m: Measure, worst: float) -> list[float]:
 
 
 def _cpu_run_seconds(runs: list) -> float | None:
-    """Mean wall seconds of a run with a core to itself (its CPU time per thread) over the runs made on a CPU; None
-    when none recorded it."""
-    secs = []
-    for r in runs:
-        cpu = r.metric("time/cpu_s")
-        if math.isfinite(cpu) and not r.run_info.get("cuda_device"):
-            secs.append(cpu / r.threads[0])
+    """Mean wall seconds of a CPU run with a core to itself (its CPU time per thread); None when none recorded it."""
+    secs = [cpu / r.threads[0] for r in runs
+            if math.isfinite(cpu := r.metric("time/cpu_s")) and not r.run_info.get("cuda_device")]
     return statistics.fmean(secs) if secs else None
 
 
 @dataclass
 class ClaimResult:
-    """A claim tested on a table's rows (`test_claim`; its line: `result_line`); `key`: the comparison's identity
-    (the runs of each side and the statistic); `same_as`, `family_size` and `holm` are set with the table's family
-    (`family`)."""
+    """A claim tested on a table's rows; `key`: the comparison's identity (each side's runs and the statistic)."""
     claim: Claim
     row: Row | None
     label: str
@@ -356,26 +340,22 @@ def result_line(res: ClaimResult) -> str:
     at, what = "" if res.level == stats.LEVEL else " (the second look)", f"{m.label}{c.paper_note}"
     two_rows, must = isinstance(c.against, tuple), "<" if c.side == "lower" else ">"
     if c.kind == "claim" and c.pick == "quantile":
-        threshold = c.threshold if two_rows else float(c.against)
-        stat, sci = f"{stats.pct(c.q)} quantile of {res.n} trials", m.how != "log10" and abs(res.mean) < 1e-2
-        how = ("; the rows' exact order-statistic intervals at the Bonferroni level" if two_rows else
-               "; exact, from order statistics")
-        tested = (f"{interval(res.ci, res.level)}{at}{how}, over all trials (failed ones at the worst value)"
-                  .replace("CI", "interval"))
-        line = f"{label} {c.text} ({what}): {stat} {num(res.mean, d, sci)}"
-        if two_rows:
-            line += (f" vs {res.other_label} {num(res.other_mean, d, sci)} ({res.other_n} trials); difference "
-                     f"{res.diff:+.4g} (must be {must} {threshold:g}), {tested}")
-        else:
-            line += f"; {tested}"
+        sci = m.how != "log10" and abs(res.mean) < 1e-2
+        how = ("the rows' exact order-statistic intervals at the Bonferroni level" if two_rows
+               else "exact, from order statistics")
+        tested = (f"{interval(res.ci, res.level).replace('CI', 'interval')}{at}; {how}, over all trials (failed ones "
+                  "at the worst value)")
+        line = f"{label} {c.text} ({what}): {stats.pct(c.q)} quantile of {res.n} trials {num(res.mean, d, sci)}"
+        line += (f" vs {res.other_label} {num(res.other_mean, d, sci)} ({res.other_n} trials); difference "
+                 f"{res.diff:+.4g} (must be {must} {c.threshold:g}), {tested}" if two_rows else f"; {tested}")
     elif two_rows:
-        how = (f"{res.how} " if res.how else "", f" over {res.pairs} seeds (Welch's: " +
-               "[{:.4g}, {:.4g}])".format(*res.ci_unpaired) if res.how == "paired" else "")
+        must_be = f" (must be {must} {c.threshold:g})" if c.threshold else ""
+        paired = (f" over {res.pairs} seeds (Welch's: [{res.ci_unpaired[0]:.4g}, {res.ci_unpaired[1]:.4g}])"
+                  if res.how == "paired" else "")
         band = f", delta ±{res.delta:.3g}" if res.delta is not None else ""
-        tested = (f"difference {res.diff:+.4g}{f' (must be {must} {c.threshold:g})' if c.threshold else ''}, "
-                  f"{how[0]}{interval(res.ci, res.level)}{at}{how[1]}{band}")
         line = (f"{label} {c.text} ({what}): {num(res.mean, d)} (n {1 if c.pick == 'best' else res.n}) vs "
-                f"{res.other_label} {num(res.other_mean, d)} (n {res.other_n}); {tested}")
+                f"{res.other_label} {num(res.other_mean, d)} (n {res.other_n}); difference {res.diff:+.4g}{must_be}, "
+                f"{res.how + ' ' if res.how else ''}{interval(res.ci, res.level)}{at}{paired}{band}")
         line += f"; {res.detail}" if c.reach else ""
     elif c.pick == "best":
         line = (f"{label} {c.text}: best of {res.n} runs {num(res.mean, d, sci=abs(res.mean) < 1e-2)} (a single value, "
@@ -389,16 +369,14 @@ def result_line(res: ClaimResult) -> str:
 
 
 def processor(r: Run) -> str:
-    """The processor a run was made on, in short: its GPU, else its CPU model without the marks and the word
-    "Processor" ("Intel(R) Xeon(R) Processor" -> "Intel Xeon"); "?" where run_info.json has none."""
+    """A run's GPU, else its CPU model, in short: "Intel(R) Xeon(R) Processor" -> "Intel Xeon"."""
     name = r.run_info.get("cuda_device") or r.run_info.get("cpu_model") or "?"
     return " ".join(str(name).replace("(R)", "").replace("(TM)", "").replace(" Processor", "").split())
 
 
 def cpu_models(sides: list[list[Run]]) -> str:
-    """What each side of a comparison ran on: "on AMD EPYC" where every run shares one processor, else each side's
-    runs by processor and whether the sides are balanced (the same share of each processor): "on 5 AMD EPYC vs 3
-    AMD EPYC + 2 Intel Xeon, not balanced" (the processor's own effect: docs/gpu.md, cross-CPU twins)."""
+    """What each side ran on: "on AMD EPYC", else "on 5 AMD EPYC vs 3 AMD EPYC + 2 Intel Xeon, not balanced" (the
+    same share of each processor or not; the processor's effect: docs/gpu.md, cross-CPU twins)."""
     counts = [Counter(processor(r) for r in side) for side in sides if side]
     names = sorted(set().union(*counts)) if counts else []
     if len(names) <= 1:
@@ -414,8 +392,7 @@ def _interval_and_p(test: dict | None, level: float) -> tuple:
 
 
 def _decision(res: ClaimResult, runs: list, have, table_rows: dict) -> None:
-    """`res.decision`: what the runs it needs would cost (`stats.decision_cost`), where the runs' CPU time is known;
-    the table's runs each at its row's mean CPU seconds, or the table's mean where a row has none (made on a GPU)."""
+    """What the runs a decision needs would cost; a row without CPU times (made on a GPU) at the table's mean."""
     run_s = _cpu_run_seconds(runs)
     if res.seeds_needed and run_s:
         per_row = [(_cpu_run_seconds(r.runs), len(r.runs)) for r in table_rows.values()]
@@ -426,33 +403,23 @@ def _decision(res: ClaimResult, runs: list, have, table_rows: dict) -> None:
 
 
 def family(results: list[ClaimResult], elsewhere: Callable | None = None) -> None:
-    """Mark each claim result with `same_as`, the line of another table that holds the same comparison
-    (`elsewhere(key, experiment) -> {"table", "file", "row", "claim"} or None`), and give the others the family
-    size and the Holm-adjusted verdict (over the table's claim tests with a p-value; a test without one: None)."""
-    tests = []
+    """Each result's `same_as`, another table's line on its comparison (`elsewhere(key, experiment)`), and the
+    others' Holm verdicts over the table's claim tests."""
     for r in results:
-        own = r.claim.kind == "claim" and r.key and elsewhere
-        r.same_as = elsewhere(r.key, r.experiment) if own else None
-        if r.claim.kind == "claim" and not r.same_as and r.tests is not None:
-            tests.append(r)
-    holm = stats.holm_verdicts([r.tests for r in tests])
-    for r, v in zip(tests, holm):
+        r.same_as = elsewhere(r.key, r.experiment) if r.claim.kind == "claim" and r.key and elsewhere else None
+    tests = [r for r in results if r.claim.kind == "claim" and not r.same_as and r.tests is not None]
+    for r, v in zip(tests, stats.holm_verdicts([r.tests for r in tests])):
         r.family_size, r.holm = len(tests), v
 
 
 def claim_line(r: ClaimResult) -> str:
-    """The Markdown line of a claim result: the test, the Holm verdict beside the raw one, the seeds a decision
-    would need; a comparison tested in another table: a link to it; a level claim of the paper at another scale:
-    its numbers, no verdict."""
+    """The Markdown line of a claim result: its test and Holm verdict, the seeds a decision would need."""
     if r.same_as:
         return prose("claim elsewhere", line=f"{r.label} {r.claim.text}", **r.same_as)
-    why = uncounted(vars(r))
-    if why:
+    if why := uncounted(vars(r)):
         return prose("claim uncounted", line=r.line.removesuffix(f": **{r.verdict}**"), why=why, reason=prose(
             "claim paper scale only" if why == PAPER_SCALE_ONLY else "claim negligible"))
-    line = r.line
-    if r.holm is not None:
-        line += f" (Holm over the table's {r.family_size} tests: **{r.holm}**)"
+    line = r.line + (f" (Holm over the table's {r.family_size} tests: **{r.holm}**)" if r.holm is not None else "")
     if r.seeds_needed:
         line += prose(f"claim {r.need_unit} needed", n=r.seeds_needed, power=stats.pct(stats.POWER),
                       level=stats.pct(stats.SECOND_LOOK))
@@ -461,10 +428,6 @@ def claim_line(r: ClaimResult) -> str:
             line += " " + prose("claim decision", more=more, hours=f"{hours:.1f}", cores=stats.BUDGET_CORES,
                                 total=f"{total:.1f}", beyond=f", beyond the {stats.TABLE_BUDGET_H:g} h a table may "
                                 "take at the cpu scale" if beyond else "")
-    if r.points_to and r.verdict == stats.NOT_RESOLVED:
-        line += f"; the estimate points to {r.points_to}"
-    if r.under_way:
-        line += f"; its second look (the runs of {r.under_way}) is under way"
-    if r.last_look:
-        line += f"; {LAST_LOOK}"
-    return line
+    line += f"; the estimate points to {r.points_to}" if r.points_to and r.verdict == stats.NOT_RESOLVED else ""
+    line += f"; its second look (the runs of {r.under_way}) is under way" if r.under_way else ""
+    return line + (f"; {LAST_LOOK}" if r.last_look else "")
