@@ -129,8 +129,7 @@ def second_look_complete(row: Row, table: str, keys: tuple) -> bool:
     if not keys or pooled(row.id) or len(scales) != 1:
         return False
     scale = scales.pop()
-    grid = second_look_grid(table, scale)
-    if not grid:
+    if not (grid := second_look_grid(table, scale)):
         return False
     planned = math.prod(len(vs & {row.id[keys.index(k)]}) if k in keys else len(vs) for k, vs in grid.items())
     ended = sum(r.status != "missing" for r in row.runs if _in_grid(r, scale, grid))

@@ -15,9 +15,7 @@ from highway_repro.report.spec import Rendered, floor_met
 
 
 def _num(x):
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return None
-    return float(f"{x:.6g}")
+    return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else float(f"{x:.6g}")
 
 
 def _ends(name: str, ci: tuple | None) -> dict:
@@ -45,23 +43,19 @@ def claim_rows(name: str, t: Rendered, scale: str | None) -> list[dict]:
         against = (r.other_label or "/".join(map(str, c.against))).replace("`", "") if two_rows else c.against
         out.append({"table": name, "row": r.label.replace("`", ""), "kind": c.kind, "metric": c.measure.metric,
                     "split": c.measure.split, "n_seeds": r.n, "mean": _num(r.mean),
-                    "std": _num(r.std) if c.pick != "best" else None,
-                    **_ends("ci", r.ci), **_ends("ci_unpaired", r.ci_unpaired),
-                    "level": r.level if r.ci else None, "paper": _num(c.paper_value),
-                    "floor": c.against if c.kind == "floor" else None,
-                    "floor_met": floor_met(r) if c.kind == "floor" else None,
-                    "claim": c.text + c.paper_note, "verdict": r.verdict, "compared_with": against,
-                    "compared_mean": _num(r.other_mean), "diff": _num(r.diff), "paper_claim": r.paper,
-                    "claim_type": r.claim_type,
-                    "detail": (r.detail or (LAST_LOOK if r.last_look else "")).replace("`", ""),
-                    "scale": scale, "delta": _num(r.delta),
-                    "comparison": r.key, "experiment": r.experiment, "tests": r.tests,
-                    "family_size": r.family_size, "holm_verdict": r.holm,
-                    "seeds_needed": r.seeds_needed, "points_to": r.points_to or None,
-                    "same_as": same_as_line(r.same_as),
+                    "std": None if c.pick == "best" else _num(r.std), **_ends("ci", r.ci),
+                    **_ends("ci_unpaired", r.ci_unpaired), "level": r.level if r.ci else None,
+                    "paper": _num(c.paper_value), "floor": c.against if c.kind == "floor" else None,
+                    "floor_met": floor_met(r) if c.kind == "floor" else None, "claim": c.text + c.paper_note,
+                    "verdict": r.verdict, "compared_with": against, "compared_mean": _num(r.other_mean),
+                    "diff": _num(r.diff), "paper_claim": r.paper, "claim_type": r.claim_type,
+                    "detail": (r.detail or (LAST_LOOK if r.last_look else "")).replace("`", ""), "scale": scale,
+                    "delta": _num(r.delta), "comparison": r.key, "experiment": r.experiment, "tests": r.tests,
+                    "family_size": r.family_size, "holm_verdict": r.holm, "seeds_needed": r.seeds_needed,
+                    "points_to": r.points_to or None, "same_as": same_as_line(r.same_as),
                     "paper_effect": _num(effect[0]), "paper_effect_rel": _num(effect[1]), "paper_claim_id": r.paper_id,
-                    "threshold": c.threshold if two_rows else c.against,
-                    "side": c.side, "pick": c.pick, "cpu_models": r.cpus})
+                    "threshold": c.threshold if two_rows else c.against, "side": c.side, "pick": c.pick,
+                    "cpu_models": r.cpus})
     return out
 
 

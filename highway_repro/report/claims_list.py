@@ -21,9 +21,8 @@ def num(x: str) -> str:
 
 def uncounted(r: dict) -> str | None:
     """Why a claim line's verdict counts in no tally (shown, counted apart); None: it counts."""
-    if r.get("claim_type") == "negligible":
-        return NO_CLAIM
-    return PAPER_SCALE_ONLY if r.get("claim_type") == "level" and r.get("scale") != PAPER_SCALE else None
+    return (NO_CLAIM if r.get("claim_type") == "negligible" else
+            PAPER_SCALE_ONLY if r.get("claim_type") == "level" and r.get("scale") != PAPER_SCALE else None)
 
 
 def counted(r: dict) -> bool:
@@ -122,18 +121,15 @@ def claims_list(rows: list[dict]) -> str:
              "| table | claim | by | type | paper | ours | vs | scale | verdict, 95 % CI of what is tested "
              "| Holm (family) | delta | results |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in claims:
-        by = "paper" if r["paper_claim"] == "yes" else "ours"
         holm = f"{r['holm_verdict']} ({r['family_size']})" if r.get("holm_verdict") and counted(r) else "—"
         if r.get("papers_family_verdict"):
             holm += f"; the papers' trends: {r['papers_family_verdict']} ({r['papers_family_size']})"
-        lines.append(f"| {r['table']} | {r['row']} {r['claim']} | {by} | {r.get('claim_type') or '—'} | "
-                     f"{num(r['paper'])} | {num(r['mean'])} "
+        lines.append(f"| {r['table']} | {r['row']} {r['claim']} | {'paper' if r['paper_claim'] == 'yes' else 'ours'} | "
+                     f"{r.get('claim_type') or '—'} | {num(r['paper'])} | {num(r['mean'])} "
                      f"({r['metric']}, {r['split']}, n {r['n_seeds']}) | {r['compared_with']} "
                      f"{num(r['compared_mean']) if r['compared_mean'] else ''} | {scale(r)} | {_verdict(r)} | "
                      f"{holm} | {num(r.get('delta') or '')} | [{r['file']}]({r['file']}) |")
     lines += ["", "| table | row | floor | ours | met | scale | results |", "|---|---|---|---|---|---|---|"]
-    for r in floors:
-        lines.append(f"| {r['table']} | {r['row']} | {r['claim'].replace('reaches the floor ', '')} | "
-                     f"{num(r['mean'])} (n {r['n_seeds']}) | {r['floor_met']} | {scale(r)} | "
-                     f"[{r['file']}]({r['file']}) |")
+    lines += [f"| {r['table']} | {r['row']} | {r['claim'].replace('reaches the floor ', '')} | {num(r['mean'])} "
+              f"(n {r['n_seeds']}) | {r['floor_met']} | {scale(r)} | [{r['file']}]({r['file']}) |" for r in floors]
     return "\n".join(lines)
