@@ -4,11 +4,10 @@ a comparison's second look, every other on its first look's runs; the table's fa
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from highway_repro.report import papers, stats
@@ -55,9 +54,8 @@ def side_row(rows: dict, ids) -> Row | None:
     if not isinstance(ids, tuple) or not pooled(ids):
         return rows.get(ids) if isinstance(ids, tuple) else None
     parts = [rows.get(i) for i in ids]
-    if any(p is None for p in parts):
-        return None
-    return Row(ids, " + ".join(p.label for p in parts) + " (pooled)", [r for p in parts for r in p.runs])
+    return None if None in parts else Row(ids, " + ".join(p.label for p in parts) + " (pooled)",
+                                          [r for p in parts for r in p.runs])
 
 
 def paper_claim_of(table: str, c: Claim) -> papers.PaperClaim | None:
@@ -119,7 +117,7 @@ def first_look(rows: dict, table: str) -> dict:
     for key, row in rows.items():
         grids = {s: grid for s in _scales(row.runs) if (grid := second_look_grid(table, s))}
         runs = [r for r in row.runs if not any(_in_grid(r, s, grid) for s, grid in grids.items())]
-        out[key] = row if len(runs) == len(row.runs) else dataclasses.replace(row, runs=runs)
+        out[key] = row if len(runs) == len(row.runs) else replace(row, runs=runs)
     return out
 
 
