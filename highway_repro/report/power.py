@@ -47,7 +47,7 @@ def measured_trials(depth: str, runs_dir: Path = RUNS) -> dict[str, list[float]]
 def verdict_rates(highway: list[float], plain: list[float], gap: float, n: int, level: float, draws: int,
                   seed: int) -> dict[str, float]:
     """verdict -> its share of `draws` draws of `n` trials a row, highway shifted so the quantiles differ by `gap`."""
-    import numpy as np
+    import numpy as np  # inside the function, as scipy is in `stats`
 
     q = papers.FIG1_QUANTILE
     h, p = np.array(highway, dtype=float), np.array(plain, dtype=float)
