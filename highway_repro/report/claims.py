@@ -335,13 +335,12 @@ def result_line(res: ClaimResult) -> str:
     if res.key is None:  # untested
         return f"{label} {c.text}: {res.detail}"
     at, what = "" if res.level == stats.LEVEL else " (the second look)", f"{m.label}{c.paper_note}"
-    two_rows, must = isinstance(c.against, tuple), "<" if c.side == "lower" else ">"
+    two_rows, must, ci = isinstance(c.against, tuple), "<" if c.side == "lower" else ">", interval(res.ci, res.level)
     if c.kind == "claim" and c.pick == "quantile":
         sci = m.how != "log10" and abs(res.mean) < 1e-2
         how = ("the rows' exact order-statistic intervals at the Bonferroni level" if two_rows
                else "exact, from order statistics")
-        tested = (f"{interval(res.ci, res.level).replace('CI', 'interval')}{at}; {how}, over all trials (failed ones "
-                  "at the worst value)")
+        tested = f"{ci.replace('CI', 'interval')}{at}; {how}, over all trials (failed ones at the worst value)"
         line = f"{label} {c.text} ({what}): {stats.pct(c.q)} quantile of {res.n} trials {num(res.mean, d, sci)}"
         line += (f" vs {res.other_label} {num(res.other_mean, d, sci)} ({res.other_n} trials); difference "
                  f"{res.diff:+.4g} (must be {must} {c.threshold:g}), {tested}" if two_rows else f"; {tested}")
@@ -352,7 +351,7 @@ def result_line(res: ClaimResult) -> str:
         band = f", delta ±{res.delta:.3g}" if res.delta is not None else ""
         line = (f"{label} {c.text} ({what}): {num(res.mean, d)} (n {1 if c.pick == 'best' else res.n}) vs "
                 f"{res.other_label} {num(res.other_mean, d)} (n {res.other_n}); difference {res.diff:+.4g}{must_be}, "
-                f"{res.how + ' ' if res.how else ''}{interval(res.ci, res.level)}{at}{paired}{band}")
+                f"{res.how + ' ' if res.how else ''}{ci}{at}{paired}{band}")
         line += f"; {res.detail}" if c.reach else ""
     elif c.pick == "best":
         line = (f"{label} {c.text}: best of {res.n} runs {num(res.mean, d, sci=abs(res.mean) < 1e-2)} (a single value, "
@@ -360,8 +359,7 @@ def result_line(res: ClaimResult) -> str:
     else:
         note = f" ({c.paper_note.lstrip('; ')})" if c.paper_note else ""
         ours = f"{num(res.mean, d)} ± {num(res.std, d)}" if res.n > 1 else num(res.mean, d)
-        line = (f"{label} {c.text}{note}: ours {ours} (n {res.n}), "
-                f"{interval(res.ci, res.level).replace('CI', 'CI of the mean')}{at}")
+        line = f"{label} {c.text}{note}: ours {ours} (n {res.n}), {ci.replace('CI', 'CI of the mean')}{at}"
     return f"{line}; {res.cpus}: **{res.verdict}**" if res.cpus else f"{line}: **{res.verdict}**"
 
 
