@@ -17,7 +17,6 @@ from highway_repro.report.plots import curve_panel, plot
 from highway_repro.report.runs import load_runs
 from highway_repro.report.measures import Measure, count, stat
 from highway_repro.report.spec import TableSpec, render
-from highway_repro.report.summary import write_summary
 from highway_repro.report.tables import build_table, registry
 
 
@@ -40,12 +39,7 @@ def _main(argv=None) -> int:
     ap.add_argument("--command", action="append", help="a command that produced the runs (repeatable)")
     ap.add_argument("--wall-s", type=float, help="wall time of the command(s) in seconds")
     ap.add_argument("--scale")
-    ap.add_argument("--summary", metavar="RESULTS",
-                    help="write RESULTS/summary.csv and RESULTS/README.md from every *.claims.json below RESULTS")
     args = ap.parse_args(argv)
-    if args.summary and not args.runs:
-        print(f"wrote {write_summary(Path(args.summary))}")
-        return 0
     runs = [r for root in args.runs for r in load_runs(Path(root))]
     if not runs:
         ap.error(f"no run folders (with metrics.json or .hydra/) under {', '.join(args.runs) or '(none given)'}")
@@ -83,6 +77,4 @@ def _main(argv=None) -> int:
             files.write_atomic(out.with_name(out.name + ".csv"), csv_text)
             if args.curve:
                 plot(out.with_name(out.name + ".png"), [curve_panel(t.rows, args.curve, "", args.curve)])
-    if args.summary:
-        write_summary(Path(args.summary))
     return 0

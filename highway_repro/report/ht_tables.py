@@ -141,8 +141,7 @@ def ht_table(name: str, metric: str, time_column: bool = False, reference_curves
 
     def notes(runs, t) -> str:
         best = any(r.config.get("trainer", {}).get("final_eval") == "best" for r in runs)
-        weights = ("of the best-validation weights (trainer.final_eval=best; the best step is judged on the "
-                   "intermediate evaluations' val subset, the last step too)" if best else "after the last step")
+        weights = prose("ht best weights") if best else "after the last step"
         text = (prose("ht columns", metric=metric, weights=weights, auc_label=auc_label) + "\n\n" + _settings(runs)
                 + "\n" + _unigram_note(runs, metric, t.baseline_row))
         return text + ("\n\n" + prose("ht time") if time_column else "")
@@ -170,8 +169,8 @@ def ht_table(name: str, metric: str, time_column: bool = False, reference_curves
 
 
 def placement_panels(t) -> list[Panel]:
-    """Final test bpc and mean val bpc over the run (AUC) against the gated layer k, with the baseline and the
-    all-layers row as flat lines; mean over seeds, with the band of its 95 % t-interval (`plots.t_band`)."""
+    """Final test bpc and AUC against the gated layer k, with the baseline and the all-layers row as flat lines over
+    every k of the grid (trained or not); each a mean over seeds with its band."""
     test, auc = Measure("test/bpc", "test bpc"), Measure("val/bpc", "", how="auc")
 
     def layer(v: str) -> int | None:
@@ -179,24 +178,17 @@ def placement_panels(t) -> list[Panel]:
 
     ks = sorted(k for (v,), row in t.by_id.items() if (k := layer(v)) is not None and row.done)
     grid = {layer(v) for v in (*t.spec.order.get("variant", ()), *(v for (v,) in t.by_id))} - {None}
-    span = [min(grid), max(grid)] if grid else []  # the flat lines cover every k of the grid, trained or not
-    k_only = "SDU tanh in layer k only"
-    flat = {"baseline": "baseline (no gate)", "sdu_tanh": "SDU tanh, all layers"}  # row -> label
+    k_only, flat = "SDU tanh in layer k only", {"baseline": "baseline (no gate)", "sdu_tanh": "SDU tanh, all layers"}
+    lines = {k_only: (ks, [t.by_id[(f"tanh_l{k}",)] for k in ks])} if ks else {}  # label -> (xs, the row at each x)
+    lines |= {label: ([min(grid), max(grid)], [row] * 2) for v, label in flat.items()
+              if ks and (row := t.by_id.get((v,))) and row.done}
     colors = {k_only: "black", flat["baseline"]: "C0", flat["sdu_tanh"]: "C1"}  # the flat rows: as in panel 1
     styles = {k_only: {"marker": "o", "ms": 5}} | {label: {"ls": "--"} for label in flat.values()}
     panels = []
-    for m, title in ((test, "final test bpc vs the one gated layer k"),
-                     (auc, "mean val bpc over the run (AUC) vs k")):
-        series, bands = {}, {}
-        if ks:
-            series[k_only] = (ks, [t.by_id[(f"tanh_l{k}",)].mean(m) for k in ks])
-            bands[k_only] = t_band(ks, [t.by_id[(f"tanh_l{k}",)].values(m) for k in ks])
-        for rid, label in flat.items():
-            row = t.by_id.get((rid,))
-            if row and row.done and ks:
-                series[label] = (span, [row.mean(m)] * 2)
-                bands[label] = t_band(span, [row.values(m)] * 2)
-        panels.append(Panel(title, series, "bpc", xlabel="gated layer k", colors=colors, styles=styles,
+    for m, title in ((test, "final test bpc vs the one gated layer k"), (auc, "mean val bpc over the run (AUC) vs k")):
+        bands = {label: t_band(xs, [row.values(m) for row in rows]) for label, (xs, rows) in lines.items()}
+        panels.append(Panel(title, {label: (xs, [row.mean(m) for row in rows]) for label, (xs, rows) in lines.items()},
+                            "bpc", xlabel="gated layer k", colors=colors, styles=styles,
                             bands={k: b for k, b in bands.items() if b}, band_label=T_BAND))
     return panels
 
