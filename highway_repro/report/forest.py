@@ -71,11 +71,8 @@ def label(r: dict) -> str:
 
 def forest(rows: list[dict], path: Path) -> Path | None:
     """Draw the claim lines of `rows` (summary rows, kind `claim`) to `path`; None when there are none."""
-    groups: dict[str, list] = {k: [] for k in PANELS}
-    for r in rows:
-        if r["kind"] == "claim" and (p := placed(r)) is not None:
-            groups[p[0]].append((r, *p[1:]))
-    groups = {k: v for k, v in groups.items() if v}
+    claims = [(r, *p) for r in rows if r["kind"] == "claim" and (p := placed(r)) is not None]
+    groups = {k: v for k in PANELS if (v := [(r, *rest) for r, panel, *rest in claims if panel == k])}
     if not groups:
         return None
     plt = pyplot()

@@ -57,8 +57,7 @@ def _main(argv=None) -> int:
         metrics = args.metrics.split(",")
         damaged = [r for r in runs if r.status == "damaged"]
         if damaged and all(r.status in ("damaged", "missing") for r in runs):  # nothing to report: say which file
-            ap.error(f"{len(damaged)} run folder(s) hold a damaged file, no run a readable one: "
-                     f"{damaged[0].error}")
+            ap.error(f"{len(damaged)} run folder(s) hold a damaged file, no run a readable one: {damaged[0].error}")
         for key in [k for k in group_by if all(r.get(k) is None for r in runs)]:  # a typo would pool every run
             ap.error(f"--group-by {key}: no run has this config key (e.g. model.kind, model.depth, variant)")
         for key in [k for k in metrics if all(k not in r.final for r in runs)]:

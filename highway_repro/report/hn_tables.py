@@ -18,25 +18,35 @@ TRAIN_LOSS = Measure("train/loss", "final training loss", digits=4)
 
 
 def _fig1_figure(t, path):
-    depths = sorted({row.id[0] for row in t.rows}, key=float)
+    """Per depth: the best trial's training curve, the mean curve of the top k, and the expected best final training
+    loss of k trials (Dodge et al. 2019), its band the 95 % of 1,000 bootstrap resamples of the trials (descriptive,
+    not a test)."""
+    import numpy as np
+
+    depths, common = sorted({row.id[0] for row in t.rows}, key=float), _common_k(t)
     colors = {"plain": "tab:red", "highway": "tab:blue", "residual": "tab:green"}
-    best_panels = [Panel(f"depth {d}: best", {}, logy=True) for d in depths]
-    top_panels = [Panel(f"depth {d}: mean of top {papers.FIG1_TOP_K}", {}, logy=True) for d in depths]
-    for d, bp, tp in zip(depths, best_panels, top_panels):
-        for k, color in colors.items():
-            row = t.by_id.get((d, k))
-            ranked = row.ranked(TRAIN_LOSS) if row else []
-            if not ranked:
-                continue
-            hist = ranked[0][1].history_values("train/loss", only_training=True)  # running means, as logged
-            if hist:
-                bp.series[k] = tuple(map(list, zip(*hist)))
-            tp.series[k] = mean_curve([r for _, r in ranked[:papers.FIG1_TOP_K]], "train/loss", only_training=True)
-            bp.colors[k] = tp.colors[k] = color
-    best_panels[0].ylabel = "training loss (running mean)"
-    curves = [_expected_best_panel(t, d, colors, _common_k(t)) for d in depths]
-    curves[0].ylabel = "final training loss\n(band: bootstrap, descriptive)"
-    plot(path, best_panels + top_panels + curves, ncols=len(depths), panel_size=(3.2, 3.0))
+    best = [Panel(f"depth {d}: best", {}, logy=True, colors=colors) for d in depths]
+    top = [Panel(f"depth {d}: mean of top {papers.FIG1_TOP_K}", {}, logy=True, colors=colors) for d in depths]
+    expected = [Panel(f"depth {d}: expected best of k trials", {}, logy=True, colors=colors, xlabel="trials k")
+                for d in depths]
+    for d, bp, tp, ep in zip(depths, best, top, expected):
+        for k, xs in _depth_trials(t, d).items():
+            ranked = t.by_id[(d, k)].ranked(TRAIN_LOSS)
+            if ranked:
+                hist = ranked[0][1].history_values("train/loss", only_training=True)  # running means, as logged
+                if hist:
+                    bp.series[k] = tuple(map(list, zip(*hist)))
+                tp.series[k] = mean_curve([r for _, r in ranked[:papers.FIG1_TOP_K]], "train/loss", only_training=True)
+            if xs:
+                ks, w = list(range(1, len(xs) + 1)), np.array(stats.best_of_k_weights(len(xs)))
+                curves = np.sort(np.random.default_rng(0).choice(xs, (1000, len(xs))), axis=1) @ w.T
+                lo, hi = np.percentile(curves, [2.5, 97.5], axis=0)
+                ep.series[k], ep.bands[k] = (ks, stats.expected_best(xs)), (ks, lo.tolist(), hi.tolist())
+        if any(len(xs) > common for xs, _ in ep.series.values()):
+            ep.vlines[common] = f"k = {common}, the common k"
+    best[0].ylabel = "training loss (running mean)"
+    expected[0].ylabel = "final training loss\n(band: bootstrap, descriptive)"
+    plot(path, best + top + expected, ncols=len(depths), panel_size=(3.2, 3.0))
 
 
 def _depth_trials(t, depth: str) -> dict:
@@ -50,25 +60,6 @@ def _depth_trials(t, depth: str) -> dict:
 def _common_k(t) -> int:
     """The trials every row has: the k at which rows of different depths compare."""
     return min((sum(r.status != "missing" for r in row.runs) for row in t.rows), default=0)
-
-
-def _expected_best_panel(t, depth: str, colors: dict, common: int) -> Panel:
-    """The expected best final training loss of k trials, k = 1..N, per kind (Dodge et al. 2019), its band the 95 %
-    of 1,000 bootstrap resamples of the trials (descriptive, not a test); a dotted line at the common k."""
-    import numpy as np
-
-    p = Panel(f"depth {depth}: expected best of k trials", {}, logy=True, xlabel="trials k")
-    for kind, xs in _depth_trials(t, depth).items():
-        if xs:
-            ks = list(range(1, len(xs) + 1))
-            w = np.array(stats.best_of_k_weights(len(xs)))
-            curves = np.sort(np.random.default_rng(0).choice(xs, (1000, len(xs))), axis=1) @ w.T
-            lo, hi = np.percentile(curves, [2.5, 97.5], axis=0)
-            p.series[kind], p.bands[kind] = (ks, stats.expected_best(xs)), (ks, lo.tolist(), hi.tolist())
-            p.colors[kind] = colors[kind]
-    if any(len(xs) > common for xs, _ in p.series.values()):
-        p.vlines[common] = f"k = {common}, the common k"
-    return p
 
 
 def expected_best_at_common_k() -> Column:

@@ -1,6 +1,5 @@
-"""The Highway Transformer tables (Chai et al., 2020) and the studies on them: one row per gate variant (the rows
-and their order from the table's sweep files, labelled by the runs' `variant_label`), the placement scan, the gate
-zoo and the paper-size anchor."""
+"""The Highway Transformer tables (Chai et al., 2020) and the studies on them (the placement scan, the gate zoo, the
+paper-size anchor): one row per gate variant, as the table's sweep files list them."""
 
 from __future__ import annotations
 
@@ -225,7 +224,7 @@ def paper_anchor_table() -> TableSpec:
         return word + ("" if ci else " (1 seed, no interval)")
 
     columns = (params(), count(), *(stat(m) for m in at.values()),
-               paper(f"official log, step {step}", lambda i: official(i), "official_val_bpc"),
+               paper(f"official log, step {step}", official, "official_val_bpc"),
                Column("ours - official (95 % interval)", gap_cell, lambda row, t: {"minus_official": gap(row)[0]}),
                column(f"within {tol} bpc", "within_tolerance", within_cell),
                stat(test))
