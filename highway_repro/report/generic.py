@@ -75,5 +75,5 @@ def _main(argv=None) -> int:
             files.write_atomic(out.with_name(out.name + ".md"), header("Report", runs, meta) + md)
             files.write_atomic(out.with_name(out.name + ".csv"), csv_text)
             if args.curve:
-                plot(out.with_name(out.name + ".png"), [curve_panel(t.rows, args.curve, "", args.curve)])
+                plot(out.with_name(out.name + ".png"), [curve_panel(t.rows, args.curve, "")])
     return 0

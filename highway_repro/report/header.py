@@ -83,9 +83,8 @@ def header(title: str, runs: list[Run], meta: dict | None = None) -> str:
     if t["estimated"]:
         cpu_h += " " + prose("header estimated", n=t["estimated"], threads=f"; {t['unknown_threads']} of them with "
                              "no thread count: 1 assumed" if t["unknown_threads"] else "")
-    wall = f"- wall time: {duration(meta['wall_s'])} for the command{_s(len(commands))}; " \
-        if meta.get("wall_s") is not None else "- wall time: "
-    lines.append(wall + f"training {duration(t['wall_s'])} summed over runs, {cpu_h}"
+    wall = "" if meta.get("wall_s") is None else f"{duration(meta['wall_s'])} for the command{_s(len(commands))}; "
+    lines.append(f"- wall time: {wall}training {duration(t['wall_s'])} summed over runs, {cpu_h}"
                  + (" " + prose("header without final", n=t["without_final"]) if t["without_final"] else ""))
     if meta.get("budget"):
         secs, n, jobs = meta["budget"]

@@ -153,5 +153,4 @@ DEMO = TableSpec(
     columns=(params(), count(), stat(TRAIN_LOSS), stat(TEST_ACC)),
     primary=TRAIN_LOSS,
     notes="Training loss = running mean of the last log interval (50 steps).",
-    figure=lambda t, path: plot(path, [curve_panel(t.rows, "train/loss", "MLP on MNIST: training loss",
-                                                    "train/loss", logy=True)]))
+    figure=lambda t, path: plot(path, [curve_panel(t.rows, "train/loss", "MLP on MNIST: training loss", logy=True)]))

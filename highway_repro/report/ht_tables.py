@@ -93,8 +93,7 @@ def ht_table(name: str, metric: str, time_column: bool = False, reference_curves
         return pt.rows.get(row_id[0], (None, None))
 
     def claim_measure(row, t=None):  # the paper compares a row on val only where it gives no test value
-        row_id = row.id if hasattr(row, "id") else row
-        p = (None, None) if row_id[0] in pt.no_claim_rows else paper_pair(row_id)  # our claim: on test
+        p = (None, None) if row.id[0] in pt.no_claim_rows else paper_pair(row.id)  # our claim: on test
         return val if (p[1] is None and p[0] is not None) else test
 
     def paper_rel(row_id):
@@ -124,7 +123,7 @@ def ht_table(name: str, metric: str, time_column: bool = False, reference_curves
     def claims(by_id) -> list[Claim]:
         out = []
         for row_id in (i for i in by_id if i != ("baseline",)):
-            p, m = paper_pair(row_id), claim_measure(row_id)
+            p, m = paper_pair(row_id), claim_measure(by_id[row_id])
             rel, lower = (None, None) if row_id[0] in pt.no_claim_rows else paper_rel(row_id)
             side = "lower" if lower in (True, None) else "higher"
             out.append(Claim(f"ends {side} than the baseline", row_id, m, side, ("baseline",),
@@ -147,7 +146,7 @@ def ht_table(name: str, metric: str, time_column: bool = False, reference_curves
 
     def figure(t, path):
         ours = curve_panel(t.rows, val.key, title.split(": ", 1)[-1].split(" (")[0]
-                           + f"\nours: val {metric} by step, mean over seeds", val.key, logy=metric == "ppl")
+                           + f"\nours: val {metric} by step, mean over seeds", logy=metric == "ppl")
         if not reference_curves:
             extra = extra_figure(t) if extra_figure else []
             return plot(path, [ours] + extra, ncols=min(3, 1 + len(extra)))
@@ -238,8 +237,7 @@ def paper_anchor_table() -> TableSpec:
         return prose("anchor data", step=step, tol=tol) + "\n\n" + _settings(runs)
 
     def figure(t, path):
-        ours = curve_panel(t.rows, "val/bpc", "ours, paper size, enwik8 prefix: val bpc by step (mean over seeds)",
-                            "val/bpc")
+        ours = curve_panel(t.rows, "val/bpc", "ours, paper size, enwik8 prefix: val bpc by step (mean over seeds)")
         ours.colors = {row.label: f"C{i % 10}" for i, row in enumerate(t.rows)}
         label = {row.id[0]: row.label for row in t.rows}
         for v, ys in papers.ENWIK8_L6_LOGS.items():  # the official logs' step-400 points, as stars in the row's color

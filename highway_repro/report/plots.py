@@ -85,8 +85,8 @@ def t_band(xs: list, samples: list[list[float]]) -> tuple[list, list, list] | No
     return ([x for x, _ in ends], [ci[0] for _, ci in ends], [ci[1] for _, ci in ends]) if ends else None
 
 
-def curve_panel(rows, key: str, title: str, ylabel: str, logy=False) -> Panel:
-    """One panel: each row's mean curve of `key` over its finished runs, with its band."""
+def curve_panel(rows, key: str, title: str, logy=False) -> Panel:
+    """One panel: each row's mean curve of `key` (its y label) over its finished runs, with its band."""
     series, bands = {}, {}
     for row in rows:
         xs, ys = mean_curve(row.done, key)
@@ -95,4 +95,4 @@ def curve_panel(rows, key: str, title: str, ylabel: str, logy=False) -> Panel:
             series[label] = (xs, ys)
             curves = [dict(r.curve(key)) for r in row.done]
             bands[label] = t_band(xs, [[c[x] for c in curves if x in c] for x in xs])
-    return Panel(title, series, ylabel, logy=logy, bands={k: b for k, b in bands.items() if b}, band_label=T_BAND)
+    return Panel(title, series, key, logy=logy, bands={k: b for k, b in bands.items() if b}, band_label=T_BAND)
