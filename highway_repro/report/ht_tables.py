@@ -68,8 +68,7 @@ def _unigram_note(runs: list[Run], metric: str, base) -> str:
     u = papers.UNIGRAM.get(data or "")
     if not u or u[0] != metric:
         return ""
-    line = (f"- unigram reference on `{data}` (training-split symbol frequencies only, measured): "
-            f"val {u[1]} / test {u[2]} {metric}")
+    line = prose("ht unigram", data=data, val=u[1], test=u[2], metric=metric)
     test = base.mean(Measure(f"test/{metric}", "")) if base else math.nan
     if math.isfinite(test):
         ratio = test / u[2] if metric == "bpc" else math.log(test) / math.log(u[2])
