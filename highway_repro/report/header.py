@@ -58,8 +58,8 @@ def header(title: str, runs: list[Run], meta: dict | None = None) -> str:
         lines.append(f"- command{_s(len(commands))}: " + "; ".join(f"`{c}`" for c in commands))
     status = Counter(r.status for r in runs)
     n_done, n_missing, n_damaged = status["done"], status["missing"], status["damaged"]
-    planned = meta.get("planned")  # the runs of the table's grid (the runner's plan)
     s = seeds(runs)
+    planned = meta.get("planned")  # the runs of the table's grid (the runner's plan)
     todo = planned - len(runs) if planned and planned > len(runs) else 0
     lines.append(f"- scale: {meta.get('scale') or 'unknown'}; seeds: {', '.join(s) or 'unknown'}; runs: {n_done} done, "
                  f"{len(runs) - n_done - n_missing - n_damaged} failed, {n_missing} missing"

@@ -50,8 +50,7 @@ def _fig1_figure(t, path):
 
 
 def _depth_trials(t, depth: str) -> dict:
-    """kind -> the final training loss of every trial at `depth`, a failed one at the worst a finished trial of that
-    depth reached (as the claims count failures: `claims.trials`)."""
+    """kind -> the final training loss of each trial at `depth`, a failure at the worst that depth reached."""
     rows = [row for row in t.rows if row.id[0] == depth]
     finished = [v for row in rows for v in row.values(TRAIN_LOSS)]
     return {row.id[1]: trials(row, TRAIN_LOSS, max(finished)) for row in rows} if finished else {}
