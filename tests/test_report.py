@@ -577,7 +577,7 @@ def test_placement_scan_plots_the_trained_layers_against_lines_over_every_k(tmp_
                                                       [pytest.approx(2.21 + half)] * 2)
     assert test_panel.bands["SDU tanh in layer k only"] == ([2], [pytest.approx(2.17 - 2 * half)],
                                                             [pytest.approx(2.17 + 2 * half)])
-    curves = curve_panel(t.rows, "val/bpc", "", "val/bpc")  # the tables' learning curves: the same band
+    curves = curve_panel(t.rows, "val/bpc", "")  # the tables' learning curves: the same band
     assert curves.bands[t.by_id[("baseline",)].label] == ([100], [pytest.approx(3.21 - half)],
                                                           [pytest.approx(3.21 + half)])
     assert "t-interval" in test_panel.band_label == curves.band_label

@@ -1,7 +1,5 @@
-"""`results/claims.png`: a forest plot of every distinct comparison (the `claim` lines of results/summary.csv): its
-difference and interval coloured by verdict, the +-delta band, the paper's effect (a diamond); one panel per unit
-(`PANELS`), since the tables compare different things.
-"""
+"""`results/claims.png`: a forest plot of every distinct comparison (the `claim` lines of results/summary.csv), one
+panel per unit since the tables compare different things."""
 
 from __future__ import annotations
 
@@ -34,10 +32,8 @@ def _opt(x: float) -> float | None:
 
 
 def placed(r: dict) -> tuple[str, float, float, float, float | None, float | None] | None:
-    """(panel, x, interval low, interval high, delta, paper effect) of a claim line on its panel's scale, or None
-    for a line of another unit."""
+    """(panel, x, interval low, interval high, delta, paper effect) of a claim line on its panel's scale, or None."""
     diff, lo, hi, delta, paper = (_f(r.get(k)) for k in ("diff", "ci_low", "ci_high", "delta", "paper_effect"))
-    two_rows = math.isfinite(_f(r.get("compared_mean"))) or math.isfinite(diff)
     metric = r["metric"]
     if metric in ("bpc", "ppl") or metric.startswith("mean "):
         base = _f(r.get("compared_mean"))
@@ -48,10 +44,9 @@ def placed(r: dict) -> tuple[str, float, float, float, float | None, float | Non
         return "log10 loss", diff, lo, hi, _opt(delta), _opt(paper)
     threshold = _f(r.get("threshold"))
     if metric == "acc":
-        if two_rows:
+        if math.isfinite(_f(r.get("compared_mean"))) or math.isfinite(diff):  # two rows, else a row vs a threshold
             return "acc", diff, lo, hi, _opt(delta), None
-        mean = _f(r.get("mean"))
-        return "acc", mean - threshold, lo - threshold, hi - threshold, None, None
+        return "acc", *(v - threshold for v in (_f(r.get("mean")), lo, hi)), None, None
     if metric == "loss" and threshold > 0:
         def orders(v):
             return math.log10(v / threshold) if v > 0 else math.nan
@@ -60,12 +55,9 @@ def placed(r: dict) -> tuple[str, float, float, float, float | None, float | Non
 
 
 def short(row: str) -> str:
-    """A row by its variant names: "SDU tanh, layer 1 (tanh_l1)" -> "tanh_l1"; a model prefix ("Transformer-L3,
-    char-PTB: ...") is kept; rows without a name in brackets ("depth=50, kind=highway") stay as they are."""
+    """A row by its variant names: "SDU tanh, layer 1 (tanh_l1)" -> "tanh_l1", a model prefix ("...: ") kept."""
     names = re.findall(r"\((\w+)\)", row)
-    if not names:
-        return row
-    return (row.split(": ")[0] + ": " if ": " in row else "") + "+".join(names)
+    return (row.split(": ")[0] + ": " if ": " in row else "") + "+".join(names) if names else row
 
 
 def label(r: dict) -> str:
@@ -79,13 +71,8 @@ def label(r: dict) -> str:
 
 def forest(rows: list[dict], path: Path) -> Path | None:
     """Draw the claim lines of `rows` (summary rows, kind `claim`) to `path`; None when there are none."""
-    claims = [r for r in rows if r["kind"] == "claim"]
-    groups: dict[str, list] = {k: [] for k in PANELS}
-    for r in claims:
-        p = placed(r)
-        if p is not None:
-            groups[p[0]].append((r, *p[1:]))
-    groups = {k: v for k, v in groups.items() if v}
+    claims = [(r, *p) for r in rows if r["kind"] == "claim" and (p := placed(r)) is not None]
+    groups = {k: v for k in PANELS if (v := [(r, *rest) for r, panel, *rest in claims if panel == k])}
     if not groups:
         return None
     plt = pyplot()
@@ -115,9 +102,8 @@ def forest(rows: list[dict], path: Path) -> Path | None:
         ax.set_title(PANELS[panel], fontsize=8)
         ax.tick_params(axis="x", labelsize=7)
         ax.grid(axis="x", alpha=0.3)
-    handles = [plt.Line2D([], [], color=c, marker="o", lw=1.6, label=v) for v, c in COLORS.items()]
-    handles += [plt.Line2D([], [], color=UNCOUNTED, marker="o", lw=1.6,
-                           label=f"{PAPER_SCALE_ONLY} or {NO_CLAIM} (no verdict)")]
+    handles = [plt.Line2D([], [], color=c, marker="o", lw=1.6, label=v) for v, c in
+               (*COLORS.items(), (f"{PAPER_SCALE_ONLY} or {NO_CLAIM} (no verdict)", UNCOUNTED))]
     handles += [plt.Line2D([], [], color="black", marker="D", mfc="none", lw=0, label="the paper's effect"),
                 Patch(color="tab:blue", alpha=0.12, label="+-delta (equivalence margin)")]
     fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=7, frameon=False)

@@ -1,11 +1,7 @@
 """The generic report: any sweep folder -> a Markdown + CSV table (mean ± std over seeds) and curves.
 
-    python -m highway_repro.report runs/sweeps/x --group-by model.kind --metrics val/loss,test/acc \\
-        --curve val/loss --out results/x
+    python -m highway_repro.report runs/sweeps/x --group-by model.kind --metrics val/loss,test/acc --out results/x
     python -m highway_repro.report runs/sweeps/hn_table1-cpu --table hn_table1 --out results/highway_networks/table1
-    python -m highway_repro.report --summary results        # results/summary.csv + results/README.md
-
-Failed jobs keep their row: the cell says why instead of being dropped.
 """
 
 from __future__ import annotations
@@ -18,25 +14,10 @@ from highway_repro.errors import ArgumentParser, HighwayError, make_folder
 
 from highway_repro.report.header import header
 from highway_repro.report.plots import curve_panel, plot
-from highway_repro.report.runs import Run, load_runs
+from highway_repro.report.runs import load_runs
 from highway_repro.report.measures import Measure, count, stat
 from highway_repro.report.spec import TableSpec, render
-from highway_repro.report.summary import write_summary
 from highway_repro.report.tables import build_table, registry
-
-
-def varying_keys(runs: list[Run]) -> list[str]:
-    """Override keys whose value differs between runs (seed aside)."""
-    keys = sorted({k for r in runs for k in r.overrides})
-    return [k for k in keys if k != "seed" and len({r.overrides.get(k) for r in runs}) > 1]
-
-
-def generic_spec(group_by: list[str], metrics: list[str]) -> TableSpec:
-    """The table of any sweep: one row per value of the `group_by` keys, n finished runs, and per metric the mean
-    ± std over the row's finished runs (failed runs keep their row and say why)."""
-    measures = [Measure(m, m) for m in metrics]
-    return TableSpec("Report", keys=tuple(group_by), columns=(count(), *(stat(m) for m in measures)),
-                     primary=measures[0])
 
 
 def main(argv=None) -> int:
@@ -51,21 +32,14 @@ def _main(argv=None) -> int:
     ap = ArgumentParser(prog="python -m highway_repro.report", description=__doc__.split("\n")[0])
     ap.add_argument("runs", nargs="*", help="sweep or run folders")
     ap.add_argument("--table", choices=sorted(registry()), help="a paper table (paper values, claims, floors)")
-    ap.add_argument("--group-by", default=None, help="comma-separated config keys (default: the overrides that "
-                                                      "vary, seed aside)")
+    ap.add_argument("--group-by", help="comma-separated config keys (default: the overrides that vary, seed aside)")
     ap.add_argument("--metrics", default="val/loss,test/loss", help="comma-separated metrics.json keys")
-    ap.add_argument("--curve", default=None, help="metrics.jsonl key to plot against step")
-    ap.add_argument("--out", default=None, help="output prefix: writes PREFIX.md, PREFIX.csv (+ PREFIX.png)")
-    ap.add_argument("--command", action="append", default=None,
-                    help="a command that produced the runs (written into the header; repeatable)")
-    ap.add_argument("--wall-s", type=float, default=None, help="wall time of the command(s) in seconds")
-    ap.add_argument("--scale", default=None)
-    ap.add_argument("--summary", default=None, metavar="RESULTS",
-                    help="write RESULTS/summary.csv and RESULTS/README.md from every *.claims.json below RESULTS")
+    ap.add_argument("--curve", help="metrics.jsonl key to plot against step")
+    ap.add_argument("--out", help="output prefix: writes PREFIX.md, PREFIX.csv (+ PREFIX.png)")
+    ap.add_argument("--command", action="append", help="a command that produced the runs (repeatable)")
+    ap.add_argument("--wall-s", type=float, help="wall time of the command(s) in seconds")
+    ap.add_argument("--scale")
     args = ap.parse_args(argv)
-    if args.summary and not args.runs:
-        print(f"wrote {write_summary(Path(args.summary))}")
-        return 0
     runs = [r for root in args.runs for r in load_runs(Path(root))]
     if not runs:
         ap.error(f"no run folders (with metrics.json or .hydra/) under {', '.join(args.runs) or '(none given)'}")
@@ -77,12 +51,13 @@ def _main(argv=None) -> int:
             ap.error("--table needs --out")
         print(build_table(args.table, runs, Path(args.out), meta))
     else:
-        group_by = args.group_by.split(",") if args.group_by else varying_keys(runs)
+        varying = [k for k in sorted({k for r in runs for k in r.overrides})
+                   if k != "seed" and len({r.overrides.get(k) for r in runs}) > 1]
+        group_by = args.group_by.split(",") if args.group_by else varying
         metrics = args.metrics.split(",")
         damaged = [r for r in runs if r.status == "damaged"]
         if damaged and all(r.status in ("damaged", "missing") for r in runs):  # nothing to report: say which file
-            ap.error(f"{len(damaged)} run folder(s) hold a damaged file, no run a readable one: "
-                     f"{damaged[0].error}")
+            ap.error(f"{len(damaged)} run folder(s) hold a damaged file, no run a readable one: {damaged[0].error}")
         for key in [k for k in group_by if all(r.get(k) is None for r in runs)]:  # a typo would pool every run
             ap.error(f"--group-by {key}: no run has this config key (e.g. model.kind, model.depth, variant)")
         for key in [k for k in metrics if all(k not in r.final for r in runs)]:
@@ -90,7 +65,9 @@ def _main(argv=None) -> int:
             ap.error(f"--metrics {key}: no run's metrics.json has it (valid: {', '.join(known)})")
         if args.curve and not any(r.history_values(args.curve) for r in runs):
             ap.error(f"--curve {args.curve}: no run's metrics.jsonl has it")
-        t, md, csv_text = render(generic_spec(group_by, metrics), runs)
+        measures = [Measure(m, m) for m in metrics]
+        spec = TableSpec("Report", keys=tuple(group_by), columns=(count(), *map(stat, measures)), primary=measures[0])
+        t, md, csv_text = render(spec, runs)
         print(md)
         if args.out:
             out = Path(args.out)
@@ -98,7 +75,5 @@ def _main(argv=None) -> int:
             files.write_atomic(out.with_name(out.name + ".md"), header("Report", runs, meta) + md)
             files.write_atomic(out.with_name(out.name + ".csv"), csv_text)
             if args.curve:
-                plot(out.with_name(out.name + ".png"), [curve_panel(t.rows, args.curve, "", args.curve)])
-    if args.summary:
-        write_summary(Path(args.summary))
+                plot(out.with_name(out.name + ".png"), [curve_panel(t.rows, args.curve, "")])
     return 0

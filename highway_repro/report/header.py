@@ -1,9 +1,5 @@
-"""The one header of every report: command(s), scale, seeds, runs, wall time, CPU-hours, machine(s), code.
-
-Everything but the command line, its wall time and the budget's measure (passed in by the runner as `meta`)
-is read from the run folders: `time/wall_s` and `time/cpu_s` from metrics.json, machine, versions, threads and
-commit from run_info.json. Nothing here describes the machine that builds the report.
-"""
+"""The one header of every report: command(s), scale, seeds, runs, wall time, CPU-hours, machine(s), code; all but
+the runner's `meta` (commands, their wall time, the budget) read from the run folders, never from this machine."""
 
 from __future__ import annotations
 
@@ -26,25 +22,15 @@ def seeds(runs: list[Run]) -> list[str]:
 
 
 def compute_time(runs: list[Run]) -> dict:
-    """Training wall time and CPU time summed over the runs that recorded one."""
-    wall = cpu = 0.0
-    estimated = unknown_threads = without_final = 0
-    for r in runs:
-        w = r.metric("time/wall_s")
-        if not math.isfinite(w):
-            continue
-        wall += w
-        without_final += r.done and not math.isfinite(r.metric("time/final_eval_s"))  # made by older code
-        c = r.metric("time/cpu_s")
-        if math.isfinite(c):
-            cpu += c
-        else:
-            n, known = r.threads
-            cpu += w * n
-            estimated += 1
-            unknown_threads += not known
-    return {"wall_s": wall, "cpu_s": cpu, "estimated": estimated, "unknown_threads": unknown_threads,
-            "without_final": without_final}
+    """Training wall time and CPU time summed over the runs that recorded a wall time (CPU time: wall time x threads
+    where it is missing)."""
+    timed = [r for r in runs if math.isfinite(r.metric("time/wall_s"))]
+    guessed = [r for r in timed if not math.isfinite(r.metric("time/cpu_s"))]
+    return {"wall_s": sum(r.metric("time/wall_s") for r in timed),
+            "cpu_s": sum(c if math.isfinite(c := r.metric("time/cpu_s")) else r.metric("time/wall_s") * r.threads[0]
+                         for r in timed),
+            "estimated": len(guessed), "unknown_threads": sum(not r.threads[1] for r in guessed),
+            "without_final": sum(r.done and not math.isfinite(r.metric("time/final_eval_s")) for r in timed)}
 
 
 def machine(info: dict) -> str:
@@ -55,7 +41,6 @@ def machine(info: dict) -> str:
 
 
 def _s(n: int) -> str:
-    """The plural ending of a count: "s" for more than one."""
     return "s" if n > 1 else ""
 
 
@@ -98,9 +83,8 @@ def header(title: str, runs: list[Run], meta: dict | None = None) -> str:
     if t["estimated"]:
         cpu_h += " " + prose("header estimated", n=t["estimated"], threads=f"; {t['unknown_threads']} of them with "
                              "no thread count: 1 assumed" if t["unknown_threads"] else "")
-    wall = f"- wall time: {duration(meta['wall_s'])} for the command{_s(len(commands))}; " \
-        if meta.get("wall_s") is not None else "- wall time: "
-    lines.append(wall + f"training {duration(t['wall_s'])} summed over runs, {cpu_h}"
+    wall = "" if meta.get("wall_s") is None else f"{duration(meta['wall_s'])} for the command{_s(len(commands))}; "
+    lines.append(f"- wall time: {wall}training {duration(t['wall_s'])} summed over runs, {cpu_h}"
                  + (" " + prose("header without final", n=t["without_final"]) if t["without_final"] else ""))
     if meta.get("budget"):
         secs, n, jobs = meta["budget"]

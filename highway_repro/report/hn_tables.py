@@ -1,7 +1,5 @@
-"""The Highway Networks tables and figures (Srivastava et al., 2015) as `TableSpec`s: Fig. 1 (depth sweep),
-Table 1 (MNIST), Tables 2/3 (CIFAR-10), Figs. 2-4 (gate analyses) and the demo. Rows come from `model.depth`,
-`model.width`, `model.kind` (trials and seeds are the runs of a row); paper numbers from `papers.yaml`.
-"""
+"""The Highway Networks tables (Srivastava et al., 2015): Fig. 1 (depth sweep), Table 1 (MNIST), Tables 2/3
+(CIFAR-10), Figs. 2-4 (gate analyses) and the demo; a row's trials or seeds are its runs."""
 
 from __future__ import annotations
 
@@ -15,37 +13,44 @@ from highway_repro.report.measures import (Column, Measure, best, best_key, coun
                                            top_mean)
 from highway_repro.report.spec import TableSpec
 
-# ------------------------------------------------------------------ measures shared by the tables
 TEST_ACC = Measure("test/acc", "test accuracy %", scale=100.0, digits=2, lower_is_better=False)
 TRAIN_LOSS = Measure("train/loss", "final training loss", digits=4)
 
 
 def _fig1_figure(t, path):
-    depths = sorted({row.id[0] for row in t.rows}, key=float)
+    """Per depth: the best trial's training curve, the mean curve of the top k, and the expected best final training
+    loss of k trials (Dodge et al. 2019), its band the 95 % of 1,000 bootstrap resamples of the trials (descriptive,
+    not a test)."""
+    import numpy as np
+
+    depths, common = sorted({row.id[0] for row in t.rows}, key=float), _common_k(t)
     colors = {"plain": "tab:red", "highway": "tab:blue", "residual": "tab:green"}
-    best_panels = [Panel(f"depth {d}: best", {}, logy=True) for d in depths]
-    top_panels = [Panel(f"depth {d}: mean of top {papers.FIG1_TOP_K}", {}, logy=True) for d in depths]
-    for d, bp, tp in zip(depths, best_panels, top_panels):
-        for k, color in colors.items():
-            row = t.by_id.get((d, k))
-            ranked = row.ranked(TRAIN_LOSS) if row else []
-            if not ranked:
-                continue
-            hist = ranked[0][1].history_values("train/loss", only_training=True)  # running means, as logged
-            if hist:
-                bp.series[k] = tuple(map(list, zip(*hist)))
-            tp.series[k] = mean_curve([r for _, r in ranked[:papers.FIG1_TOP_K]], "train/loss", only_training=True)
-            bp.colors[k] = tp.colors[k] = color
-    best_panels[0].ylabel = "training loss (running mean)"
-    common = _common_k(t)
-    curves = [_expected_best_panel(t, d, colors, common) for d in depths]
-    curves[0].ylabel = "final training loss\n(band: bootstrap, descriptive)"
-    plot(path, best_panels + top_panels + curves, ncols=len(depths), panel_size=(3.2, 3.0))
+    best = [Panel(f"depth {d}: best", {}, logy=True, colors=colors) for d in depths]
+    top = [Panel(f"depth {d}: mean of top {papers.FIG1_TOP_K}", {}, logy=True, colors=colors) for d in depths]
+    expected = [Panel(f"depth {d}: expected best of k trials", {}, logy=True, colors=colors, xlabel="trials k")
+                for d in depths]
+    for d, bp, tp, ep in zip(depths, best, top, expected):
+        for k, xs in _depth_trials(t, d).items():
+            ranked = t.by_id[(d, k)].ranked(TRAIN_LOSS)
+            if ranked:
+                hist = ranked[0][1].history_values("train/loss", only_training=True)  # running means, as logged
+                if hist:
+                    bp.series[k] = tuple(map(list, zip(*hist)))
+                tp.series[k] = mean_curve([r for _, r in ranked[:papers.FIG1_TOP_K]], "train/loss", only_training=True)
+            if xs:
+                ks, w = list(range(1, len(xs) + 1)), np.array(stats.best_of_k_weights(len(xs)))
+                curves = np.sort(np.random.default_rng(0).choice(xs, (1000, len(xs))), axis=1) @ w.T
+                lo, hi = np.percentile(curves, [2.5, 97.5], axis=0)
+                ep.series[k], ep.bands[k] = (ks, stats.expected_best(xs)), (ks, lo.tolist(), hi.tolist())
+        if any(len(xs) > common for xs, _ in ep.series.values()):
+            ep.vlines[common] = f"k = {common}, the common k"
+    best[0].ylabel = "training loss (running mean)"
+    expected[0].ylabel = "final training loss\n(band: bootstrap, descriptive)"
+    plot(path, best + top + expected, ncols=len(depths), panel_size=(3.2, 3.0))
 
 
 def _depth_trials(t, depth: str) -> dict:
-    """kind -> the final training loss of every trial at `depth`, a failed one at the worst a finished trial of that
-    depth reached (as the claims count failures: `claims.trials`)."""
+    """kind -> the final training loss of each trial at `depth`, a failure at the worst that depth reached."""
     rows = [row for row in t.rows if row.id[0] == depth]
     finished = [v for row in rows for v in row.values(TRAIN_LOSS)]
     return {row.id[1]: trials(row, TRAIN_LOSS, max(finished)) for row in rows} if finished else {}
@@ -56,34 +61,8 @@ def _common_k(t) -> int:
     return min((sum(r.status != "missing" for r in row.runs) for row in t.rows), default=0)
 
 
-def _band(xs: list[float], resamples: int = 1000) -> tuple[list[float], list[float]]:
-    """The 2.5 and 97.5 percentiles, pointwise, of the expected-best curve over bootstrap resamples of the trials:
-    descriptive (how far the curve moves with the trials drawn), not a test; at k = N its low end is the best trial."""
-    import numpy as np
-
-    w = np.array(stats.best_of_k_weights(len(xs)))
-    curves = np.sort(np.random.default_rng(0).choice(xs, (resamples, len(xs))), axis=1) @ w.T
-    lo, hi = np.percentile(curves, [2.5, 97.5], axis=0)
-    return lo.tolist(), hi.tolist()
-
-
-def _expected_best_panel(t, depth: str, colors: dict, common: int) -> Panel:
-    """The expected best final training loss of k trials, k = 1..N, per kind (`stats.expected_best`; at k = N the
-    best trial), with its descriptive bootstrap band; a dotted line at the common k where a row has more trials."""
-    p = Panel(f"depth {depth}: expected best of k trials", {}, logy=True, xlabel="trials k")
-    for kind, xs in _depth_trials(t, depth).items():
-        if xs:
-            ks = list(range(1, len(xs) + 1))
-            p.series[kind], p.bands[kind] = (ks, stats.expected_best(xs)), (ks, *_band(xs))
-            p.colors[kind] = colors[kind]
-    if any(len(xs) > common for xs, _ in p.series.values()):
-        p.vlines[common] = f"k = {common}, the common k"
-    return p
-
-
 def expected_best_at_common_k() -> Column:
-    """The expected best final training loss of k trials at the common k (`_common_k`), so that depths with more
-    trials compare with the others at equal k; the best trial where a row has k trials."""
+    """The expected best final training loss at the common k, so that depths with more trials compare at equal k."""
     def value(row, t):
         k, xs = _common_k(t), _depth_trials(t, row.id[0]).get(row.id[1])
         return stats.expected_best(xs)[k - 1] if xs and k else math.nan
@@ -93,20 +72,15 @@ def expected_best_at_common_k() -> Column:
                   lambda row, t: {"expected_best_common_k": value(row, t), "common_k": _common_k(t)})
 
 
-def _rate(depth: str, name: str) -> str:
-    """A rate of power.FIG1_POWER as the text writes it, to two significant figures: 0.26442 -> "26 %"."""
-    return f"{float(f'{power.FIG1_POWER[depth][name] * 100:.2g}'):g} %"
-
-
 FIG1_TEST = prose("fig1 test", quantile=stats.pct(papers.FIG1_QUANTILE), draws=f"{power.FIG1_POWER_DRAWS:,}",
-                  seed=power.FIG1_POWER_SEED, **{f"{name}_{d}": _rate(d, name) for d in ("50", "100")
-                                                 for name in ("error", "error_not_held", "power", "refuted")})
+                  seed=power.FIG1_POWER_SEED,  # each rate to two significant figures: 0.26442 -> "26 %"
+                  **{f"{name}_{d}": f"{float(f'{power.FIG1_POWER[d][name] * 100:.2g}'):g} %" for d in ("50", "100")
+                     for name in ("error", "error_not_held", "power", "refuted")})
 
 
 def _fig1_claims(by_id) -> list[Claim]:
-    """Fig. 1's claims: at depths 50 and 100 highway ends more than FIG1_HIGHWAY_FACTOR below plain (log10 final
-    training loss); plain nets of 10 and 20 layers reach FIG1_PLAIN_BELOW; ours: both kinds train at depth 10. Each
-    on the FIG1_QUANTILE-quantile of a (depth, kind)'s trials, not the paper's best trial (FIG1_TEST says why)."""
+    """Fig. 1's claims, each on the FIG1_QUANTILE-quantile of a (depth, kind)'s trials, not the paper's best trial
+    (FIG1_TEST says why); ours: both kinds train at depth 10."""
     q, factor = papers.FIG1_QUANTILE, papers.FIG1_HIGHWAY_FACTOR
     of = f"at the {stats.pct(q)} quantile of the trials"
     log_loss = Measure("train/loss", "log10 final training loss", how="log10", digits=3)
@@ -133,7 +107,7 @@ HN_FIG1 = TableSpec(
 
 
 def _paper_accuracy(table: papers.PaperTable) -> tuple[Column, Column]:
-    """The paper's best and mean ± std accuracy of a row of `table` (papers.HN_TABLE1 / HN_CIFAR)."""
+    """The paper's best and mean ± std accuracy of each row of `table`."""
     def cell(fmt):
         return lambda row_id: fmt(table.rows[row_id]) if row_id in table.rows else None
 
@@ -178,5 +152,4 @@ DEMO = TableSpec(
     columns=(params(), count(), stat(TRAIN_LOSS), stat(TEST_ACC)),
     primary=TRAIN_LOSS,
     notes="Training loss = running mean of the last log interval (50 steps).",
-    figure=lambda t, path: plot(path, [curve_panel(t.rows, "train/loss", "MLP on MNIST: training loss",
-                                                    "train/loss", logy=True)]))
+    figure=lambda t, path: plot(path, [curve_panel(t.rows, "train/loss", "MLP on MNIST: training loss", logy=True)]))

@@ -1,7 +1,5 @@
-"""The Highway Transformer tables (Chai et al., 2020) and the studies on them as `TableSpec`s: one row per gate
-variant (its rows and their order from the table's sweep files, labelled by the runs' `variant_label`,
-configs/variant/), the placement scan, the gate zoo and the paper-size anchor; paper numbers from `papers.yaml`.
-"""
+"""The Highway Transformer tables (Chai et al., 2020) and the studies on them (the placement scan, the gate zoo, the
+paper-size anchor): one row per gate variant, as the table's sweep files list them."""
 
 from __future__ import annotations
 
@@ -18,16 +16,14 @@ from highway_repro.report.measures import (NA, Column, Measure, column, count, m
                                            ratio_to_baseline, rel_change, stat, steps_to_reach)
 from highway_repro.report.spec import TableSpec
 
-
-def sweep_rows(name: str) -> tuple[str, ...]:
-    """Table `name`'s rows (variants) in display order: as its sweep files list them (`configs/sweep/<name>/`,
-    the paper scale's file first), each once."""
-    files = sorted((SWEEP_DIR / name).glob("*.yaml"), key=lambda f: (f.stem != "paper", f.stem))
-    return tuple(dict.fromkeys(v for f in files for v in grid_of(f).get("variant", [])))
-
-
 ZOO_MODELS = {"ht_char_ptb": "Transformer-L3, char-PTB", "ht_char_ptb_rt": "R-Transformer-L3, char-PTB",
               "ht_enwik8_l6": "Transformer-XL L6, enwik8 prefix"}
+
+
+def sweep_rows(name: str) -> tuple[str, ...]:
+    """Table `name`'s variants in display order, as `configs/sweep/<name>/` lists them (the paper scale's first)."""
+    files = sorted((SWEEP_DIR / name).glob("*.yaml"), key=lambda f: (f.stem != "paper", f.stem))
+    return tuple(dict.fromkeys(v for f in files for v in grid_of(f).get("variant", [])))
 
 
 def _variant_label(row, v: str | None = None) -> str:
@@ -40,42 +36,39 @@ def _variant_label(row, v: str | None = None) -> str:
 def _paper_num(x, metric: str) -> str | None:
     if x is None:
         return None
-    dec = len(repr(float(x)).split(".")[1])
-    return f"{x:.{max(3 if metric == 'bpc' else 2, dec)}f}"
+    return f"{x:.{max(3 if metric == 'bpc' else 2, len(repr(float(x)).split('.')[1]))}f}"
 
 
 def _settings(runs: list[Run]) -> str:
-    """One line with the settings the runs used (from the first run's resolved config)."""
-    for r in runs:
-        if not (r.path / "config_resolved.yaml").exists():
-            continue
-        c = r.config
-        m, d, o, t = c.get("model", {}), c.get("data", {}), c.get("optim", {}), c.get("trainer", {})
-        extra = f", {m.get('rnn')} window {m.get('window')}" if m.get("rnn") else ""
-        if m.get("mem_len") is not None:
-            extra += f", mem {m.get('mem_len')} (eval tgt {m.get('eval_tgt_len')}, mem {m.get('eval_mem_len')})"
-        sched, cap, final = o.get("scheduler") or {}, t.get("eval_max_batches"), t.get("final_max_batches")
-        return prose("ht settings", data=d.get("name"), layers=m.get("n_layers"), d_model=m.get("d_model"),
-                     heads=m.get("n_heads"), d_ff=m.get("d_ff", m.get("d_inner")), extra=extra,
-                     dropout=m.get("dropout"), batch=d.get("batch_size"), seq=d.get("seq_len"),
-                     scored=d.get("score_len") or d.get("seq_len"), eval_batch=d.get("eval_batch_size"),
-                     opt=str(o.get("optimizer", {}).get("_target_", "?")).rsplit(".", 1)[-1],
-                     lr=o.get("optimizer", {}).get("lr"), schedule=sched.get("kind"),
-                     horizon=f" over {sched['horizon']:,} steps" if sched.get("horizon") else "",
-                     clip=t.get("grad_clip"), steps=t.get("max_steps"), every=t.get("eval_every"),
-                     evals=f"intermediate evals {'complete' if cap is None else f'capped at {cap} batches'}",
-                     final="final val/test complete" if final is None else
-                     f"final val/test CAPPED at {final} batches: smoke numbers, not results")
-    return "- settings used: unknown (no resolved config found)"
+    """One line with the settings of the first run that kept its resolved config."""
+    run = next((r for r in runs if (r.path / "config_resolved.yaml").exists()), None)
+    if run is None:
+        return "- settings used: unknown (no resolved config found)"
+    m, d, o, t = (run.config.get(k, {}) for k in ("model", "data", "optim", "trainer"))
+    extra = f", {m.get('rnn')} window {m.get('window')}" if m.get("rnn") else ""
+    if m.get("mem_len") is not None:
+        extra += f", mem {m.get('mem_len')} (eval tgt {m.get('eval_tgt_len')}, mem {m.get('eval_mem_len')})"
+    sched, opt = o.get("scheduler") or {}, o.get("optimizer", {})
+    cap, final = t.get("eval_max_batches"), t.get("final_max_batches")
+    return prose("ht settings", data=d.get("name"), layers=m.get("n_layers"), d_model=m.get("d_model"),
+                 heads=m.get("n_heads"), d_ff=m.get("d_ff", m.get("d_inner")), extra=extra, dropout=m.get("dropout"),
+                 batch=d.get("batch_size"), seq=d.get("seq_len"), scored=d.get("score_len") or d.get("seq_len"),
+                 eval_batch=d.get("eval_batch_size"), opt=str(opt.get("_target_", "?")).rsplit(".", 1)[-1],
+                 lr=opt.get("lr"), schedule=sched.get("kind"),
+                 horizon=f" over {sched['horizon']:,} steps" if sched.get("horizon") else "",
+                 clip=t.get("grad_clip"), steps=t.get("max_steps"), every=t.get("eval_every"),
+                 evals=f"intermediate evals {'complete' if cap is None else f'capped at {cap} batches'}",
+                 final="final val/test complete" if final is None else
+                 f"final val/test CAPPED at {final} batches: smoke numbers, not results")
 
 
 def _unigram_note(runs: list[Run], metric: str, base) -> str:
+    """The unigram level of the runs' data (papers.UNIGRAM), with a warning where our baseline ends near it."""
     data = next((r.get("data.name") for r in runs if r.get("data.name")), None)
     u = papers.UNIGRAM.get(data or "")
     if not u or u[0] != metric:
         return ""
-    line = (f"- unigram reference on `{data}` (training-split symbol frequencies only, measured): "
-            f"val {u[1]} / test {u[2]} {metric}")
+    line = prose("ht unigram", data=data, val=u[1], test=u[2], metric=metric)
     test = base.mean(Measure(f"test/{metric}", "")) if base else math.nan
     if math.isfinite(test):
         ratio = test / u[2] if metric == "bpc" else math.log(test) / math.log(u[2])
@@ -86,32 +79,26 @@ def _unigram_note(runs: list[Run], metric: str, base) -> str:
 
 def ht_table(name: str, metric: str, time_column: bool = False, reference_curves: bool = False,
              extra_figure=None) -> TableSpec:
-    """A Highway Transformer table: one row per gate variant, claims 'ends lower' and 'converges faster' per row.
-    `extra_figure(t) -> [Panel]`: panels drawn after the validation curves."""
+    """A Highway Transformer table: one row per gate variant, claims 'ends lower' and 'converges faster' per row;
+    `extra_figure(t) -> [Panel]` draws after the validation curves."""
     pt, title = papers.HT[name], prose(f"title {name}")
-    digits = 4 if metric == "bpc" else 2
+    digits, auc_label = (4, "bpc") if metric == "bpc" else (2, "loss (nats)")
     val = Measure(f"val/{metric}", f"val {metric}", digits=digits)
     test = Measure(f"test/{metric}", f"test {metric}", digits=digits)
-    auc_label = "bpc" if metric == "bpc" else "loss (nats)"
     auc = Measure("val/bpc" if metric == "bpc" else "val/loss", f"mean val {auc_label} over evals (AUC)", how="auc")
-    tps = Measure("perf/tokens_per_s", "tokens/s", how="rate", lower_is_better=False)
-    cps = Measure("perf/cpu_s_per_step", "CPU-s per step", how="rate")
     base_p = pt.rows.get("baseline", (None, None))
 
     def paper_pair(row_id):
         return pt.rows.get(row_id[0], (None, None))
 
     def claim_measure(row, t=None):  # the paper compares a row on val only where it gives no test value
-        row_id = row.id if hasattr(row, "id") else row
-        p = (None, None) if row_id[0] in pt.no_claim_rows else paper_pair(row_id)  # our claim: on test
+        p = (None, None) if row.id[0] in pt.no_claim_rows else paper_pair(row.id)  # our claim: on test
         return val if (p[1] is None and p[0] is not None) else test
 
     def paper_rel(row_id):
         p = paper_pair(row_id)
-        if row_id[0] == "baseline" or p == (None, None):
-            return None, None
         i = 1 if (p[1] is not None and base_p[1] is not None) else 0
-        if p[i] is None or base_p[i] is None:
+        if row_id[0] == "baseline" or p[i] is None or base_p[i] is None:
             return None, None
         return pct(p[i], base_p[i]) + ("" if i == 1 else " (val)"), p[i] < base_p[i]
 
@@ -125,49 +112,43 @@ def ht_table(name: str, metric: str, time_column: bool = False, reference_curves
                 steps_to_reach(val, f"steps to reach the baseline's last eval's val {metric}")]
     if time_column:
         hours = papers.ENWIK8_L6_HOURS if reference_curves else {}
-        columns += [ratio_to_baseline(tps, "time/step vs baseline"),
-                    ratio_to_baseline(cps, "CPU time/step vs baseline"),
+        columns += [ratio_to_baseline(Measure("perf/tokens_per_s", "tokens/s", how="rate", lower_is_better=False),
+                                      "time/step vs baseline"),
+                    ratio_to_baseline(Measure("perf/cpu_s_per_step", "CPU-s per step", how="rate"),
+                                      "CPU time/step vs baseline"),
                     paper("paper time vs baseline", lambda i: f"{hours[i[0]] / hours['baseline']:.3f}x "
                           f"({hours[i[0]]} h)" if i[0] in hours else None, "paper_hours")]
 
     def claims(by_id) -> list[Claim]:
         out = []
-        for row_id in by_id:
-            if row_id == ("baseline",):
-                continue
-            p = paper_pair(row_id)
+        for row_id in (i for i in by_id if i != ("baseline",)):
+            p, m = paper_pair(row_id), claim_measure(by_id[row_id])
             rel, lower = (None, None) if row_id[0] in pt.no_claim_rows else paper_rel(row_id)
             side = "lower" if lower in (True, None) else "higher"
-            m = claim_measure(row_id)
             out.append(Claim(f"ends {side} than the baseline", row_id, m, side, ("baseline",),
                              paper_note=f"; paper {rel}" if rel else "", paper_value=p[1] if m is test else p[0]))
             out.append(Claim("converges faster than the baseline", row_id, auc, "lower", ("baseline",), reach=val))
         measures = {val.name: val, test.name: test}
         for pc in papers.PAPER_CLAIMS:  # the paper's comparisons of two gated rows (placement: bottom vs top)
             if pc.table == name and pc.against != ("baseline",):
-                row = tuple((v,) for v in pc.row) if len(pc.row) > 1 else pc.row
-                against = tuple((v,) for v in pc.against) if len(pc.against) > 1 else pc.against
+                row, against = (tuple((v,) for v in ids) if len(ids) > 1 else ids for ids in (pc.row, pc.against))
                 out.append(Claim(f"ends {pc.side} than {' + '.join(pc.against)}: {pc.says}", row,
                                  measures[pc.statistic], pc.side, against))
         return out
 
     def notes(runs, t) -> str:
         best = any(r.config.get("trainer", {}).get("final_eval") == "best" for r in runs)
-        weights = ("of the best-validation weights (trainer.final_eval=best; the best step is judged on the "
-                   "intermediate evaluations' val subset, the last step too)" if best else "after the last step")
+        weights = prose("ht best weights") if best else "after the last step"
         text = (prose("ht columns", metric=metric, weights=weights, auc_label=auc_label) + "\n\n" + _settings(runs)
                 + "\n" + _unigram_note(runs, metric, t.baseline_row))
-        if time_column:
-            text += "\n\n" + prose("ht time")
-        return text
+        return text + ("\n\n" + prose("ht time") if time_column else "")
 
     def figure(t, path):
         ours = curve_panel(t.rows, val.key, title.split(": ", 1)[-1].split(" (")[0]
-                            + f"\nours: val {metric} by step, mean over seeds", val.key, logy=metric == "ppl")
+                           + f"\nours: val {metric} by step, mean over seeds", logy=metric == "ppl")
         if not reference_curves:
             extra = extra_figure(t) if extra_figure else []
-            plot(path, [ours] + extra, ncols=min(3, 1 + len(extra)))
-            return
+            return plot(path, [ours] + extra, ncols=min(3, 1 + len(extra)))
         label = {row.id[0]: row.label for row in t.rows}
         ours.colors = {row.label: f"C{i % 10}" for i, row in enumerate(t.rows)}
         ours.title = "ours (this scale): val bpc by step"
@@ -175,18 +156,18 @@ def ht_table(name: str, metric: str, time_column: bool = False, reference_curves
                     {f"{label.get(v, v)} (official log)": (papers.ENWIK8_L6_LOG_STEPS, ys)
                      for v, ys in papers.ENWIK8_L6_LOGS.items()}, val.key, dashed=True)
         ref.colors = {f"{label.get(v, v)} (official log)": ours.colors.get(label.get(v)) for v in papers.ENWIK8_L6_LOGS}
-        plot(path, [ours, ref], panel_size=(6.0, 4.5))
+        return plot(path, [ours, ref], panel_size=(6.0, 4.5))
 
     return TableSpec(title, keys=("variant",), columns=tuple(columns), primary=test, claims=claims,
-                     order={"variant": sweep_rows(name)},
-                     baseline=("baseline",), label=_variant_label, label_header="variant", paper=pt,
+                     order={"variant": sweep_rows(name)}, baseline=("baseline",), label=_variant_label,
+                     label_header="variant", paper=pt,
                      paper_of=lambda row_id, split: paper_pair(row_id)[0 if split == "val" else 1],
                      notes=notes, figure=figure)
 
 
 def placement_panels(t) -> list[Panel]:
-    """Final test bpc and mean val bpc over the run (AUC) against the gated layer k, with the baseline and the
-    all-layers row as flat lines; mean over seeds, with the band of its 95 % t-interval (`plots.t_band`)."""
+    """Final test bpc and AUC against the gated layer k, with the baseline and the all-layers row as flat lines over
+    every k of the grid (trained or not); each a mean over seeds with its band."""
     test, auc = Measure("test/bpc", "test bpc"), Measure("val/bpc", "", how="auc")
 
     def layer(v: str) -> int | None:
@@ -194,32 +175,24 @@ def placement_panels(t) -> list[Panel]:
 
     ks = sorted(k for (v,), row in t.by_id.items() if (k := layer(v)) is not None and row.done)
     grid = {layer(v) for v in (*t.spec.order.get("variant", ()), *(v for (v,) in t.by_id))} - {None}
-    span = [min(grid), max(grid)] if grid else []  # the flat lines cover every k of the grid, trained or not
-    k_only = "SDU tanh in layer k only"
-    flat = {"baseline": "baseline (no gate)", "sdu_tanh": "SDU tanh, all layers"}  # row -> label
+    k_only, flat = "SDU tanh in layer k only", {"baseline": "baseline (no gate)", "sdu_tanh": "SDU tanh, all layers"}
+    lines = {k_only: (ks, [t.by_id[(f"tanh_l{k}",)] for k in ks])} if ks else {}  # label -> (xs, the row at each x)
+    lines |= {label: ([min(grid), max(grid)], [row] * 2) for v, label in flat.items()
+              if ks and (row := t.by_id.get((v,))) and row.done}
     colors = {k_only: "black", flat["baseline"]: "C0", flat["sdu_tanh"]: "C1"}  # the flat rows: as in panel 1
     styles = {k_only: {"marker": "o", "ms": 5}} | {label: {"ls": "--"} for label in flat.values()}
     panels = []
-    for m, title in ((test, "final test bpc vs the one gated layer k"),
-                     (auc, "mean val bpc over the run (AUC) vs k")):
-        series, bands = {}, {}
-        if ks:
-            series[k_only] = (ks, [t.by_id[(f"tanh_l{k}",)].mean(m) for k in ks])
-            bands[k_only] = t_band(ks, [t.by_id[(f"tanh_l{k}",)].values(m) for k in ks])
-        for rid, label in flat.items():
-            row = t.by_id.get((rid,))
-            if row and row.done and ks:
-                series[label] = (span, [row.mean(m)] * 2)
-                bands[label] = t_band(span, [row.values(m)] * 2)
-        panels.append(Panel(title, series, "bpc", xlabel="gated layer k", colors=colors, styles=styles,
+    for m, title in ((test, "final test bpc vs the one gated layer k"), (auc, "mean val bpc over the run (AUC) vs k")):
+        bands = {label: t_band(xs, [row.values(m) for row in rows]) for label, (xs, rows) in lines.items()}
+        panels.append(Panel(title, {label: (xs, [row.mean(m) for row in rows]) for label, (xs, rows) in lines.items()},
+                            "bpc", xlabel="gated layer k", colors=colors, styles=styles,
                             bands={k: b for k, b in bands.items() if b}, band_label=T_BAND))
     return panels
 
 
 def paper_anchor_table() -> TableSpec:
-    """The paper-size anchor: the 6-layer Transformer-XL at the paper's size and recipe, its first ANCHOR_STEP steps on
-    the enwik8 prefix, validation bpc at each evaluation beside the official training logs (Chai et al. 2020, the
-    logs of the paper's Table 4 runs: papers.ENWIK8_L6_LOGS)."""
+    """The 6-layer Transformer-XL at the paper's size and recipe, its first ANCHOR_STEP steps on the enwik8 prefix,
+    beside the official training logs of the paper's Table 4 runs (Chai et al. 2020)."""
     step, tol = papers.ANCHOR_STEP, papers.ANCHOR_TOLERANCE_BPC
     at = {s: Measure("val/bpc", f"val bpc, step {s}", how="at", step=s) for s in (100, 200, 300, step)}
     last = at[step]
@@ -249,7 +222,7 @@ def paper_anchor_table() -> TableSpec:
         return word + ("" if ci else " (1 seed, no interval)")
 
     columns = (params(), count(), *(stat(m) for m in at.values()),
-               paper(f"official log, step {step}", lambda i: official(i), "official_val_bpc"),
+               paper(f"official log, step {step}", official, "official_val_bpc"),
                Column("ours - official (95 % interval)", gap_cell, lambda row, t: {"minus_official": gap(row)[0]}),
                column(f"within {tol} bpc", "within_tolerance", within_cell),
                stat(test))
@@ -263,13 +236,12 @@ def paper_anchor_table() -> TableSpec:
         return prose("anchor data", step=step, tol=tol) + "\n\n" + _settings(runs)
 
     def figure(t, path):
-        ours = curve_panel(t.rows, "val/bpc", "ours, paper size, enwik8 prefix: val bpc by step (mean over seeds)",
-                            "val/bpc")
+        ours = curve_panel(t.rows, "val/bpc", "ours, paper size, enwik8 prefix: val bpc by step (mean over seeds)")
         ours.colors = {row.label: f"C{i % 10}" for i, row in enumerate(t.rows)}
         label = {row.id[0]: row.label for row in t.rows}
-        for v, ys in papers.ENWIK8_L6_LOGS.items():  # the official logs' step-400 points, as stars in the row's color
+        for v in papers.ENWIK8_L6_LOGS:  # the official logs' step-400 points, as stars in the row's color
             name = f"{label.get(v, v)} (official log, full corpus)"
-            ours.series[name] = ([step], [ys[papers.ENWIK8_L6_LOG_STEPS.index(step)]])
+            ours.series[name] = ([step], [official((v,))])
             ours.colors[name] = ours.colors.get(label.get(v))
             ours.styles[name] = {"ls": "none", "marker": "*", "ms": 11}
         plot(path, [ours])
@@ -282,8 +254,8 @@ def paper_anchor_table() -> TableSpec:
 
 
 def gate_zoo_table() -> TableSpec:
-    """The gate zoo: every gate kind on every model; each gated row against its model's baseline and
-    its parameter-matched baseline (paired or Welch intervals); a pivot of the verdicts per (kind, model) cell."""
+    """The gate zoo: every gate kind on every model, each gated row against its model's baseline and its
+    parameter-matched baseline; a pivot of the verdicts per (kind, model) cell."""
     test = Measure("test/bpc", "test bpc")
     auc = Measure("val/bpc", "mean val bpc over evals (AUC)", how="auc")
     rows = sweep_rows(f"ht_zoo_{next(iter(ZOO_MODELS)).removeprefix('ht_')}")  # every part has the same rows
@@ -298,39 +270,30 @@ def gate_zoo_table() -> TableSpec:
         return column(header, name, value)
 
     def claims(by_id) -> list[Claim]:
-        out = []
-        for (model, v) in by_id:
-            if v in ("baseline", "baseline_matched"):
-                continue
-            out.append(Claim("ends lower than the baseline", (model, v), test, "lower", (model, "baseline")))
-            out.append(Claim("ends lower than the parameter-matched baseline", (model, v), test, "lower",
-                             (model, "baseline_matched")))
-        out += [Claim("ends lower than the baseline", (model, "baseline_matched"), test, "lower",
-                      (model, "baseline")) for (model, v) in by_id if v == "baseline_matched"]
-        return out
+        bases = {"baseline": "the baseline", "baseline_matched": "the parameter-matched baseline"}
+        return ([Claim(f"ends lower than {bases[b]}", (m, v), test, "lower", (m, b)) for m, v in by_id
+                 if v not in bases for b in bases]
+                + [Claim("ends lower than the baseline", (m, v), test, "lower", (m, "baseline")) for m, v in by_id
+                   if v == "baseline_matched"])
+
+    def cell(row, results: dict) -> str:
+        if row is None or not row.done:
+            return NA
+        text = mean_pm(row.values(test), 4)
+        for other, short in (("baseline", "vs base"), ("baseline_matched", "vs matched")):
+            r = results.get((row.id, other))
+            if r and r.ci is not None:
+                text += f"; {short} {r.diff:+.3f} [{r.ci[0]:+.3f}, {r.ci[1]:+.3f}] {r.verdict}"
+            elif r and math.isfinite(r.diff):
+                text += f"; {short} {r.diff:+.3f} ({r.verdict})"
+        return text
 
     def notes(runs, t) -> str:
-        by_id = t.by_id
         results = {(r.claim.row, r.claim.against[1]): r for r in t.results if r.claim.kind == "claim"}
-        models = [m for m in ZOO_MODELS if any(k[0] == m for k in by_id)]
+        models = [m for m in ZOO_MODELS if any(k[0] == m for k in t.by_id)]
         lines = [prose("zoo verdicts"), "",
                  "| gate | " + " | ".join(ZOO_MODELS[m] for m in models) + " |", "|---|" + "---|" * len(models)]
-        for v in rows:
-            cells = []
-            for m in models:
-                row = by_id.get((m, v))
-                if row is None or not row.done:
-                    cells.append(NA)
-                    continue
-                cell = mean_pm(row.values(test), 4)
-                for other, short in (("baseline", "vs base"), ("baseline_matched", "vs matched")):
-                    r = results.get(((m, v), other))
-                    if r and r.ci is not None:
-                        cell += f"; {short} {r.diff:+.3f} [{r.ci[0]:+.3f}, {r.ci[1]:+.3f}] {r.verdict}"
-                    elif r and math.isfinite(r.diff):
-                        cell += f"; {short} {r.diff:+.3f} ({r.verdict})"
-                cells.append(cell)
-            lines.append(f"| `{v}` | " + " | ".join(cells) + " |")
+        lines += [f"| `{v}` | " + " | ".join(cell(t.by_id.get((m, v)), results) for m in models) + " |" for v in rows]
         return "\n".join(lines) + "\n\n" + "\n".join(_settings([r for r in runs if r.get("name") == m])
                                                      for m in models)
 

@@ -1,6 +1,5 @@
-"""The one plotting helper: curves (against step, or another x), in one or more panels, to a PNG; `pyplot` and
-`save` for the figures drawn by hand (the claims forest). A curve that is a mean over seeds has a band: the 95 %
-t-interval of that mean (`T_BAND`, named in the legend), where at least two seeds have a value."""
+"""Curves in one or more panels, to a PNG (`plot`); `pyplot` and `save` for figures drawn by hand. A curve that is a
+mean over seeds has a band: the 95 % t-interval of that mean, where at least two seeds have a value."""
 
 from __future__ import annotations
 
@@ -41,7 +40,7 @@ def pyplot():
 
 
 def save(fig, path) -> Path:
-    """Save `fig` to `path` (its folder made) at the figures' 110 dpi and close it."""
+    """Save `fig` to `path` at 110 dpi and close it."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     pyplot().close(fig)
@@ -81,15 +80,13 @@ def plot(path, panels: list[Panel], ncols: int | None = None, panel_size=(7.0, 4
 
 
 def t_band(xs: list, samples: list[list[float]]) -> tuple[list, list, list] | None:
-    """(xs, low, high): the 95 % t-interval of the mean of each x's sample, at the xs with two values or more
-    (None: at none)."""
+    """(xs, low, high): the 95 % t-interval of the mean of each x's sample, at the xs with two values or more."""
     ends = [(x, ci) for x, sample in zip(xs, samples) if (ci := mean_interval(sample))]
     return ([x for x, _ in ends], [ci[0] for _, ci in ends], [ci[1] for _, ci in ends]) if ends else None
 
 
-def curve_panel(rows, key: str, title: str, ylabel: str, logy=False) -> Panel:
-    """One panel: each row's mean curve of `key` over its finished runs (`measures.mean_curve`; a row without a label:
-    "run"), with the band of that mean's 95 % t-interval over the runs (`t_band`)."""
+def curve_panel(rows, key: str, title: str, logy=False) -> Panel:
+    """One panel: each row's mean curve of `key` (its y label) over its finished runs, with its band."""
     series, bands = {}, {}
     for row in rows:
         xs, ys = mean_curve(row.done, key)
@@ -97,7 +94,5 @@ def curve_panel(rows, key: str, title: str, ylabel: str, logy=False) -> Panel:
             label = row.label or "run"
             series[label] = (xs, ys)
             curves = [dict(r.curve(key)) for r in row.done]
-            band = t_band(xs, [[c[x] for c in curves if x in c] for x in xs])
-            if band:
-                bands[label] = band
-    return Panel(title, series, ylabel, logy=logy, bands=bands, band_label=T_BAND)
+            bands[label] = t_band(xs, [[c[x] for c in curves if x in c] for x in xs])
+    return Panel(title, series, key, logy=logy, bands={k: b for k, b in bands.items() if b}, band_label=T_BAND)

@@ -10,6 +10,7 @@ from highway_repro import files
 from highway_repro.report.header import header
 from highway_repro.report.hn_tables import DEMO, HN_ANALYSIS, HN_CIFAR, HN_FIG1, HN_TABLE1
 from highway_repro.report.ht_tables import gate_zoo_table, ht_table, paper_anchor_table, placement_panels
+from highway_repro.report.prose import prose
 from highway_repro.report.runs import Run, one_device
 from highway_repro.report.spec import render
 from highway_repro.report.claims_file import comparisons_elsewhere, write_claims
@@ -17,55 +18,39 @@ from highway_repro.report.claims_file import comparisons_elsewhere, write_claims
 
 @functools.cache
 def registry() -> dict:
-    """Table name -> spec, built on first use: the Highway Transformer tables read their rows' order from the sweep
-    files."""
-    return {
-        "demo": DEMO,
-        "hn_fig1": HN_FIG1,
-        "hn_table1": HN_TABLE1,
-        "hn_cifar": HN_CIFAR,
-        "hn_analysis": HN_ANALYSIS,
-        "ht_char_ptb": ht_table("ht_char_ptb", "bpc"),
-        "ht_word_ptb": ht_table("ht_word_ptb", "ppl"),
-        "ht_char_ptb_rt": ht_table("ht_char_ptb_rt", "bpc"),
-        "ht_word_ptb_l3": ht_table("ht_word_ptb_l3", "ppl"),
-        "ht_enwik8_l6": ht_table("ht_enwik8_l6", "bpc", time_column=True, reference_curves=True),
-        "ht_enwik8_l12": ht_table("ht_enwik8_l12", "bpc", time_column=True),
-        "ht_placement_scan": ht_table("ht_placement_scan", "bpc", extra_figure=placement_panels),
-        "ht_zoo_char_ptb": ht_table("ht_zoo_char_ptb", "bpc"),
-        "ht_zoo_char_ptb_rt": ht_table("ht_zoo_char_ptb_rt", "bpc"),
-        "ht_zoo_enwik8_l6": ht_table("ht_zoo_enwik8_l6", "bpc"),
-        "ht_gate_zoo": gate_zoo_table(),
-        "ht_paper_anchor": paper_anchor_table(),
-    }
+    """Table name -> spec, built on first use (the Highway Transformer tables read their rows from the sweep files);
+    word-level tables are in perplexity, the others in bpc."""
+    ht = {"ht_char_ptb": {}, "ht_word_ptb": {}, "ht_char_ptb_rt": {}, "ht_word_ptb_l3": {},
+          "ht_enwik8_l6": {"time_column": True, "reference_curves": True}, "ht_enwik8_l12": {"time_column": True},
+          "ht_placement_scan": {"extra_figure": placement_panels}, "ht_zoo_char_ptb": {}, "ht_zoo_char_ptb_rt": {},
+          "ht_zoo_enwik8_l6": {}}
+    return {"demo": DEMO, "hn_fig1": HN_FIG1, "hn_table1": HN_TABLE1, "hn_cifar": HN_CIFAR, "hn_analysis": HN_ANALYSIS,
+            **{n: ht_table(n, "ppl" if n.startswith("ht_word") else "bpc", **kw) for n, kw in ht.items()},
+            "ht_gate_zoo": gate_zoo_table(), "ht_paper_anchor": paper_anchor_table()}
 
 
 def scale_section(files: list[tuple[str, str]]) -> str:
-    """The scale file(s) of the table, verbatim (each change from the paper's recipe, and the pilot curve
-    behind it, stated in the scale file and in the table), folded so that the table stays on top."""
+    """The table's scale files verbatim (each change from the paper's recipe and its evidence), folded so that the
+    table stays on top."""
     if not files:
         return ""
-    names = ", ".join(f"`{path}`" for path, _ in files)
     one = len(files) == 1
-    out = (f"\n## The recipe at this scale\n\nWhat the scale file{'' if one else 's'} change{'s' if one else ''} "
-           "from the paper's recipe (`configs/experiment/`) and the evidence for each change, as "
-           f"{names} state{'s' if one else ''} them (the pilots in full: `docs/pilots.md`):\n")
-    for path, text in files:
-        out += f"\n<details><summary>{path}</summary>\n\n```yaml\n{text.rstrip()}\n```\n\n</details>\n"
-    return out
+    return ("\n" + prose("recipe at scale", s="" if one else "s", verb_s="s" if one else "",
+                         names=", ".join(f"`{path}`" for path, _ in files)) + "\n"
+            + "".join(f"\n<details><summary>{path}</summary>\n\n```yaml\n{text.rstrip()}\n```\n\n</details>\n"
+                      for path, text in files))
 
 
 def findings_path(out: Path) -> Path:
-    """`<out>_findings.md`: what a table's follow-up step (`Target.after`, e.g. the gate analyses) found in the
-    trained net, kept in results/ beside the table so that the report is rebuilt without the checkpoint."""
+    """What a table's follow-up step (`Target.after`: the gate analyses) found in the trained net, kept beside the
+    table so that the report is rebuilt without the checkpoint."""
     out = Path(out)
     return out.with_name(out.name + "_findings.md")
 
 
 def build_table(name: str, runs: list[Run], out: Path, meta: dict) -> str:
-    """Write `<out>.md`, `<out>.csv`, `<out>.png` (if the table has a figure) and `<out>.claims.json`; return the
-    Markdown. meta (from the runner): {"commands", "scale", "wall_s", "scale_files": [(path, text)], "findings"
-    (optional Markdown after the table, `findings_path`), ...}."""
+    """Write `<out>.md`, `.csv`, `.png` (if the table has a figure) and `.claims.json`; return the Markdown. meta
+    (the runner's): {"commands", "scale", "wall_s", "scale_files": [(path, text)], "findings": Markdown, ...}."""
     tables = registry()
     if name not in tables:
         raise ValueError(f"table {name!r} is not known (valid: {', '.join(sorted(tables))})")
