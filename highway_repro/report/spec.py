@@ -1,7 +1,5 @@
 """One table style for both papers: a `TableSpec` (rows grouped by config `keys`, columns, claims, floors), rendered
-by `render` into Markdown, CSV and the tested claims. Its parts live in `measures.py` (`Measure`, `Row`, number
-formats, the columns) and `claims.py` (`Claim` and its tests).
-"""
+into Markdown, CSV and the tested claims."""
 
 from __future__ import annotations
 
@@ -68,8 +66,7 @@ def group(spec: TableSpec, runs: list[Run]) -> list[Row]:
 
 
 def claims_of(spec: TableSpec, by_id: dict, name: str) -> list[Claim]:
-    """The spec's claims and table `name`'s floors (papers.FLOORS) on the rows the runs have (a smoke sweep may have
-    other rows)."""
+    """The spec's claims and table `name`'s floors on the rows the runs have (a smoke sweep may have others)."""
     claims = list(spec.claims(by_id) if callable(spec.claims) else spec.claims)
     claims += [floor_claim(f, spec.primary) for f in papers.FLOORS.get(name, ())]
     return [c for c in claims if (all(i in by_id for i in c.row) if pooled(c.row) else c.row in by_id)]
@@ -111,8 +108,7 @@ def render(spec: TableSpec, runs: list[Run], name: str = "", elsewhere: Callable
     paper_note = spec.paper.note if spec.paper else ""
     body = "\n".join(md) + "\n" + "".join(f"\n{n.strip()}\n" for n in (notes, paper_note) if n and n.strip())
     buf = io.StringIO()
-    fields = list(dict.fromkeys(k for r in csv_rows for k in r))
-    w = csv.DictWriter(buf, fieldnames=fields)
+    w = csv.DictWriter(buf, fieldnames=list(dict.fromkeys(k for r in csv_rows for k in r)))
     w.writeheader()
     w.writerows(csv_rows)
     return t, body, buf.getvalue()
