@@ -58,7 +58,6 @@ def row_of(job: str) -> str:
 
 
 def run_id(experiment: str, scale: str, job: str) -> str:
-    """The W&B run id of (experiment, scale, job): the first 16 hex digits of their SHA-256."""
     return hashlib.sha256(f"{experiment}\n{scale}\n{job}".encode()).hexdigest()[:16]
 
 
@@ -97,6 +96,6 @@ def identity(config: dict, job: str, cuda_device: str | None = None, tables=()) 
 
 
 def define_summaries(run) -> None:
-    """Give W&B run `run` the summaries of `SUMMARIES` (before anything is logged)."""
+    """Before anything is logged."""
     for key, how in SUMMARIES.items():
         run.define_metric(key, summary=how)

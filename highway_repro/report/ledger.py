@@ -61,7 +61,6 @@ def expand(text: str) -> set[str]:
 
 
 def sweep_params(table: str, second_look: bool = False) -> list[dict]:
-    """The grids of the table's cpu sweep files: the first look's, or its second look's."""
     return [params_of(p) for p in sweep_files(table, SCALE) if (p.name == SECOND_LOOK_FILE) == second_look]
 
 
@@ -81,12 +80,6 @@ def claim_entry(c) -> dict:
     return {"id": claim_id(c), "kind": "claim", "table": c.table, "rows": [list(s) for s in sides],
             "definition": {"statistic": c.statistic, "side": c.side,
                            "against": f"{c.against:g}" if number else "/".join(c.against), "threshold": threshold}}
-
-
-def types_entry(claims) -> dict:
-    """The type of every paper claim, as one definition."""
-    return {"id": "claim types", "kind": "claim types", "table": None,
-            "definition": {claim_id(c): c.claim_type for c in claims}}
 
 
 def rules_entry() -> dict:
@@ -127,35 +120,24 @@ def margin_entry(table: str, results: Path) -> dict | None:
     return {"id": f"margin {table}", "kind": "margin", "table": table, "definition": d}
 
 
-def seeds_entry(table: str, param_sets) -> dict:
-    """A table's first look: each row's seeds or trials."""
-    return {"id": f"seeds {table}", "kind": "seeds", "table": table,
-            "definition": {row: compact(s) for row, s in grid(param_sets).items()}}
-
-
-def look_entry(table: str) -> dict | None:
-    """A table's second look: its grid, its level and the claims it decides (None: the table has none)."""
-    param_sets = sweep_params(table, True)
-    if not param_sets:
-        return None
-    return {"id": f"second look {table}", "kind": "look", "table": table, "definition": {
-        "grid": {row: compact(s) for row, s in grid(param_sets).items()}, "level": f"{stats.SECOND_LOOK:g}",
-        "claims": sorted(claim_id(c) for c in papers.SECOND_LOOK_CLAIMS if c.table == table)}}
-
-
 def sweep_tables() -> list[str]:
-    """The tables with a grid at the ledger's scale."""
     return [t for t in TARGETS if t != "demo" and (SWEEP_DIR / t / f"{SCALE}.yaml").exists()]
 
 
 def definitions(results: Path) -> list[dict]:
-    """Every definition the ledger checks, as the code and configs now give it."""
-    out = [claim_entry(c) for c in papers.PAPER_CLAIMS] + [types_entry(papers.PAPER_CLAIMS), rules_entry()]
+    """Every definition the ledger checks, as the code and configs now give it: each claim, the claim types, the
+    rules, each table's margins, first look (each row's seeds or trials) and second look."""
+    types = {claim_id(c): c.claim_type for c in papers.PAPER_CLAIMS}
+    out = [claim_entry(c) for c in papers.PAPER_CLAIMS]
+    out += [{"id": "claim types", "kind": "claim types", "table": None, "definition": types}, rules_entry()]
     out += [m for t in TARGETS if t != "demo" and (m := margin_entry(t, results))]
     for t in sweep_tables():
-        out.append(seeds_entry(t, sweep_params(t)))
-        if (look := look_entry(t)):
-            out.append(look)
+        out.append({"id": f"seeds {t}", "kind": "seeds", "table": t,
+                    "definition": {row: compact(s) for row, s in grid(sweep_params(t)).items()}})
+        if (look := sweep_params(t, True)):
+            out.append({"id": f"second look {t}", "kind": "look", "table": t, "definition": {
+                "grid": {row: compact(s) for row, s in grid(look).items()}, "level": f"{stats.SECOND_LOOK:g}",
+                "claims": sorted(claim_id(c) for c in papers.SECOND_LOOK_CLAIMS if c.table == t)}})
     return out
 
 
@@ -262,7 +244,6 @@ def problems(entries: list[dict], results: Path) -> list[str]:
 
 
 def describe(e: dict) -> str:
-    """An entry's definition in a few words."""
     d, kind = e["definition"], e["kind"]
     if d is None:
         return "removed"
@@ -290,8 +271,7 @@ def describe(e: dict) -> str:
 def runs_after(entries: list[dict], results: Path) -> list[int]:
     """Each entry's kept runs after it, counted now: the runs its definition compares (a claim types entry: of the
     claims whose type it changed) less its `runs_before`."""
-    previous: dict[str, dict] = {}
-    out = []
+    previous, out = {}, []
     for e in entries:
         before = previous.get(e["id"])
         now = len(compared(e, results, before and before["definition"])) if e["definition"] is not None else 0
@@ -301,13 +281,10 @@ def runs_after(entries: list[dict], results: Path) -> list[int]:
 
 
 def render(entries: list[dict], after_counts: list[int]) -> str:
-    """The page; `after_counts`: `runs_after`."""
     after = [e for e in entries if e.get("after_data")]
-    lines = ["# Preregistration ledger", "",
-             prose("ledger intro"), "",
+    lines = ["# Preregistration ledger", "", prose("ledger intro"), "",
              f"{len(entries)} entries, {len(after)} of them after the data.", "",
-             "| what | definition | commit | date | runs before / after | after the data |",
-             "|---|---|---|---|---|---|"]
+             "| what | definition | commit | date | runs before / after | after the data |", "|" + "---|" * 6]
     for e, n_after in zip(entries, after_counts):
         note = f"; {e['reason']}" if e.get("reason") else ""
         flag = f"**after the data**: {e['reason']}" if e.get("after_data") else f"no{note}"
@@ -317,7 +294,6 @@ def render(entries: list[dict], after_counts: list[int]) -> str:
 
 
 def write_ledger(results: Path) -> Path | None:
-    """`<results>/preregistration.md` from `<results>/preregistration.json`; None where there is no ledger."""
     entries = load(results)
     if not entries:
         return None

@@ -102,7 +102,6 @@ class Row:
         return [v for v in (m(r) for r in self.done) if math.isfinite(v)]
 
     def ranked(self, m: Measure) -> list[tuple[float, Run]]:
-        """(value, run) of the finished runs, best first."""
         pairs = [(v, r) for r in self.done if math.isfinite(v := m(r))]
         return sorted(pairs, key=lambda p: p[0], reverse=not m.lower_is_better)
 
@@ -142,9 +141,8 @@ def _not_done(row: Row) -> str:
 
 
 def count(trials: bool = False) -> Column:
-    """n finished runs (trials: "done/failed")."""
     def cell(row, t):
-        return f"{len(row.done)}/{len(row.failed)}" if trials else str(len(row.done)) + _not_done(row)
+        return f"{len(row.done)}/{len(row.failed)}" if trials else f"{len(row.done)}{_not_done(row)}"
 
     return Column("trials (done/failed)" if trials else "n", cell,
                   lambda row, t: {"n": len(row.done), "n_failed": len(row.failed)})
@@ -170,7 +168,6 @@ def best(m: Measure, header: str = "best", sci: bool = False) -> Column:
 
 
 def top_mean(m: Measure, k: int, header: str, sci: bool = False) -> list[Column]:
-    """Mean of the k best runs, and the k used."""
     def vals(row):
         return [v for v, _ in row.ranked(m)[:k]]
 
@@ -219,12 +216,11 @@ def paper(header: str, value: Callable, name: str) -> Column:
 
 
 def steps_to_reach(curve: Measure, header: str) -> Column:
-    return column(header, "steps_to_baseline_last_eval", lambda row, t: NA if t.baseline_row in (None, row) else
-                  reach_steps(row, t.baseline_row, curve)[0])
+    return column(header, "steps_to_baseline_last_eval", lambda row, t: NA if t.baseline_row is None
+                  or row is t.baseline_row else reach_steps(row, t.baseline_row, curve)[0])
 
 
 def mean_curve(runs: list[Run], key: str, only_training: bool = False) -> tuple[list, list]:
-    """(steps, mean of `key` over the runs at each step), from each run's learning curve (`Run.curve`)."""
     by_step: dict[int, list[float]] = {}
     for r in runs:
         for step, v in r.curve(key, only_training):

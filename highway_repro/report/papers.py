@@ -84,8 +84,7 @@ HT = {name: _table(d) for name, d in _D["tables"].items() if name.startswith("ht
 HT.update({name: HT[like] for name, like in _D["same_as"].items()})
 HN_TABLE1, HN_CIFAR = _table(_D["tables"]["hn_table1"]), _table(_D["tables"]["hn_cifar"])
 TABLE1_CLAIM_STDS, CIFAR_CLAIM_AT_LEAST = _D["table1_claim_stds"], _D["cifar_claim_at_least"]
-ENWIK8_L6_HOURS = _D["enwik8_l6_hours"]
-ENWIK8_L6_LOG_STEPS = _D["enwik8_l6_logs"]["steps"]
+ENWIK8_L6_HOURS, ENWIK8_L6_LOG_STEPS = _D["enwik8_l6_hours"], _D["enwik8_l6_logs"]["steps"]
 ENWIK8_L6_LOGS = {k: v for k, v in _D["enwik8_l6_logs"].items() if k != "steps"}
 ANCHOR_STEP, ANCHOR_TOLERANCE_BPC = _D["anchor"]["step"], _D["anchor"]["tolerance_bpc"]
 UNIGRAM, UNIGRAM_WARN = {k: tuple(v) for k, v in _D["unigram"].items()}, _D["unigram_warn"]

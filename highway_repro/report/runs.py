@@ -9,6 +9,7 @@ import math
 import re
 import statistics
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from highway_repro import files
@@ -60,27 +61,25 @@ class Run:
     status: str  # done | failed | diverged | interrupted | missing (no metrics.json: died or still running) | damaged
     error: str | None = None
     run_info: dict = field(default_factory=dict)
-    _history: list | None = field(default=None, repr=False)
     root: Path | None = field(default=None, repr=False)  # no link is followed below it (`load_run`)
 
-    @property
+    @cached_property
     def history(self) -> list[dict]:
         """metrics.jsonl, one dict per line (lines cut by a kill are skipped)."""
-        if self._history is None:
-            self._history = []
+        try:
+            blob = files.read_bytes(self.path / "metrics.jsonl", self.root or self.path.parent) or b""
+        except KeptFileError:
+            blob = b""  # the run is marked damaged by load_run's read of it
+        out = []
+        for line in blob.splitlines():
             try:
-                blob = files.read_bytes(self.path / "metrics.jsonl", self.root or self.path.parent) or b""
+                rec = files.parse_json(line, self.path / "metrics.jsonl")
             except KeptFileError:
-                blob = b""  # the run is marked damaged by load_run's read of it
-            for line in blob.splitlines():
-                try:
-                    rec = files.parse_json(line, self.path / "metrics.jsonl")
-                except KeptFileError:
-                    continue
-                if isinstance(rec, dict) and isinstance(rec.get("step", 0), int) and not isinstance(
-                        rec.get("step", 0), bool):
-                    self._history.append(rec)
-        return self._history
+                continue
+            step = rec.get("step", 0) if isinstance(rec, dict) else None
+            if isinstance(step, int) and not isinstance(step, bool):
+                out.append(rec)
+        return out
 
     @property
     def done(self) -> bool:
@@ -106,7 +105,7 @@ class Run:
         return default if value is None else value
 
     def metric(self, key: str) -> float:
-        """A final metric from metrics.json as a float (nan when absent or not a number)."""
+        """A final metric as a float (nan when absent or not a number)."""
         v = self.final.get(key)
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
 
@@ -155,9 +154,6 @@ def load_run(path: Path, root: Path | None = None) -> Run:
             damage.append(str(e))
             return default
 
-    def history():  # checked here, read when asked for (Run.history)
-        files.check_kept(path / "metrics.jsonl", root)
-
     if read(lambda: files.below(path, root), None) is None:  # a link on the way: nothing of it is read
         return Run(path, {}, {}, {}, "damaged", damage[0], {}, root=root)
     overrides = read(lambda: parse_overrides(read_overrides(path / ".hydra" / "overrides.yaml", root)), {})
@@ -166,7 +162,7 @@ def load_run(path: Path, root: Path | None = None) -> Run:
     config = config if isinstance(config, dict) else {}
     final = renamed(read(lambda: _read_object(path / "metrics.json", root), {}))
     info = read(lambda: _read_object(path / "run_info.json", root), {})
-    read(history, None)
+    read(lambda: files.check_kept(path / "metrics.jsonl", root), None)  # checked here, read when asked for
     status = "damaged" if damage else str(final.get("status", "unknown")) if final else "missing"
     error = damage[0] if damage else final.get("error")
     if error is None and status == "missing":

@@ -25,9 +25,7 @@ def pct(level: float) -> str:
 def mean_std(values) -> tuple[float, float]:
     """(mean, sample std); std nan for one value, (nan, nan) for none."""
     values = [float(v) for v in values]
-    if not values:
-        return math.nan, math.nan
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else math.nan)
+    return statistics.fmean(values) if values else math.nan, statistics.stdev(values) if len(values) > 1 else math.nan
 
 
 def _finite(values) -> list[float]:
@@ -81,9 +79,7 @@ def t_test(xs, ys=None, side: str = "lower", threshold: float = 0.0, delta: floa
 
 
 def mean_interval(values, level: float = LEVEL) -> tuple[float, float] | None:
-    """t-interval of the mean; None for fewer than two values."""
-    t = t_test(values, level=level)
-    return t and t["ci"]
+    return (t_test(values, level=level) or {}).get("ci")
 
 
 def verdict(interval: tuple[float, float] | None, side: str, threshold: float = 0.0,
@@ -199,7 +195,7 @@ def decision_cost(seeds: int, have: tuple[int, int], run_s: float,
 
 @lru_cache(maxsize=4096)
 def binom_cdf(n: int, q: float) -> tuple[float, ...]:
-    """(P(B <= k) for k = 0..n), B ~ Binomial(n, q) (scipy.stats.binom)."""
+    """P(B <= k) for k = 0..n, B ~ Binomial(n, q)."""
     from scipy.stats import binom
     return tuple(float(c) for c in binom.cdf(range(n + 1), n, q))
 
