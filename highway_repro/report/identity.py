@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from highway_repro.files import KeptFileError
-from highway_repro.grids import REPEAT_KEYS, cells
+from highway_repro.grids import REPEAT_KEYS, cells, override_key
 from highway_repro.report.runs import read_overrides, read_yaml
 from highway_repro.targets import CONFIG_DIR, REPORTS, TARGETS, kept_apart
 
@@ -23,11 +23,6 @@ JOB_TYPE = "train"  # a table's report run: "report" (dashboards/export.py)
 # never set these. A resumed live run's `min` covers its last segment only (`val/best_loss` is the whole run's).
 SUMMARIES = {key: "min,last" for key in ("val/loss", "val/bpc", "val/ppl")}
 _NEXT_ITEM = re.compile(r",(?=[+~]?[A-Za-z_][\w.@/-]*=)")  # a comma that starts the next `key=value` of a job name
-
-
-def override_key(item: str) -> str:
-    """The key of one override: `+model.x=1` -> `model.x`."""
-    return item.split("=", 1)[0].lstrip("+~")
 
 
 def job_name(overrides: list[str], exclude) -> str:

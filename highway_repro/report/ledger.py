@@ -25,6 +25,7 @@ from highway_repro.targets import TARGETS
 LEDGER = "preregistration.json"
 SCALE = "cpu"  # the kept runs' scale: the one the ledger counts
 SECOND_LOOK_FILE = f"{SCALE}-second_look.yaml"
+PAIRED_RULE = "rule: paired by seed"
 
 
 def row_label(params: dict) -> str:
@@ -181,9 +182,6 @@ def compared(entry: dict, results: Path, previous: dict | None = None) -> list[s
             and (decided or seed not in look.get(row_label(job), ()))]
 
 
-PAIRED_RULE = "rule: paired by seed"
-
-
 def earlier_verdict(r: dict, entries: list[dict]) -> str | None:
     """A summary claim line's verdict under the reading rules in force before those fixed after its data: Welch's
     interval where pairing came after the data, no margin where its table's first margin entry did, EARLIER_INVALID
@@ -250,8 +248,7 @@ def describe(e: dict) -> str:
     if kind == "claim":
         return f"{d['side']}, threshold {d['threshold']}"
     if kind == "claim types":
-        counts = {t: list(d.values()).count(t) for t in papers.CLAIM_TYPES}
-        return ", ".join(f"{n} {t}" for t, n in counts.items() if n)
+        return ", ".join(f"{n} {t}" for t in papers.CLAIM_TYPES if (n := list(d.values()).count(t)))
     if kind == "margin":
         return "; ".join(f"{k} {v}" for k, v in d.items())
     if kind == "rule":

@@ -42,8 +42,8 @@ class Measure:
     """One number per run."""
     key: str  # a metrics.json key; for how="auc" / "rate" a metrics.jsonl key
     label: str  # as the table shows it: "test bpc"
-    how: str = "final"  # final | auc (mean over the history) | rate (mean over training logs but the first) | log10
-    #                     | at (the value logged at `step`)
+    # final | log10 | auc (mean over the learning curve) | rate (mean over training logs but the first) | at (`step`'s)
+    how: str = "final"
     scale: float = 1.0  # 100: a fraction shown in %
     digits: int = 4
     lower_is_better: bool = True
@@ -55,13 +55,11 @@ class Measure:
         elif self.how == "log10":
             v = run.metric(self.key)
             v = math.log10(v) if v > 0 else math.nan
-        elif self.how == "auc":
-            v = run.history_mean(self.key)
         elif self.how == "at":
             v = dict(run.history_values(self.key)).get(self.step, math.nan)
-        elif self.how == "rate":  # the first interval includes start-up costs
-            vals = [x for _, x in run.history_values(self.key)]
-            vals = vals[1:] or vals
+        elif self.how in ("auc", "rate"):  # a rate's first interval includes start-up costs
+            vals = [x for _, x in (run.curve(self.key) if self.how == "auc" else run.history_values(self.key))]
+            vals = vals if self.how == "auc" else vals[1:] or vals
             v = statistics.fmean(vals) if vals else math.nan
         else:
             raise ValueError(f"Measure.how={self.how!r} is not known (valid: final, auc, rate, log10, at)")
@@ -70,9 +68,8 @@ class Measure:
     @property
     def name(self) -> str:
         """A unique column name: `val/bpc`, `val/bpc@400` (at a step), `auc(val/bpc)` (derived)."""
-        if self.how == "at":
-            return f"{self.key}@{self.step}"
-        return self.key if self.how == "final" else f"{self.how}({self.key})"
+        return f"{self.key}@{self.step}" if self.how == "at" else (
+            self.key if self.how == "final" else f"{self.how}({self.key})")
 
     @property
     def split(self) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import re
-import statistics
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -124,11 +123,6 @@ class Run:
         if key.startswith("val/") and capped and trainer.get("max_steps") is not None:
             vals = [(s, v) for s, v in vals if s < int(trainer["max_steps"])]  # no intermediate eval at the end
         return vals
-
-    def history_mean(self, key: str) -> float:
-        """Mean of `key` over the learning curve (area under the curve / number of evaluations)."""
-        vals = [v for _, v in self.curve(key)]
-        return statistics.fmean(vals) if vals else math.nan
 
 
 def _read_object(path: Path, root: Path | None = None) -> dict:

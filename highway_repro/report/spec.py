@@ -88,11 +88,9 @@ def render(spec: TableSpec, runs: list[Run], name: str = "", elsewhere: Callable
     for row in rows:
         keys = [row.label] if spec.label else list(row.id)
         md.append("| " + " | ".join(keys + [c.cell(row, t) for c in spec.columns]) + " |")
-        out = {**dict(zip(spec.keys, row.id)), "label": row.name}
-        for c in spec.columns:
-            out.update(c.csv(row, t) if c.csv else {})
-        out["failed"] = "; ".join(f"{r.path.name}: {r.error}" for r in row.failed)
-        csv_rows.append(out)
+        csv_rows.append({**dict(zip(spec.keys, row.id)), "label": row.name,
+                         **{k: v for c in spec.columns if c.csv for k, v in c.csv(row, t).items()},
+                         "failed": "; ".join(f"{r.path.name}: {r.error}" for r in row.failed)})
     failed = [f"- {row.label}, `{r.path.name}`: {r.error}".replace("|", "/") for row in rows for r in row.failed]
     if failed:
         md += ["", "Runs that did not finish (their rows count only the finished runs):", *failed]

@@ -15,6 +15,10 @@ LEVEL = 0.95
 # Runs added after a look are decided at SECOND_LOOK, not LEVEL (two looks at 95 % err up to 10 %, optional
 # stopping): the two looks err at most 6 % (Bonferroni). The seeds a NOT RESOLVED comparison needs are counted at it.
 SECOND_LOOK = 0.99
+ALTERNATIVE = {"lower": "smaller", "higher": "larger"}  # a claim's side as statsmodels names the alternative
+POWER = 0.8  # the chance of a decision that "seeds needed" asks for
+# The cpu scale's budget: every table within 8 hours on 2 cores (2 jobs x 1 thread), runs it already has included.
+TABLE_BUDGET_H, BUDGET_CORES = 8.0, 2
 
 
 def pct(level: float) -> str:
@@ -30,9 +34,6 @@ def mean_std(values) -> tuple[float, float]:
 
 def _finite(values) -> list[float]:
     return [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
-
-
-ALTERNATIVE = {"lower": "smaller", "higher": "larger"}  # a claim's side as statsmodels names the alternative
 
 
 def _check_side(side: str) -> None:
@@ -144,9 +145,6 @@ def holm_verdicts(tests: list[dict], alpha: float = 1.0 - LEVEL) -> list[str]:
     return out
 
 
-POWER = 0.8  # the chance of a decision that "seeds needed" asks for
-
-
 def seeds_needed(sd_a: float, sd_b: float, diff: float, delta: float | None, level: float = LEVEL,
                  start: int = 2, cap: int = 1000, power: float = POWER) -> int | None:
     """Seeds per row (n >= `start`) at which Welch's test at `level` decides with probability `power` if the rows kept
@@ -177,10 +175,6 @@ def points_to(diff: float, side: str, threshold: float = 0.0, delta: float | Non
     if delta is not None and delta - abs(gap) > abs(gap):
         return NO_DIFFERENCE
     return HELD if (gap < 0) == (side == "lower") and gap != 0 else NOT_HELD
-
-
-# The cpu scale's budget: every table within 8 hours on 2 cores (2 jobs x 1 thread), runs it already has included.
-TABLE_BUDGET_H, BUDGET_CORES = 8.0, 2
 
 
 def decision_cost(seeds: int, have: tuple[int, int], run_s: float,
