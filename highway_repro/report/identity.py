@@ -80,8 +80,7 @@ def readers(table: str | None, scale: str, job: str, apart: bool = False) -> lis
 
 
 def identity(config: dict, job: str, cuda_device: str | None = None, tables=()) -> dict:
-    """The W&B run of a run (`config`: config_resolved.yaml; `cuda_device`: run_info.json's, None on a CPU) read by
-    the reports `tables`."""
+    """The W&B run of a run (`config`: config_resolved.yaml) made on `cuda_device` (None: a CPU), read by `tables`."""
     experiment, scale = str(config.get("name", "adhoc")), str(config.get("scale_name", ""))
     tags = [*(f"table:{t}" for t in tables), f"scale:{scale}", f"device:{cuda_device or 'cpu'}"]
     scale += "-gpu" if cuda_device and kept_apart(scale) else ""  # not the same run as its CPU twin

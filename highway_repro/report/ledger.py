@@ -66,8 +66,7 @@ def sweep_params(table: str, second_look: bool = False) -> list[dict]:
 
 
 def claim_id(c) -> str:
-    """A paper claim's id: its table, rows, what it is compared with (a row, or a number: then the number is its
-    threshold, part of its definition) and its statistic."""
+    """A paper claim's id (a number it is compared with is its threshold, part of its definition, not of its id)."""
     against = "/".join(c.against) if isinstance(c.against, tuple) else "a number"
     return f"claim {c.table} {'/'.join(c.row)} vs {against} on {c.statistic}"
 
@@ -84,8 +83,7 @@ def claim_entry(c) -> dict:
 
 
 def rules_entry() -> dict:
-    """The reading rules as one definition: each constant's value, and a fingerprint of each function that applies a
-    rule (the first 12 hex digits of the sha256 of its source)."""
+    """The reading rules as one definition: each constant's value, and the sha256 of each rule function's source."""
     from highway_repro.report import claims, runs
 
     constants = {"LEVEL": stats.LEVEL, "SECOND_LOOK": stats.SECOND_LOOK, "FIG1_QUANTILE": papers.FIG1_QUANTILE,
@@ -126,8 +124,7 @@ def sweep_tables() -> list[str]:
 
 
 def definitions(results: Path) -> list[dict]:
-    """Every definition the ledger checks, as the code and configs now give it: each claim, the claim types, the
-    rules, each table's margins, first look (each row's seeds or trials) and second look."""
+    """Every definition the ledger checks, as the code and configs now give it (a look: each row's seeds or trials)."""
     types = {claim_id(c): c.claim_type for c in papers.PAPER_CLAIMS}
     out = [claim_entry(c) for c in papers.PAPER_CLAIMS]
     out += [{"id": "claim types", "kind": "claim types", "table": None, "definition": types}, rules_entry()]
@@ -156,8 +153,7 @@ def kept_runs(table: str, results: Path) -> list[str]:
 
 
 def compared(entry: dict, results: Path, previous: dict | None = None) -> list[str]:
-    """The kept runs (results-relative folders) that a definition compares; the claim types': those of the claims
-    whose type differs from `previous` (the newest entry's definition; None: every claim)."""
+    """The kept runs that a definition compares; the claim types': of the claims whose type differs from `previous`."""
     from highway_repro.report.tables import registry
 
     kind, table = entry["kind"], entry["table"]
@@ -223,8 +219,7 @@ def latest(entries: list[dict]) -> dict[str, dict]:
 
 
 def problems(entries: list[dict], results: Path) -> list[str]:
-    """Each definition that differs from its newest ledger entry, or has none, or is gone while its entry stands;
-    with how many of its runs are kept (then the new entry must say after the data, and why)."""
+    """Each definition that differs from its newest entry, has none, or is gone while its entry stands."""
     last, out = latest(entries), []
     current = {d["id"]: d for d in definitions(results)}
     for key, d in current.items():
@@ -266,8 +261,7 @@ def describe(e: dict) -> str:
 
 
 def runs_after(entries: list[dict], results: Path) -> list[int]:
-    """Each entry's kept runs after it, counted now: the runs its definition compares (a claim types entry: of the
-    claims whose type it changed) less its `runs_before`."""
+    """Each entry's kept runs after it, counted now: the runs its definition compares less its `runs_before`."""
     previous, out = {}, []
     for e in entries:
         before = previous.get(e["id"])

@@ -128,8 +128,7 @@ def margin(metric: str, baseline_mean: float, effect: tuple[float, float | None]
 
 
 def paper_claim(table: str, row: tuple, against: tuple | float, statistic: str, side: str) -> PaperClaim | None:
-    """The paper's claim on `table` that compares `row` with `against`, or None (a claim of ours). A pooled side is the
-    flat tuple of its rows' keys."""
+    """The paper's claim on `table` comparing `row` with `against` (pooled: its rows' keys, flat), or None (ours)."""
     return next((c for c in PAPER_CLAIMS if (c.table, c.row, c.statistic, c.side) == (table, row, statistic, side) and (
         c.against == against if isinstance(c.against, tuple) else
         not isinstance(against, tuple) and math.isclose(c.against, against, rel_tol=1e-9))), None)

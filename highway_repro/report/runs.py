@@ -28,8 +28,7 @@ def _root(path: Path) -> Path:
 
 
 def read_yaml(path: Path, inert: bool = True, root: Path | None = None):
-    """A run folder's YAML file as plain data (None when absent), no link followed below `root` (`files.read_yaml`;
-    `inert=False`: no `${` either)."""
+    """A run folder's YAML file as plain data, no link followed below `root` (`inert=False`: no `${` either)."""
     return files.read_yaml(path, root=root or _root(path), inert=inert)
 
 
@@ -126,8 +125,8 @@ class Run:
 
 
 def _read_object(path: Path, root: Path | None = None) -> dict:
-    """A run's JSON object file ({} when absent); KeptFileError when it is not plain values (written atomically, it
-    was damaged after the run) or its `status`, `step` or `error` has the wrong type."""
+    """A run's JSON object file ({} when absent); KeptFileError when it is not plain values (the run wrote it
+    atomically: it was damaged after) or its `status`, `step` or `error` has the wrong type."""
     value = files.read_json(path, root or _root(path), kind=dict) or {}
     for key, kind in (("status", str), ("step", int), ("error", str)):
         if value.get(key) is not None and (not isinstance(value[key], kind) or isinstance(value[key], bool)):

@@ -74,8 +74,7 @@ def claims_of(spec: TableSpec, by_id: dict, name: str) -> list[Claim]:
 
 def render(spec: TableSpec, runs: list[Run], name: str = "", elsewhere: Callable | None = None
            ) -> tuple[Rendered, str, str]:
-    """-> (rendered table, Markdown body (no header), CSV text). `name`: the table's name (its paper claims);
-    `elsewhere`: the comparisons that another table holds (`family`)."""
+    """-> (rendered table, Markdown body (no header), CSV text); `elsewhere`: the comparisons another table holds."""
     rows = group(spec, runs)
     by_id = {r.id: r for r in rows}
     t = Rendered(spec, rows, by_id, by_id.get(spec.baseline) if spec.baseline else None, [])
