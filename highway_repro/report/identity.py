@@ -90,6 +90,6 @@ def identity(config: dict, job: str, cuda_device: str | None = None, tables=()) 
 
 
 def define_summaries(run) -> None:
-    """Before anything is logged."""
+    """W&B's summaries of `SUMMARIES`, set before anything is logged."""
     for key, how in SUMMARIES.items():
         run.define_metric(key, summary=how)

@@ -139,7 +139,7 @@ def _not_done(row: Row) -> str:
 
 def count(trials: bool = False) -> Column:
     def cell(row, t):
-        return f"{len(row.done)}/{len(row.failed)}" if trials else f"{len(row.done)}{_not_done(row)}"
+        return f"{len(row.done)}/{len(row.failed)}" if trials else str(len(row.done)) + _not_done(row)
 
     return Column("trials (done/failed)" if trials else "n", cell,
                   lambda row, t: {"n": len(row.done), "n_failed": len(row.failed)})
