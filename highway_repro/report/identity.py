@@ -3,8 +3,7 @@
 A run is (experiment, scale, job), the job Hydra's `override_dirname` of the run folder's `.hydra/overrides.yaml`
 (which the live run and its kept copy both hold); its W&B id is a hash of the three, so a second export, or the same
 run trained again, lands in the W&B run it already has. Group = the experiment, name = the job; config = the run's own
-plus `row` (the job without its repeat keys, for W&B's grouping); tags: each report that reads it, scale, device.
-"""
+plus `row` (the job without its repeat keys, for W&B's grouping); tags: each report that reads it, scale, device."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@ runs it compares were kept before then. `results/preregistration.json` is append
 --append`); `make tables` writes it out as `results/preregistration.md`. An entry: `id`, `kind`, `table`, `definition`
 (null: removed), `commit` and `date` (the commit that holds the definition as it stands), `runs_before` (the kept
 cpu-scale runs it compares, committed by then), `after_data` (runs_before > 0) and `reason` (required after the data).
-A `rule` entry states a reading rule in words: shown, not compared with the code.
-"""
+A `rule` entry states a reading rule in words: shown, not compared with the code."""
 
 from __future__ import annotations
 
@@ -179,10 +178,9 @@ def compared(entry: dict, results: Path, previous: dict | None = None) -> list[s
 
 
 def earlier_verdict(r: dict, entries: list[dict]) -> str | None:
-    """A summary claim line's verdict under the reading rules in force before those fixed after its data: Welch's
-    interval where pairing came after the data, no margin where its table's first margin entry did, EARLIER_INVALID
-    for a quantile claim whose entry did (its earlier test, a bootstrap of the best trial, errs about twice its level);
-    None where none applies. A rule fixed after any table's data counts for every line (rules are dated, not lines)."""
+    """A summary claim line's verdict under the rules in force before those fixed after the data (a rule dated after
+    any table's data counts for every line): Welch's interval, no margin, or EARLIER_INVALID for a quantile claim (its
+    earlier test, a bootstrap of the best trial, errs about twice its level); None where no such rule applies."""
     first, last = {e["id"]: e for e in reversed(entries)}, latest(entries)
     if r.get("kind") != "claim" or not r.get("side"):
         return None

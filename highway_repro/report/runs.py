@@ -1,7 +1,6 @@
 """Run folders -> `Run` objects, read from these files only (never a web API): `.hydra/overrides.yaml` (the job's
 overrides), `config_resolved.yaml` (else `.hydra/config.yaml`), `metrics.json` (final metrics and `status`),
-`metrics.jsonl` (one object per log step) and `run_info.json` (machine, versions, threads, commit, times).
-"""
+`metrics.jsonl` (one object per log step) and `run_info.json` (machine, versions, threads, commit, times)."""
 
 from __future__ import annotations
 

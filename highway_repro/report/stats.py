@@ -1,5 +1,4 @@
 """Means, 95 % intervals, the four verdicts, Holm, the seeds a decision needs, a random search's quantile tests.
-
 scipy and statsmodels are imported where used: the runner and the GPU check import the constants without them."""
 
 from __future__ import annotations
@@ -147,9 +146,8 @@ def holm_verdicts(tests: list[dict], alpha: float = 1.0 - LEVEL) -> list[str]:
 
 def seeds_needed(sd_a: float, sd_b: float, diff: float, delta: float | None, level: float = LEVEL,
                  start: int = 2, cap: int = 1000, power: float = POWER) -> int | None:
-    """Seeds per row (n >= `start`) at which Welch's test at `level` decides with probability `power` if the rows kept
-    their spreads and difference: (t_level + t_power) standard errors below |diff| or below delta - |diff| (normal-shift
-    approximation). Paired or one sample: sd_a of the differences, sd_b 0. None if no n <= `cap` decides."""
+    """Seeds per row (n >= `start`) at which Welch's test at `level` decides with probability `power` (normal-shift
+    approximation) if the rows kept their spreads and difference; paired: sd_a of the differences, sd_b 0."""
     va, vb = sd_a * sd_a, sd_b * sd_b
     if not all(math.isfinite(x) for x in (va, vb, diff)) or va + vb == 0.0:
         return None
