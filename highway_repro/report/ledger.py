@@ -1,16 +1,14 @@
-"""The preregistration ledger: when each definition a verdict rests on was fixed (a claim's test, the claim types, a
-table's margins, first-look seeds and second look, the reading rules: `definitions`), and how many of the runs it
-compares were kept before then. `results/preregistration.json` is append-only (`scripts/build_ledger.py --append`);
-`make tables` writes it out as `results/preregistration.md`.
-
-An entry: `id`, `kind`, `table`, `definition` (null: removed), `commit` and `date` (the commit that holds the
-definition as it stands), `runs_before` (the kept cpu-scale runs it compares, committed at or before that commit),
-`after_data` (runs_before > 0) and `reason` (required after the data). A `rule` entry records a reading rule in
-words: shown, not compared with the code.
-"""
+"""The preregistration ledger: when each definition a verdict rests on was fixed (`definitions`), and how many of the
+runs it compares were kept before then. `results/preregistration.json` is append-only (`scripts/build_ledger.py
+--append`); `make tables` writes it out as `results/preregistration.md`. An entry: `id`, `kind`, `table`, `definition`
+(null: removed), `commit` and `date` (the commit that holds the definition as it stands), `runs_before` (the kept
+cpu-scale runs it compares, committed by then), `after_data` (runs_before > 0) and `reason` (required after the data).
+A `rule` entry states a reading rule in words: shown, not compared with the code."""
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import itertools
 import math
 import re
@@ -26,9 +24,9 @@ from highway_repro.targets import TARGETS
 LEDGER = "preregistration.json"
 SCALE = "cpu"  # the kept runs' scale: the one the ledger counts
 SECOND_LOOK_FILE = f"{SCALE}-second_look.yaml"
+PAIRED_RULE = "rule: paired by seed"
 
 
-# ------------------------------------------------------------ grids
 def row_label(params: dict) -> str:
     """A grid row as Hydra names a job, less its seed or trial: `model.depth=10,model.kind=plain`."""
     return ",".join(f"{k}={params[k]}" for k in sorted(params) if k not in REPEAT_KEYS)
@@ -48,13 +46,9 @@ def grid(param_sets) -> dict[str, list[str]]:
 
 def compact(seeds: list[str]) -> str:
     """`["0", "1", "2", "7"]` -> `"0-2,7"`."""
-    out, nums = [], sorted(int(s) for s in seeds)
-    for n in nums:
-        if out and n == out[-1][1] + 1:
-            out[-1][1] = n
-        else:
-            out.append([n, n])
-    return ",".join(f"{a}-{b}" if b > a else f"{a}" for a, b in out)
+    nums = enumerate(sorted(int(s) for s in seeds))
+    spans = [[n for _, n in g] for _, g in itertools.groupby(nums, lambda p: p[1] - p[0])]
+    return ",".join(f"{g[0]}-{g[-1]}" if len(g) > 1 else f"{g[0]}" for g in spans)
 
 
 def expand(text: str) -> set[str]:
@@ -67,14 +61,11 @@ def expand(text: str) -> set[str]:
 
 
 def sweep_params(table: str, second_look: bool = False) -> list[dict]:
-    """The grids of the table's cpu sweep files: the first look's, or its second look's."""
     return [params_of(p) for p in sweep_files(table, SCALE) if (p.name == SECOND_LOOK_FILE) == second_look]
 
 
-# ------------------------------------------------------------ definitions
 def claim_id(c) -> str:
-    """A paper claim's id: its table, rows, what it is compared with (a row, or a number: then the number is its
-    threshold, part of its definition) and its statistic."""
+    """A paper claim's id (a number it is compared with is its threshold, part of its definition, not of its id)."""
     against = "/".join(c.against) if isinstance(c.against, tuple) else "a number"
     return f"claim {c.table} {'/'.join(c.row)} vs {against} on {c.statistic}"
 
@@ -90,22 +81,8 @@ def claim_entry(c) -> dict:
                            "against": f"{c.against:g}" if number else "/".join(c.against), "threshold": threshold}}
 
 
-def types_entry(claims) -> dict:
-    """The type of every paper claim, as one definition."""
-    return {"id": "claim types", "kind": "claim types", "table": None,
-            "definition": {claim_id(c): c.claim_type for c in claims}}
-
-
 def rules_entry() -> dict:
-    """The reading rules and constants that decide a verdict, as one definition: each constant's value (levels,
-    factors, thresholds, shares, the quantile), and a fingerprint of each function that applies a rule (the first 12
-    hex digits of the sha256 of its source: the verdict, the t and quantile tests with their Bonferroni split, Holm
-    and its NO DIFFERENCE rule, the second look's p-values, the pairing by seed, one device per comparison, the
-    margins, the paper's effect, the claim types' rule, the trials of a random search, a claim's test and
-    its four kinds: a quantile, two rows, a best run, one sample)."""
-    import hashlib
-    import inspect
-
+    """The reading rules as one definition: each constant's value, and the sha256 of each rule function's source."""
     from highway_repro.report import claims, runs
 
     constants = {"LEVEL": stats.LEVEL, "SECOND_LOOK": stats.SECOND_LOOK, "FIG1_QUANTILE": papers.FIG1_QUANTILE,
@@ -125,59 +102,42 @@ def rules_entry() -> dict:
         "code": {k: hashlib.sha256(inspect.getsource(f).encode()).hexdigest()[:12] for k, f in code.items()}}}
 
 
-def margin_entry(table: str, metrics: list[str]) -> dict | None:
-    """The margins of `metrics` (Measure.metric names), and the paper-effect share where a paper claim of the table
-    has a paper effect."""
+def margin_entry(table: str, results: Path) -> dict | None:
+    """The margins of the table's comparisons that have one (its claims file's, none before it is made), and the
+    paper-effect share where a paper claim of the table has a paper effect."""
+    path = results / f"{TARGETS[table].results}.claims.json"
+    rows = (files.read_json(path, results, kind=dict) or {}).get("rows") or []
+    metrics = {r["metric"] for r in rows if r.get("kind") == "claim" and r.get("delta") is not None}
     if not metrics:
         return None
-    margins = papers.MARGINS
-    d = {k: f"{margins[k].value:g} {'relative' if margins[k].relative else 'absolute'}" if k in margins else "none"
-         for k in sorted({papers.margin_key(m) or m for m in metrics})}
+    m = papers.MARGINS
+    d = {k: f"{m[k].value:g} {'relative' if m[k].relative else 'absolute'}" if k in m else "none"
+         for k in sorted({papers.margin_key(x) or x for x in metrics})}
     if any(c.table == table and papers.paper_effect(c) for c in papers.PAPER_CLAIMS):
         d["paper effect share"] = f"{papers.PAPER_EFFECT_SHARE:g}"
     return {"id": f"margin {table}", "kind": "margin", "table": table, "definition": d}
 
 
-def seeds_entry(table: str, param_sets) -> dict:
-    """A table's first look: each row's seeds or trials."""
-    return {"id": f"seeds {table}", "kind": "seeds", "table": table,
-            "definition": {row: compact(s) for row, s in grid(param_sets).items()}}
-
-
-def look_entry(table: str) -> dict | None:
-    """A table's second look: its grid, its level and the claims it decides (None: the table has none)."""
-    param_sets = sweep_params(table, True)
-    if not param_sets:
-        return None
-    return {"id": f"second look {table}", "kind": "look", "table": table, "definition": {
-        "grid": {row: compact(s) for row, s in grid(param_sets).items()}, "level": f"{stats.SECOND_LOOK:g}",
-        "claims": sorted(claim_id(c) for c in papers.SECOND_LOOK_CLAIMS if c.table == table)}}
-
-
-def table_metrics(table: str, results: Path) -> list[str]:
-    """The metrics of the table's comparisons with a margin, from its claims file (none before it is made)."""
-    path = results / f"{TARGETS[table].results}.claims.json"
-    rows = (files.read_json(path, results, kind=dict) or {}).get("rows") or []
-    return sorted({r["metric"] for r in rows if r.get("kind") == "claim" and r.get("delta") is not None})
-
-
 def sweep_tables() -> list[str]:
-    """The tables with a grid at the ledger's scale."""
     return [t for t in TARGETS if t != "demo" and (SWEEP_DIR / t / f"{SCALE}.yaml").exists()]
 
 
 def definitions(results: Path) -> list[dict]:
-    """Every definition the ledger checks, as the code and configs now give it."""
-    out = [claim_entry(c) for c in papers.PAPER_CLAIMS] + [types_entry(papers.PAPER_CLAIMS), rules_entry()]
-    out += [m for t in TARGETS if t != "demo" and (m := margin_entry(t, table_metrics(t, results)))]
+    """Every definition the ledger checks, as the code and configs now give it (a look: each row's seeds or trials)."""
+    types = {claim_id(c): c.claim_type for c in papers.PAPER_CLAIMS}
+    out = [claim_entry(c) for c in papers.PAPER_CLAIMS]
+    out += [{"id": "claim types", "kind": "claim types", "table": None, "definition": types}, rules_entry()]
+    out += [m for t in TARGETS if t != "demo" and (m := margin_entry(t, results))]
     for t in sweep_tables():
-        out.append(seeds_entry(t, sweep_params(t)))
-        if (look := look_entry(t)):
-            out.append(look)
+        out.append({"id": f"seeds {t}", "kind": "seeds", "table": t,
+                    "definition": {row: compact(s) for row, s in grid(sweep_params(t)).items()}})
+        if (look := sweep_params(t, True)):
+            out.append({"id": f"second look {t}", "kind": "look", "table": t, "definition": {
+                "grid": {row: compact(s) for row, s in grid(look).items()}, "level": f"{stats.SECOND_LOOK:g}",
+                "claims": sorted(claim_id(c) for c in papers.SECOND_LOOK_CLAIMS if c.table == t)}})
     return out
 
 
-# ------------------------------------------------------------ the runs a definition compares
 def _job(name: str) -> tuple[dict, str]:
     """A kept run's folder name -> (its row's overrides, its seed or trial)."""
     params = dict(p.split("=", 1) for p in re.split(r",(?=[\w.+~]+=)", name) if "=" in p)
@@ -191,15 +151,8 @@ def kept_runs(table: str, results: Path) -> list[str]:
     return sorted(p.relative_to(results).as_posix() for p in kept_folders(table, SCALE, results))
 
 
-def _in_row(job: dict, row: list, keys: tuple) -> bool:
-    """Whether a job's overrides place it in `row` (values of the table's `keys`; a key the job does not set, such as
-    Table 1's kind, is the config's and matches)."""
-    return all(job.get(k, v) == v for k, v in zip(keys, row))
-
-
 def compared(entry: dict, results: Path, previous: dict | None = None) -> list[str]:
-    """The kept runs (results-relative folders) that a definition compares; the claim types': those of the claims
-    whose type differs from `previous` (the newest entry's definition; None: every claim)."""
+    """The kept runs that a definition compares; the claim types': of the claims whose type differs from `previous`."""
     from highway_repro.report.tables import registry
 
     kind, table = entry["kind"], entry["table"]
@@ -219,26 +172,16 @@ def compared(entry: dict, results: Path, previous: dict | None = None) -> list[s
     rows = [[v] for side in entry["rows"] for v in side] if len(keys) == 1 else entry["rows"]
     look = {row: set(s) for row, s in grid(sweep_params(table, True)).items()}
     decided = entry.get("second_look") or entry["id"] in {claim_id(c) for c in papers.SECOND_LOOK_CLAIMS}
-    return [r for r, job, seed in runs if any(_in_row(job, row, keys) for row in rows)
+    # a key the job does not set (Table 1's kind) is the config's and matches
+    return [r for r, job, seed in runs if any(all(job.get(k, v) == v for k, v in zip(keys, row)) for row in rows)
             and (decided or seed not in look.get(row_label(job), ()))]
 
 
-# ------------------------------------------------------------ verdicts under the rules in force before
-PAIRED_RULE = "rule: paired by seed"
-
-
 def earlier_verdict(r: dict, entries: list[dict]) -> str | None:
-    """A claim line's verdict (a summary row, kind claim) under the reading rules in force before those that the
-    ledger marks as fixed after its data, where one applies to it: a paired comparison under Welch's interval (the
-    pairing rule), a comparison with an equivalence margin without one where its table's first margin entry came
-    after the data (no NO DIFFERENCE then), a random search's quantile claim whose ledger entry moved to the quantile
-    after its trials were read: EARLIER_INVALID (its earlier test, a percentile bootstrap of the best trial, errs
-    about twice its level under a true null). None where no post-data rule applies. A reading rule fixed after any
-    table's data counts as fixed after every line's (the ledger dates rules, not the runs of each line)."""
-    first: dict[str, dict] = {}
-    for e in entries:
-        first.setdefault(e["id"], e)
-    last = latest(entries)
+    """A summary claim line's verdict under the rules in force before those fixed after the data (a rule dated after
+    any table's data counts for every line): Welch's interval, no margin, or EARLIER_INVALID for a quantile claim (its
+    earlier test, a bootstrap of the best trial, errs about twice its level); None where no such rule applies."""
+    first, last = {e["id"]: e for e in reversed(entries)}, latest(entries)
     if r.get("kind") != "claim" or not r.get("side"):
         return None
     if r.get("pick") == "quantile":
@@ -255,7 +198,6 @@ def earlier_verdict(r: dict, entries: list[dict]) -> str | None:
     return stats.verdict(ci, r["side"], float(r.get("threshold") or 0.0), None if margin else r.get("delta"))
 
 
-# ------------------------------------------------------------ reading, checking, writing
 def load(results: Path) -> list[dict]:
     """The ledger's entries, in the order they were made ([] where there is none)."""
     path = Path(results) / LEDGER
@@ -275,8 +217,7 @@ def latest(entries: list[dict]) -> dict[str, dict]:
 
 
 def problems(entries: list[dict], results: Path) -> list[str]:
-    """Each definition that differs from its newest ledger entry, or has none, or is gone while its entry stands;
-    with how many of its runs are kept (then the new entry must say after the data, and why)."""
+    """Each definition that differs from its newest entry, has none, or is gone while its entry stands."""
     last, out = latest(entries), []
     current = {d["id"]: d for d in definitions(results)}
     for key, d in current.items():
@@ -294,15 +235,13 @@ def problems(entries: list[dict], results: Path) -> list[str]:
 
 
 def describe(e: dict) -> str:
-    """An entry's definition in a few words."""
     d, kind = e["definition"], e["kind"]
     if d is None:
         return "removed"
     if kind == "claim":
         return f"{d['side']}, threshold {d['threshold']}"
     if kind == "claim types":
-        counts = {t: list(d.values()).count(t) for t in papers.CLAIM_TYPES}
-        return ", ".join(f"{n} {t}" for t, n in counts.items() if n)
+        return ", ".join(f"{n} {t}" for t in papers.CLAIM_TYPES if (n := list(d.values()).count(t)))
     if kind == "margin":
         return "; ".join(f"{k} {v}" for k, v in d.items())
     if kind == "rule":
@@ -320,10 +259,8 @@ def describe(e: dict) -> str:
 
 
 def runs_after(entries: list[dict], results: Path) -> list[int]:
-    """Each entry's kept runs after it, counted now: the runs its definition compares (`compared`; a claim types entry:
-    those of the claims whose type it changed, from the entry of that id before it) less its `runs_before`."""
-    previous: dict[str, dict] = {}
-    out = []
+    """Each entry's kept runs after it, counted now: the runs its definition compares less its `runs_before`."""
+    previous, out = {}, []
     for e in entries:
         before = previous.get(e["id"])
         now = len(compared(e, results, before and before["definition"])) if e["definition"] is not None else 0
@@ -333,13 +270,10 @@ def runs_after(entries: list[dict], results: Path) -> list[int]:
 
 
 def render(entries: list[dict], after_counts: list[int]) -> str:
-    """The page; `after_counts`: `runs_after`."""
     after = [e for e in entries if e.get("after_data")]
-    lines = ["# Preregistration ledger", "",
-             prose("ledger intro"), "",
+    lines = ["# Preregistration ledger", "", prose("ledger intro"), "",
              f"{len(entries)} entries, {len(after)} of them after the data.", "",
-             "| what | definition | commit | date | runs before / after | after the data |",
-             "|---|---|---|---|---|---|"]
+             "| what | definition | commit | date | runs before / after | after the data |", "|" + "---|" * 6]
     for e, n_after in zip(entries, after_counts):
         note = f"; {e['reason']}" if e.get("reason") else ""
         flag = f"**after the data**: {e['reason']}" if e.get("after_data") else f"no{note}"
@@ -349,7 +283,6 @@ def render(entries: list[dict], after_counts: list[int]) -> str:
 
 
 def write_ledger(results: Path) -> Path | None:
-    """`<results>/preregistration.md` from `<results>/preregistration.json`; None where there is no ledger."""
     entries = load(results)
     if not entries:
         return None

@@ -1,7 +1,5 @@
-"""What a table counts and shows: `Measure` (one number per run), `Row` (the runs that share the spec's config keys),
-the number formats (`num`, `mean_pm`, `pct`, `interval`; `NA` for a missing value), the column constructors (`stat`,
-`best`, `paper`, `rel_change`, ...: a Markdown cell and CSV values per row) and a row's mean learning curve
-(`mean_curve`, `reach_steps`)."""
+"""What a table counts and shows: `Measure` (one number per run), `Row` (the runs of one row), the number formats,
+the columns (a Markdown cell and CSV values per row) and a row's mean learning curve."""
 
 from __future__ import annotations
 
@@ -16,7 +14,6 @@ from highway_repro.report.runs import Run
 NA = "—"
 
 
-# ------------------------------------------------------------------ numbers and their format
 def num(x, digits: int = 4, sci: bool = False) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return NA
@@ -40,14 +37,13 @@ def interval(ci, level: float = stats.LEVEL) -> str:
     return "no interval (n < 2 on a side)" if ci is None else f"{stats.pct(level)} CI [{ci[0]:.4g}, {ci[1]:.4g}]"
 
 
-# ------------------------------------------------------------------ measures and rows
 @dataclass(frozen=True)
 class Measure:
     """One number per run."""
     key: str  # a metrics.json key; for how="auc" / "rate" a metrics.jsonl key
     label: str  # as the table shows it: "test bpc"
-    how: str = "final"  # final | auc (mean over the history) | rate (mean over training logs but the first) | log10
-    #                     | at (the value logged at `step`)
+    # final | log10 | auc (mean over the learning curve) | rate (mean over training logs but the first) | at (`step`'s)
+    how: str = "final"
     scale: float = 1.0  # 100: a fraction shown in %
     digits: int = 4
     lower_is_better: bool = True
@@ -59,13 +55,11 @@ class Measure:
         elif self.how == "log10":
             v = run.metric(self.key)
             v = math.log10(v) if v > 0 else math.nan
-        elif self.how == "auc":
-            v = run.history_mean(self.key)
         elif self.how == "at":
             v = dict(run.history_values(self.key)).get(self.step, math.nan)
-        elif self.how == "rate":  # the first interval includes start-up costs
-            vals = [x for _, x in run.history_values(self.key)]
-            vals = vals[1:] or vals
+        elif self.how in ("auc", "rate"):  # a rate's first interval includes start-up costs
+            vals = [x for _, x in (run.curve(self.key) if self.how == "auc" else run.history_values(self.key))]
+            vals = vals if self.how == "auc" else vals[1:] or vals
             v = statistics.fmean(vals) if vals else math.nan
         else:
             raise ValueError(f"Measure.how={self.how!r} is not known (valid: final, auc, rate, log10, at)")
@@ -73,11 +67,9 @@ class Measure:
 
     @property
     def name(self) -> str:
-        """A unique column name: the key, `val/bpc@400` for its value at a step, or `auc(val/bpc)` for a measure
-        derived from it."""
-        if self.how == "at":
-            return f"{self.key}@{self.step}"
-        return self.key if self.how == "final" else f"{self.how}({self.key})"
+        """A unique column name: `val/bpc`, `val/bpc@400` (at a step), `auc(val/bpc)` (derived)."""
+        return f"{self.key}@{self.step}" if self.how == "at" else (
+            self.key if self.how == "final" else f"{self.how}({self.key})")
 
     @property
     def split(self) -> str:
@@ -107,10 +99,8 @@ class Row:
         return [v for v in (m(r) for r in self.done) if math.isfinite(v)]
 
     def ranked(self, m: Measure) -> list[tuple[float, Run]]:
-        """(value, run) of the finished runs, best first."""
-        pairs = [(m(r), r) for r in self.done]
-        return sorted(((v, r) for v, r in pairs if math.isfinite(v)), key=lambda p: p[0],
-                      reverse=not m.lower_is_better)
+        pairs = [(v, r) for r in self.done if math.isfinite(v := m(r))]
+        return sorted(pairs, key=lambda p: p[0], reverse=not m.lower_is_better)
 
     def mean(self, m: Measure) -> float:
         return stats.mean_std(self.values(m))[0]
@@ -121,7 +111,6 @@ class Row:
         return self.label.replace("`", "")
 
 
-# ------------------------------------------------------------------ columns
 @dataclass(frozen=True)
 class Column:
     header: str
@@ -136,12 +125,8 @@ def column(header: str, name: str, value: Callable, show: Callable = str) -> Col
 
 def params() -> Column:
     m = Measure("model/params", "params")
-
-    def value(row, t):
-        vals = row.values(m)
-        return int(vals[0]) if vals else None
-
-    return column("params", "params", value, lambda v: NA if v is None else f"{v:,}")
+    return column("params", "params", lambda row, t: next((int(v) for v in row.values(m)), None),
+                  lambda v: NA if v is None else f"{v:,}")
 
 
 def _not_done(row: Row) -> str:
@@ -153,7 +138,6 @@ def _not_done(row: Row) -> str:
 
 
 def count(trials: bool = False) -> Column:
-    """n finished runs (trials: "done/failed")."""
     def cell(row, t):
         return f"{len(row.done)}/{len(row.failed)}" if trials else str(len(row.done)) + _not_done(row)
 
@@ -181,7 +165,6 @@ def best(m: Measure, header: str = "best", sci: bool = False) -> Column:
 
 
 def top_mean(m: Measure, k: int, header: str, sci: bool = False) -> list[Column]:
-    """Mean of the k best runs, and the k used."""
     def vals(row):
         return [v for v, _ in row.ranked(m)[:k]]
 
@@ -192,11 +175,7 @@ def top_mean(m: Measure, k: int, header: str, sci: bool = False) -> list[Column]
 
 def best_key(m: Measure, key: str, header: str) -> Column:
     """The config value `key` of the row's best run (a random search: which trial won)."""
-    def value(row, t):
-        r = row.ranked(m)
-        return str(r[0][1].get(key, "")) if r else ""
-
-    return column(header, f"best_{key}", value)
+    return column(header, f"best_{key}", lambda row, t: str(next((r.get(key, "") for _, r in row.ranked(m)), "")))
 
 
 def rel_change(m: Measure | Callable, header: str, name: str) -> Column:
@@ -214,8 +193,7 @@ def rel_change(m: Measure | Callable, header: str, name: str) -> Column:
 
 
 def ratio_to_baseline(m: Measure, header: str) -> Column:
-    """The row's time per step relative to the baseline's: baseline mean / row mean of a rate (higher is better,
-    `m.lower_is_better` False), row mean / baseline mean of a time per step."""
+    """The row's time per step over the baseline's: from a rate (higher is better) or a time per step."""
     def value(row, t):
         base = t.baseline_row
         if base is None:
@@ -235,16 +213,11 @@ def paper(header: str, value: Callable, name: str) -> Column:
 
 
 def steps_to_reach(curve: Measure, header: str) -> Column:
-    def value(row, t):
-        if t.baseline_row is None or row is t.baseline_row:
-            return NA
-        return reach_steps(row, t.baseline_row, curve)[0]
-
-    return column(header, "steps_to_baseline_last_eval", value)
+    return column(header, "steps_to_baseline_last_eval", lambda row, t: NA if t.baseline_row is None
+                  or row is t.baseline_row else reach_steps(row, t.baseline_row, curve)[0])
 
 
 def mean_curve(runs: list[Run], key: str, only_training: bool = False) -> tuple[list, list]:
-    """(steps, mean of `key` over the runs at each step), from each run's learning curve (`Run.curve`)."""
     by_step: dict[int, list[float]] = {}
     for r in runs:
         for step, v in r.curve(key, only_training):
@@ -254,15 +227,12 @@ def mean_curve(runs: list[Run], key: str, only_training: bool = False) -> tuple[
 
 
 def reach_steps(row: Row, base: Row, curve: Measure) -> tuple[str, float]:
-    """First step at which the row's mean `curve` (over seeds) reaches the last point of the baseline's mean curve
-    (its last evaluation on the same data, not a final pass over more of it): ("1200", goal) or
-    ("not reached", goal)."""
+    """("1200" or "not reached", goal): the first step at which the row's mean `curve` reaches the last point of the
+    baseline's (its last evaluation on the same data, not a final pass over more of it)."""
     _, base_ys = mean_curve(base.done, curve.key)
     goal = base_ys[-1] if base_ys else math.nan
     steps, ys = mean_curve(row.done, curve.key)
     if not math.isfinite(goal) or not steps:
         return NA, goal
-    for s, y in zip(steps, ys):
-        if (y <= goal) if curve.lower_is_better else (y >= goal):
-            return str(s), goal
-    return "not reached", goal
+    better = (lambda y: y <= goal) if curve.lower_is_better else (lambda y: y >= goal)
+    return next((str(s) for s, y in zip(steps, ys) if better(y)), "not reached"), goal

@@ -1,8 +1,5 @@
-"""Every number the tables compare with, read from `papers.yaml` beside this file (the papers' results, the claims
-and their thresholds, the margins, the floors of the cpu scale: its comments say where each comes from) into typed
-records, and the rules that read them: a claim's type, its margin, the paper's effect. Nothing else in the package
-writes a paper number or a threshold. The file is read as plain data (`files.read_yaml`: no alias, no `${`).
-"""
+"""Every paper number, claim, margin and floor the tables compare with, from `papers.yaml` (its comments give the
+sources), and the rules that read them: a claim's type, its margin, the paper's effect."""
 
 from __future__ import annotations
 
@@ -17,10 +14,9 @@ DATA = Path(__file__).with_name("papers.yaml")
 
 @dataclass(frozen=True)
 class PaperTable:
-    """A paper table's numbers (its source and which of them are verified: papers.yaml's comments and fields)."""
     rows: dict = field(default_factory=dict)  # row id -> {field: value}, or variant -> (valid, test)
     note: str = ""
-    no_claim_rows: tuple = ()  # rows whose paper number the discrepancy report explains (shown, tested by no claim)
+    no_claim_rows: tuple = ()  # rows whose paper number the discrepancy report explains (shown, not tested)
 
 
 @dataclass(frozen=True)
@@ -65,7 +61,6 @@ class PaperClaim:
         return "negligible" if effect and effect[1] is not None and abs(effect[1]) < NEGLIGIBLE_SHARE else "trend"
 
 
-
 def _row_id(key: str) -> tuple:
     return tuple(str(key).split("/"))
 
@@ -82,16 +77,14 @@ def _claim(table: str, d: dict) -> PaperClaim:
                       d.get("second_look", False))
 
 
-_D = files.read_yaml(DATA, DATA.parent)
-FIG1_TOP_K, FIG1_TRIALS, FIG1_QUANTILE = _D["fig1"]["top_k"], _D["fig1"]["trials"], _D["fig1"]["quantile"]
-FIG1_TRAINS_BELOW, FIG1_HIGHWAY_FACTOR = _D["fig1"]["trains_below"], _D["fig1"]["highway_factor"]
-FIG1_PLAIN_BELOW, FIG1_PAPER = _D["fig1"]["plain_below"], _D["fig1"]["paper"]
+_D = files.read_yaml(DATA, DATA.parent)  # plain data: no alias, no `${`
+FIG1_TOP_K, FIG1_TRIALS, FIG1_QUANTILE, FIG1_TRAINS_BELOW, FIG1_HIGHWAY_FACTOR, FIG1_PLAIN_BELOW, FIG1_PAPER = (
+    _D["fig1"][k] for k in ("top_k", "trials", "quantile", "trains_below", "highway_factor", "plain_below", "paper"))
 HT = {name: _table(d) for name, d in _D["tables"].items() if name.startswith("ht_")}
 HT.update({name: HT[like] for name, like in _D["same_as"].items()})
 HN_TABLE1, HN_CIFAR = _table(_D["tables"]["hn_table1"]), _table(_D["tables"]["hn_cifar"])
 TABLE1_CLAIM_STDS, CIFAR_CLAIM_AT_LEAST = _D["table1_claim_stds"], _D["cifar_claim_at_least"]
-ENWIK8_L6_HOURS = _D["enwik8_l6_hours"]
-ENWIK8_L6_LOG_STEPS = _D["enwik8_l6_logs"]["steps"]
+ENWIK8_L6_HOURS, ENWIK8_L6_LOG_STEPS = _D["enwik8_l6_hours"], _D["enwik8_l6_logs"]["steps"]
 ENWIK8_L6_LOGS = {k: v for k, v in _D["enwik8_l6_logs"].items() if k != "steps"}
 ANCHOR_STEP, ANCHOR_TOLERANCE_BPC = _D["anchor"]["step"], _D["anchor"]["tolerance_bpc"]
 UNIGRAM, UNIGRAM_WARN = {k: tuple(v) for k, v in _D["unigram"].items()}, _D["unigram_warn"]
@@ -135,14 +128,10 @@ def margin(metric: str, baseline_mean: float, effect: tuple[float, float | None]
 
 
 def paper_claim(table: str, row: tuple, against: tuple | float, statistic: str, side: str) -> PaperClaim | None:
-    """The claim of PAPER_CLAIMS on `table` that compares `row` with `against` by `statistic` on `side`, or None
-    (a claim of ours). A pooled side is the flat tuple of its rows' keys, as PAPER_CLAIMS writes it."""
-    for c in PAPER_CLAIMS:
-        same_against = (c.against == against if isinstance(c.against, tuple) else
-                        not isinstance(against, tuple) and math.isclose(c.against, against, rel_tol=1e-9))
-        if (c.table, c.row, c.statistic, c.side) == (table, row, statistic, side) and same_against:
-            return c
-    return None
+    """The paper's claim on `table` comparing `row` with `against` (pooled: its rows' keys, flat), or None (ours)."""
+    return next((c for c in PAPER_CLAIMS if (c.table, c.row, c.statistic, c.side) == (table, row, statistic, side) and (
+        c.against == against if isinstance(c.against, tuple) else
+        not isinstance(against, tuple) and math.isclose(c.against, against, rel_tol=1e-9))), None)
 
 
 def paper_effect(claim: PaperClaim) -> tuple[float, float | None] | None:

@@ -1,35 +1,23 @@
-"""Run folders -> `Run` objects. The report reads only these files, never a web API:
-
-| file | what |
-|---|---|
-| `.hydra/overrides.yaml` | the command-line overrides of the job (`variant=sdu_tanh`, `seed=1`) |
-| `config_resolved.yaml` (else `.hydra/config.yaml`) | the full config the run used |
-| `metrics.json` | final metrics and `status` (`done`, `failed`, `diverged`, `interrupted`; `damaged`: unparsable) |
-| `metrics.jsonl` | the history: one JSON object per log step |
-| `run_info.json` | machine, versions, threads, code commit, start and end time (`engine/loggers.write_run_info`) |
-"""
+"""Run folders -> `Run` objects, read from these files only (never a web API): `.hydra/overrides.yaml` (the job's
+overrides), `config_resolved.yaml` (else `.hydra/config.yaml`), `metrics.json` (final metrics and `status`),
+`metrics.jsonl` (one object per log step) and `run_info.json` (machine, versions, threads, commit, times)."""
 
 from __future__ import annotations
 
 import math
 import re
-import statistics
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from highway_repro import files
 from highway_repro.files import KeptFileError, read_config
 
-
-# An override a kept run's .hydra/overrides.yaml may hold: a key, then a plain value (a name, a number, a sweep file
-# name): nothing Hydra's grammar would evaluate (a list, a function, a quoted string, an interpolation), and no
-# path out of the config folders (`..`, a leading `/`: a config group choice is a file name), and no key added or
-# removed (`+`, `~`: a kept run's keys are the config files' own).
+# A kept run's override: a key and a plain value, nothing Hydra's grammar would evaluate (a list, a function, a
+# quoted string, an interpolation), no path out of the config folders (`..`, a leading `/`), no key added or removed.
 PLAIN_OVERRIDE = re.compile(r"[A-Za-z_][A-Za-z0-9_./]*=(?!/)[A-Za-z0-9_.,:/+-]*")
-
 RunFolderError = KeptFileError  # a run folder's file that is not plain data, a link, or too large
-# metrics.json keys of older runs under their present name: a run's best validation loss is `val/best_loss`, as its
-# history logs it at every evaluation
+# metrics.json keys of older runs -> their present name (the one the history logs)
 RENAMED_METRICS = {"best/val_loss": "val/best_loss"}
 
 
@@ -39,15 +27,12 @@ def _root(path: Path) -> Path:
 
 
 def read_yaml(path: Path, inert: bool = True, root: Path | None = None):
-    """A run folder's YAML file as plain data (None when absent): `files.read_yaml` below `root` (default: the folder
-    that holds the run folder; no link, no alias, no tag that would build an object, a bounded size;
-    `inert=False`: no `${` either)."""
+    """A run folder's YAML file as plain data, no link followed below `root` (`inert=False`: no `${` either)."""
     return files.read_yaml(path, root=root or _root(path), inert=inert)
 
 
 def read_overrides(path: Path, root: Path | None = None) -> list[str] | None:
-    """A run folder's `.hydra/overrides.yaml` (None when absent), each line a `PLAIN_OVERRIDE`, else
-    KeptFileError naming the file and the line."""
+    """A run folder's `.hydra/overrides.yaml` (None when absent), each line a `PLAIN_OVERRIDE`, else KeptFileError."""
     lines = read_yaml(path, inert=False, root=root)
     if lines is None:
         return None
@@ -61,19 +46,7 @@ def read_overrides(path: Path, root: Path | None = None) -> list[str] | None:
 
 def parse_overrides(lines) -> dict[str, str]:
     """`["+a.b=1", "seed=2"]` -> `{"a.b": "1", "seed": "2"}` (values stay strings, as typed)."""
-    out = {}
-    for item in lines or []:
-        k, _, v = str(item).partition("=")
-        out[k.lstrip("+~")] = v
-    return out
-
-
-def _lookup(cfg, dotted: str):
-    for part in dotted.split("."):
-        if not isinstance(cfg, dict) or part not in cfg:
-            return None
-        cfg = cfg[part]
-    return cfg
+    return {k.lstrip("+~"): v for k, _, v in (str(item).partition("=") for item in lines or [])}
 
 
 @dataclass
@@ -85,27 +58,25 @@ class Run:
     status: str  # done | failed | diverged | interrupted | missing (no metrics.json: died or still running) | damaged
     error: str | None = None
     run_info: dict = field(default_factory=dict)
-    _history: list | None = field(default=None, repr=False)
     root: Path | None = field(default=None, repr=False)  # no link is followed below it (`load_run`)
 
-    @property
+    @cached_property
     def history(self) -> list[dict]:
         """metrics.jsonl, one dict per line (lines cut by a kill are skipped)."""
-        if self._history is None:
-            self._history = []
+        try:
+            blob = files.read_bytes(self.path / "metrics.jsonl", self.root or self.path.parent) or b""
+        except KeptFileError:
+            blob = b""  # the run is marked damaged by load_run's read of it
+        out = []
+        for line in blob.splitlines():
             try:
-                blob = files.read_bytes(self.path / "metrics.jsonl", self.root or self.path.parent) or b""
+                rec = files.parse_json(line, self.path / "metrics.jsonl")
             except KeptFileError:
-                blob = b""  # the run is marked damaged by load_run's read of it
-            for line in blob.splitlines():
-                try:
-                    rec = files.parse_json(line, self.path / "metrics.jsonl")
-                except KeptFileError:
-                    continue
-                if isinstance(rec, dict) and isinstance(rec.get("step", 0), int) and not isinstance(
-                        rec.get("step", 0), bool):
-                    self._history.append(rec)
-        return self._history
+                continue
+            step = rec.get("step", 0) if isinstance(rec, dict) else None
+            if isinstance(step, int) and not isinstance(step, bool):
+                out.append(rec)
+        return out
 
     @property
     def done(self) -> bool:
@@ -123,48 +94,38 @@ class Run:
         """A config value by dotted key: the job's override if it has one, else the run's config."""
         if key in self.overrides:
             return self.overrides[key]
-        value = _lookup(self.config, key)
+        value = self.config
+        for part in key.split("."):
+            if not isinstance(value, dict) or part not in value:
+                return default
+            value = value[part]
         return default if value is None else value
 
     def metric(self, key: str) -> float:
-        """A final metric from metrics.json as a float (nan when absent or not a number)."""
+        """A final metric as a float (nan when absent or not a number)."""
         v = self.final.get(key)
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
 
     def history_values(self, key: str, only_training: bool = False) -> list[tuple[int, float]]:
         """(step, value) of `key` over the history; `only_training`: training-log lines only (not evaluations)."""
-        out = []
-        for rec in self.history:
-            v = rec.get(key)
-            if isinstance(v, (int, float)) and math.isfinite(v):
-                if only_training and not any(k.startswith("perf/") for k in rec):
-                    continue
-                out.append((int(rec.get("step", 0)), float(v)))
-        return out
+        return [(int(rec.get("step", 0)), float(v)) for rec in self.history
+                if isinstance(v := rec.get(key), (int, float)) and math.isfinite(v)
+                and (not only_training or any(k.startswith("perf/") for k in rec))]
 
     def curve(self, key: str, only_training: bool = False) -> list[tuple[int, float]]:
-        """(step, value) of `key` as a learning curve: the history, less the final validation pass where the
-        intermediate evaluations were capped (`trainer.eval_max_batches`, the first batches of val) and the final
-        pass was not (`trainer.final_max_batches`): that last point measures more data than the others, so it is
-        not on the curve (at the enwik8 cpu scale it lies ~0.18 bpc above the curve's last point)."""
+        """(step, value) of `key` as a learning curve: less the final validation pass where it reads more batches than
+        the capped intermediate ones (at the enwik8 cpu scale it lies ~0.18 bpc above the curve's last point)."""
         vals = self.history_values(key, only_training)
         trainer = self.config.get("trainer") or {}
-        capped = trainer.get("eval_max_batches") is not None and trainer.get("eval_max_batches") != trainer.get(
-            "final_max_batches")
+        capped = trainer.get("eval_max_batches") not in (None, trainer.get("final_max_batches"))
         if key.startswith("val/") and capped and trainer.get("max_steps") is not None:
             vals = [(s, v) for s, v in vals if s < int(trainer["max_steps"])]  # no intermediate eval at the end
         return vals
 
-    def history_mean(self, key: str) -> float:
-        """Mean of `key` over the learning curve (area under the curve / number of evaluations)."""
-        vals = [v for _, v in self.curve(key)]
-        return statistics.fmean(vals) if vals else math.nan
-
 
 def _read_object(path: Path, root: Path | None = None) -> dict:
-    """A run's JSON file (metrics.json, run_info.json) as a dict ({} when absent); KeptFileError when it is not a
-    JSON object of plain values (the files are written atomically, so such a file was damaged after the run wrote
-    it), or when its `status`, `step` or `error` has the wrong type."""
+    """A run's JSON object file ({} when absent); KeptFileError when it is not plain values (the run wrote it
+    atomically: it was damaged after) or its `status`, `step` or `error` has the wrong type."""
     value = files.read_json(path, root or _root(path), kind=dict) or {}
     for key, kind in (("status", str), ("step", int), ("error", str)):
         if value.get(key) is not None and (not isinstance(value[key], kind) or isinstance(value[key], bool)):
@@ -173,10 +134,8 @@ def _read_object(path: Path, root: Path | None = None) -> dict:
 
 
 def load_run(path: Path, root: Path | None = None) -> Run:
-    """The run of a run folder; no link is followed below `root` (the results root of a kept run; default: the
-    folder that holds the run folder). A damaged file (`files`' rules: a link, not plain data, too large, a wrong
-    type) makes the run's status `damaged`, its error the line that says why: the reports leave it out of their
-    statistics and name it; the files that could be read still place it in its row."""
+    """The run of a run folder, no link followed below `root` (default: the folder above it). A damaged file makes
+    the run `damaged` with the reason as its error: out of every statistic, yet placed in its row by what was read."""
     path, damage = Path(path), []
     root = Path(root) if root is not None else path.parent
 
@@ -187,9 +146,6 @@ def load_run(path: Path, root: Path | None = None) -> Run:
             damage.append(str(e))
             return default
 
-    def history():  # checked here, read when asked for (Run.history)
-        files.check_kept(path / "metrics.jsonl", root)
-
     if read(lambda: files.below(path, root), None) is None:  # a link on the way: nothing of it is read
         return Run(path, {}, {}, {}, "damaged", damage[0], {}, root=root)
     overrides = read(lambda: parse_overrides(read_overrides(path / ".hydra" / "overrides.yaml", root)), {})
@@ -198,7 +154,7 @@ def load_run(path: Path, root: Path | None = None) -> Run:
     config = config if isinstance(config, dict) else {}
     final = renamed(read(lambda: _read_object(path / "metrics.json", root), {}))
     info = read(lambda: _read_object(path / "run_info.json", root), {})
-    read(history, None)
+    read(lambda: files.check_kept(path / "metrics.jsonl", root), None)  # checked here, read when asked for
     status = "damaged" if damage else str(final.get("status", "unknown")) if final else "missing"
     error = damage[0] if damage else final.get("error")
     if error is None and status == "missing":
@@ -210,8 +166,7 @@ def load_run(path: Path, root: Path | None = None) -> Run:
 
 
 def renamed(final: dict) -> dict:
-    """A metrics.json object with the keys of `RENAMED_METRICS` under their present names (an old key's null, a run
-    without a validation split, dropped); a run that has both keeps the present one."""
+    """metrics.json with `RENAMED_METRICS` applied (an old key's null dropped; the present key wins)."""
     out = dict(final)
     for old, new in RENAMED_METRICS.items():
         value = out.pop(old, None)
@@ -236,9 +191,7 @@ def one_device(runs: list[Run]) -> tuple[list[Run], list[Run]]:
 
 
 def load_runs(folder, root=None) -> list[Run]:
-    """Every run folder at or below `folder` (one that has metrics.json or .hydra/), sorted by path."""
+    """Every run folder at or below `folder` (metrics.json or .hydra/; rglob matches the folder's own), sorted."""
     folder = Path(folder)
     found = {p.parent for p in folder.rglob("metrics.json")} | {p.parent for p in folder.rglob(".hydra") if p.is_dir()}
-    if (folder / "metrics.json").exists() or (folder / ".hydra").is_dir():
-        found.add(folder)
     return [load_run(p, root) for p in sorted(found)]

@@ -1,7 +1,5 @@
 """One table style for both papers: a `TableSpec` (rows grouped by config `keys`, columns, claims, floors), rendered
-by `render` into Markdown, CSV and the tested claims. Its parts live in `measures.py` (`Measure`, `Row`, number
-formats, the columns) and `claims.py` (`Claim` and its tests).
-"""
+into Markdown, CSV and the tested claims."""
 
 from __future__ import annotations
 
@@ -68,8 +66,7 @@ def group(spec: TableSpec, runs: list[Run]) -> list[Row]:
 
 
 def claims_of(spec: TableSpec, by_id: dict, name: str) -> list[Claim]:
-    """The spec's claims and table `name`'s floors (papers.FLOORS) on the rows the runs have (a smoke sweep may have
-    other rows)."""
+    """The spec's claims and table `name`'s floors on the rows the runs have (a smoke sweep may have others)."""
     claims = list(spec.claims(by_id) if callable(spec.claims) else spec.claims)
     claims += [floor_claim(f, spec.primary) for f in papers.FLOORS.get(name, ())]
     return [c for c in claims if (all(i in by_id for i in c.row) if pooled(c.row) else c.row in by_id)]
@@ -77,8 +74,7 @@ def claims_of(spec: TableSpec, by_id: dict, name: str) -> list[Claim]:
 
 def render(spec: TableSpec, runs: list[Run], name: str = "", elsewhere: Callable | None = None
            ) -> tuple[Rendered, str, str]:
-    """-> (rendered table, Markdown body (no header), CSV text). `name`: the table's name (its paper claims);
-    `elsewhere`: the comparisons that another table holds (`family`)."""
+    """-> (rendered table, Markdown body (no header), CSV text); `elsewhere`: the comparisons another table holds."""
     rows = group(spec, runs)
     by_id = {r.id: r for r in rows}
     t = Rendered(spec, rows, by_id, by_id.get(spec.baseline) if spec.baseline else None, [])
@@ -91,11 +87,9 @@ def render(spec: TableSpec, runs: list[Run], name: str = "", elsewhere: Callable
     for row in rows:
         keys = [row.label] if spec.label else list(row.id)
         md.append("| " + " | ".join(keys + [c.cell(row, t) for c in spec.columns]) + " |")
-        out = {**dict(zip(spec.keys, row.id)), "label": row.name}
-        for c in spec.columns:
-            out.update(c.csv(row, t) if c.csv else {})
-        out["failed"] = "; ".join(f"{r.path.name}: {r.error}" for r in row.failed)
-        csv_rows.append(out)
+        csv_rows.append({**dict(zip(spec.keys, row.id)), "label": row.name,
+                         **{k: v for c in spec.columns if c.csv for k, v in c.csv(row, t).items()},
+                         "failed": "; ".join(f"{r.path.name}: {r.error}" for r in row.failed)})
     failed = [f"- {row.label}, `{r.path.name}`: {r.error}".replace("|", "/") for row in rows for r in row.failed]
     if failed:
         md += ["", "Runs that did not finish (their rows count only the finished runs):", *failed]
@@ -111,8 +105,7 @@ def render(spec: TableSpec, runs: list[Run], name: str = "", elsewhere: Callable
     paper_note = spec.paper.note if spec.paper else ""
     body = "\n".join(md) + "\n" + "".join(f"\n{n.strip()}\n" for n in (notes, paper_note) if n and n.strip())
     buf = io.StringIO()
-    fields = list(dict.fromkeys(k for r in csv_rows for k in r))
-    w = csv.DictWriter(buf, fieldnames=fields)
+    w = csv.DictWriter(buf, fieldnames=list(dict.fromkeys(k for r in csv_rows for k in r)))
     w.writeheader()
     w.writerows(csv_rows)
     return t, body, buf.getvalue()

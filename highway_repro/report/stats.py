@@ -1,9 +1,5 @@
-"""Means, 95 % confidence intervals, the four verdicts, Holm's adjustment, the seeds a decision needs, and a random
-search's quantile tests (exact order-statistic intervals, scipy.stats.quantile_test's).
-
-scipy and statsmodels are imported inside the functions that use them: the runner and the GPU check, which import
-the report's constants, start without them.
-"""
+"""Means, 95 % intervals, the four verdicts, Holm, the seeds a decision needs, a random search's quantile tests.
+scipy and statsmodels are imported where used: the runner and the GPU check import the constants without them."""
 
 from __future__ import annotations
 
@@ -15,12 +11,13 @@ from functools import lru_cache, partial
 HELD, NOT_HELD, NO_DIFFERENCE, NOT_RESOLVED = "HELD", "DID NOT HOLD", "NO DIFFERENCE", "NOT RESOLVED"
 VERDICTS = (HELD, NOT_HELD, NO_DIFFERENCE, NOT_RESOLVED)
 LEVEL = 0.95
-# The second look. A comparison that is NOT RESOLVED on its pre-committed runs can only be decided by adding runs
-# after its interval was read, and deciding those at LEVEL again would be optional stopping (two looks at 95 % err
-# up to 10 %). Runs added after a look are therefore decided at SECOND_LOOK: the two looks together err at most
-# (1 - LEVEL) + (1 - SECOND_LOOK) = 6 % (Bonferroni). The seeds a NOT RESOLVED comparison would need are counted
-# at this level; the comparisons that have a second look: papers.SECOND_LOOK_CLAIMS.
+# Runs added after a look are decided at SECOND_LOOK, not LEVEL (two looks at 95 % err up to 10 %, optional
+# stopping): the two looks err at most 6 % (Bonferroni). The seeds a NOT RESOLVED comparison needs are counted at it.
 SECOND_LOOK = 0.99
+ALTERNATIVE = {"lower": "smaller", "higher": "larger"}  # a claim's side as statsmodels names the alternative
+POWER = 0.8  # the chance of a decision that "seeds needed" asks for
+# The cpu scale's budget: every table within 8 hours on 2 cores (2 jobs x 1 thread), runs it already has included.
+TABLE_BUDGET_H, BUDGET_CORES = 8.0, 2
 
 
 def pct(level: float) -> str:
@@ -29,18 +26,13 @@ def pct(level: float) -> str:
 
 
 def mean_std(values) -> tuple[float, float]:
-    """(mean, sample std); std nan for one value (no spread is measured); (nan, nan) for none."""
+    """(mean, sample std); std nan for one value, (nan, nan) for none."""
     values = [float(v) for v in values]
-    if not values:
-        return math.nan, math.nan
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else math.nan)
+    return statistics.fmean(values) if values else math.nan, statistics.stdev(values) if len(values) > 1 else math.nan
 
 
 def _finite(values) -> list[float]:
     return [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
-
-
-ALTERNATIVE = {"lower": "smaller", "higher": "larger"}  # a claim's side as statsmodels names the alternative
 
 
 def _check_side(side: str) -> None:
@@ -87,9 +79,7 @@ def t_test(xs, ys=None, side: str = "lower", threshold: float = 0.0, delta: floa
 
 
 def mean_interval(values, level: float = LEVEL) -> tuple[float, float] | None:
-    """t-interval of the mean; None for fewer than two values."""
-    t = t_test(values, level=level)
-    return t and t["ci"]
+    return (t_test(values, level=level) or {}).get("ci")
 
 
 def verdict(interval: tuple[float, float] | None, side: str, threshold: float = 0.0,
@@ -111,7 +101,6 @@ def verdict(interval: tuple[float, float] | None, side: str, threshold: float = 
     return NOT_RESOLVED
 
 
-# ------------------------------------------------------------------ p-values, Holm, seeds needed
 def second_look_p(tests: dict | None, level: float) -> dict | None:
     """One-sided p-values read at `level`, on LEVEL's scale (x (1 - LEVEL) / (1 - level), at most 1: Bonferroni), so
     that p < (1 - LEVEL) / 2 says what the `level` interval says, in the raw verdict and in Holm's alike."""
@@ -122,14 +111,12 @@ def second_look_p(tests: dict | None, level: float) -> dict | None:
 
 
 def holm(pvalues: list[float]) -> list[float]:
-    """Holm's (1979) step-down adjusted p-values (statsmodels' `multipletests`), in the input order: rejecting below
-    alpha controls the family-wise error rate at alpha, whatever the dependence."""
+    """Holm's (1979) step-down adjusted p-values, in the input order (family-wise error at alpha, any dependence)."""
     if len(pvalues) < 2:  # a family of one is its own adjustment
         return [min(1.0, float(p)) for p in pvalues]
     from statsmodels.stats.multitest import multipletests
 
-    # multipletests' Holm branch runs gc.collect() on every call: 0.05-0.3 s, growing with the heap (torch and
-    # matplotlib loaded); with the objects alive before the call frozen, it looks at the call's own garbage only
+    # multipletests' Holm branch runs gc.collect() (0.05-0.3 s with torch loaded): frozen, it sees its own garbage
     gc.freeze()
     try:
         return [float(p) for p in multipletests(pvalues, method="holm")[1]]
@@ -157,16 +144,10 @@ def holm_verdicts(tests: list[dict], alpha: float = 1.0 - LEVEL) -> list[str]:
     return out
 
 
-POWER = 0.8  # the chance of a decision that "seeds needed" asks for
-
-
 def seeds_needed(sd_a: float, sd_b: float, diff: float, delta: float | None, level: float = LEVEL,
                  start: int = 2, cap: int = 1000, power: float = POWER) -> int | None:
-    """Seeds per row (n >= `start`, both rows) at which a Welch test at `level` would decide with probability
-    `power` if the rows kept their spreads and difference: (t at `level` + t at `power`) standard errors below |diff|
-    (a side) or below delta - |diff| (NO DIFFERENCE), Welch's df for equal n (the usual normal-shift approximation;
-    power 0.5: the interval's half-width alone). Paired (or one sample): sd_a the sd of the differences, sd_b 0.
-    None if no n <= `cap` decides."""
+    """Seeds per row (n >= `start`) at which Welch's test at `level` decides with probability `power` (normal-shift
+    approximation) if the rows kept their spreads and difference; paired: sd_a of the differences, sd_b 0."""
     va, vb = sd_a * sd_a, sd_b * sd_b
     if not all(math.isfinite(x) for x in (va, vb, diff)) or va + vb == 0.0:
         return None
@@ -184,8 +165,7 @@ def seeds_needed(sd_a: float, sd_b: float, diff: float, delta: float | None, lev
 
 
 def points_to(diff: float, side: str, threshold: float = 0.0, delta: float | None = None) -> str:
-    """The verdict more runs would most likely give if the estimate held (the decision `seeds_needed` counts): NO
-    DIFFERENCE where the margin's room (delta - |diff - threshold|) is the larger, else the estimate's side."""
+    """The verdict more runs would likely give if the estimate held: NO DIFFERENCE where delta - |gap| > |gap|."""
     _check_side(side)
     gap = diff - threshold
     if not math.isfinite(gap):
@@ -195,54 +175,45 @@ def points_to(diff: float, side: str, threshold: float = 0.0, delta: float | Non
     return HELD if (gap < 0) == (side == "lower") and gap != 0 else NOT_HELD
 
 
-# The cpu scale's budget: every table within 8 hours on 2 cores (2 jobs x 1 thread), runs it already has included.
-TABLE_BUDGET_H, BUDGET_CORES = 8.0, 2
-
-
 def decision_cost(seeds: int, have: tuple[int, int], run_s: float,
                   table_s: float = 0.0) -> tuple[int, float, float, bool]:
-    """Bringing both rows to `seeds` from `have`, a run taking `run_s` seconds on a core, the table's runs `table_s`:
-    (runs to add, their hours on BUDGET_CORES cores, the table's hours with them, over TABLE_BUDGET_H)."""
+    """Both rows to `seeds` from `have` (a run: `run_s` core-seconds; the table's runs: `table_s`) -> (runs to add,
+    their hours on BUDGET_CORES cores, the table's hours with them, over TABLE_BUDGET_H)."""
     more = max(0, seeds - have[0]) + max(0, seeds - have[1])
     hours = more * run_s / BUDGET_CORES / 3600
     total = table_s / BUDGET_CORES / 3600 + hours
     return more, hours, total, total > TABLE_BUDGET_H
 
 
-# ------------------------------------------------------------------ a random search: its trials' quantile
 @lru_cache(maxsize=4096)
 def binom_cdf(n: int, q: float) -> tuple[float, ...]:
-    """(P(B <= k) for k = 0..n), B ~ Binomial(n, q) (scipy.stats.binom)."""
+    """P(B <= k) for k = 0..n, B ~ Binomial(n, q)."""
     from scipy.stats import binom
     return tuple(float(c) for c in binom.cdf(range(n + 1), n, q))
 
 
 @lru_cache(maxsize=4096)
 def quantile_ranks(n: int, q: float, miss: float) -> tuple[int, int]:
-    """(r, s): the order statistics x_(r) <= Q <= x_(s) of n trials that bound the q-quantile Q of their law, each
-    missing with probability below `miss` whatever the law (P(x_(r) > Q) <= P(B <= r - 1), P(x_(s) < Q) <= P(B >= s),
-    B ~ Binomial(n, q); David & Nagaraja, "Order Statistics", 3rd ed. 2003, sec. 7.1); r = 0: no lower bound, s = n + 1:
-    no upper bound."""
+    """(r, s): order statistics x_(r) <= Q <= x_(s) of n trials bounding their law's q-quantile Q, each missing below
+    `miss` whatever the law (David & Nagaraja, "Order Statistics", 3rd ed. 2003, sec. 7.1); r = 0, s = n + 1: no end."""
     cdf = binom_cdf(n, q)
     return sum(c < miss for c in cdf[:n]), next((k for k in range(1, n + 1) if 1.0 - cdf[k - 1] < miss), n + 1)
 
 
 def quantile(values, q: float) -> float:
-    """The q-quantile of `values`: their order statistic x_(ceil(q n)), the inverse of their distribution function."""
+    """The q-quantile of `values`: their order statistic x_(ceil(q n))."""
     xs = sorted(values)
     return xs[max(1, math.ceil(round(q * len(xs), 9))) - 1]
 
 
 def _bounds(xs: list[float], q: float, miss: float) -> tuple[float, float]:
-    """(x_(r), x_(s)) of `quantile_ranks` (-inf, inf: no end): scipy.stats.quantile_test's interval at 1 - 2 miss
-    (tests/test_claims.py), from ranks cached per n, as the simulations call it ~10^5 times (scipy: ~1 ms a call)."""
+    """scipy.stats.quantile_test's interval at 1 - 2 miss from cached ranks (the simulations call it ~10^5 times)."""
     r, s = quantile_ranks(len(xs), q, miss)
     return xs[r - 1] if r else -math.inf, xs[s - 1] if s <= len(xs) else math.inf
 
 
 def _p_below(xs: list[float], ys: list[float] | None, q: float, t: float) -> float:
-    """p of "Q(xs) - Q(ys) < t" (ys None: "Q(xs) < t"), xs and ys sorted: the least miss over the pairs of bounds
-    x_(i) - y_(j) below t (Bonferroni: twice the larger of the two misses)."""
+    """p of "Q(xs) - Q(ys) < t" (ys None: "Q(xs) < t"), xs and ys sorted: the least Bonferroni miss of the bounds."""
     cx = binom_cdf(len(xs), q)
     if ys is None:
         k = sum(x < t for x in xs)
@@ -279,8 +250,7 @@ def quantile_test(xs, q: float, threshold: float, side: str, ys=None, level: flo
 
 def quantile_trials_needed(xs, q: float, threshold: float, ys=None, level: float = SECOND_LOOK,
                            cap: int = 1000) -> int | None:
-    """Trials per row at which `quantile_test` at `level` would decide if the trials kept their measured law (rank r
-    of n read as the measured trial of rank ceil(r N / n)); None when no n <= cap does."""
+    """Trials per row at which `quantile_test` at `level` decides if the trials kept their law; None: no n <= cap."""
     rows = [sorted(xs)] + ([sorted(ys)] if ys is not None else [])
     miss = (1.0 - level) / 2 / len(rows)
     for n in range(max(map(len, rows)), cap + 1):
@@ -295,14 +265,12 @@ def quantile_trials_needed(xs, q: float, threshold: float, ys=None, level: float
 
 @lru_cache(maxsize=64)
 def best_of_k_weights(n: int) -> tuple[tuple[float, ...], ...]:
-    """w[k - 1][i - 1] = C(n - i, k - 1) / C(n, k): the chance that the i-th best of n values is the best of k of them
-    drawn at random without replacement (k, i = 1..n; each row sums to 1)."""
+    """w[k - 1][i - 1] = C(n - i, k - 1) / C(n, k): the chance that the i-th best of n is the best of k of them."""
     return tuple(tuple(math.comb(n - i, k - 1) / math.comb(n, k) for i in range(1, n + 1)) for k in range(1, n + 1))
 
 
 def expected_best(values, lower_is_better: bool = True) -> list[float]:
-    """The expected best of k of the N trials, k = 1..N, unbiased over their k-subsets (`best_of_k_weights`): the mean
-    at k = 1, the best trial at k = N (Dodge et al. 2021, "Expected Validation Performance and Estimation of a Random
-    Variable's Maximum", Findings of EMNLP; their 2019 "Show Your Work" draws with replacement)."""
+    """The expected best of k of the N trials, k = 1..N, over their k-subsets (Dodge et al. 2021, "Expected Validation
+    Performance and Estimation of a Random Variable's Maximum"; their 2019 "Show Your Work" draws with replacement)."""
     xs = sorted(values, reverse=not lower_is_better)
     return [sum(w * x for w, x in zip(row, xs)) for row in best_of_k_weights(len(xs))]
