@@ -440,8 +440,26 @@ def test_header_reads_run_folders_not_the_builder(tmp_path):
            "wall time x threads for 2 of the runs, which recorded no time/cpu_s)" in text
     assert "- machine: fakearch, Fake CPU 9000, 64 CPUs, torch 9.9.9, Python 3.99.0, no GPU (1 run)" in text
     assert "- machine: otherarch, 64 CPUs, torch 9.9.9, Python 3.99.0, GPU Fake GPU (1 run)" in text
-    assert "- 1 run folders have no run_info.json" in text
+    assert "- 1 run folder has no run_info.json" in text
     assert f"{os.cpu_count()} CPU cores" not in text
+
+
+def test_a_runs_threads_are_a_count_never_a_json_true(tmp_path):
+    fake_run(tmp_path / "a", ["seed=0"], {"seed": 0, "threads": 3}, {"status": "done"},
+             run_info={**MACHINE, "threads": True})
+    fake_run(tmp_path / "b", ["seed=1"], {"seed": 1}, {"status": "done"}, run_info={**MACHINE, "threads": True})
+    a, b = sorted(load_runs(tmp_path), key=lambda r: r.path.name)
+    assert a.threads == (3, True) and b.threads == (1, False)
+
+
+def test_the_papers_training_hours_only_beside_the_table_they_are_from():
+    from highway_repro.report.tables import registry
+
+    def headers(name):
+        return [c.header for c in registry()[name].columns]
+    assert "paper time vs baseline" in headers("ht_enwik8_l6")
+    assert "paper time vs baseline" not in headers("ht_enwik8_l12")
+    assert "CPU time/step vs baseline" in headers("ht_enwik8_l12")
 
 
 def test_report_package_reads_files_only(tmp_path):

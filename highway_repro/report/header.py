@@ -98,5 +98,6 @@ def header(title: str, runs: list[Run], meta: dict | None = None) -> str:
     else:
         lines.append("- machine: not recorded in the run folders (no run_info.json)")
     if len(infos) < len(runs) and infos:
-        lines.append(f"- {len(runs) - len(infos)} run folders have no run_info.json")
+        n = len(runs) - len(infos)
+        lines.append(f"- {n} run folder{_s(n)} {'has' if n == 1 else 'have'} no run_info.json")
     return "\n".join(lines) + "\n\n"

@@ -36,7 +36,7 @@ def _variant_label(row, v: str | None = None) -> str:
 def _paper_num(x, metric: str) -> str | None:
     if x is None:
         return None
-    return f"{x:.{max(3 if metric == 'bpc' else 2, len(repr(float(x)).split('.')[1]))}f}"
+    return f"{x:.{max(3 if metric == 'bpc' else 2, len(repr(float(x)).partition('.')[2]))}f}"
 
 
 def _settings(runs: list[Run]) -> str:
@@ -111,13 +111,14 @@ def ht_table(name: str, metric: str, time_column: bool = False, reference_curves
     columns += [stat(auc), rel_change(auc, "Δ AUC vs baseline", "rel_auc_vs_baseline"),
                 steps_to_reach(val, f"steps to reach the baseline's last eval's val {metric}")]
     if time_column:
-        hours = papers.ENWIK8_L6_HOURS if reference_curves else {}
         columns += [ratio_to_baseline(Measure("perf/tokens_per_s", "tokens/s", how="rate", lower_is_better=False),
                                       "time/step vs baseline"),
                     ratio_to_baseline(Measure("perf/cpu_s_per_step", "CPU-s per step", how="rate"),
-                                      "CPU time/step vs baseline"),
-                    paper("paper time vs baseline", lambda i: f"{hours[i[0]] / hours['baseline']:.3f}x "
-                          f"({hours[i[0]]} h)" if i[0] in hours else None, "paper_hours")]
+                                      "CPU time/step vs baseline")]
+    if time_column and reference_curves:  # the paper gives training hours for the 6-layer runs only
+        hours = papers.ENWIK8_L6_HOURS
+        columns.append(paper("paper time vs baseline", lambda i: f"{hours[i[0]] / hours['baseline']:.3f}x "
+                             f"({hours[i[0]]} h)" if i[0] in hours else None, "paper_hours"))
 
     def claims(by_id) -> list[Claim]:
         out = []

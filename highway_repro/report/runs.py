@@ -86,8 +86,9 @@ class Run:
     def threads(self) -> tuple[int, bool]:
         """Threads the run used and whether that is known (run_info.json, else the config's `threads`; else 1)."""
         for v in (self.run_info.get("threads"), self.get("threads")):
-            if isinstance(v, int) and v > 0 or (isinstance(v, str) and v.isdigit() and int(v) > 0):
-                return int(v), True
+            n = int(v) if type(v) is int or (isinstance(v, str) and v.isdigit()) else 0  # a JSON true is no count
+            if n > 0:
+                return n, True
         return 1, False
 
     def get(self, key: str, default=None):
