@@ -7,6 +7,7 @@ table's report reads."""
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 
 from highway_repro.targets import CONFIG_DIR, TARGETS, runs_folder
@@ -29,6 +30,11 @@ def hydra_key(o: str) -> bool:
 def dirname(job: list[str], exclude: list[str]) -> str:
     """The job's folder name: Hydra's `override_dirname` (sorted, excluded keys and Hydra's own left out)."""
     return ",".join(sorted(o for o in job if override_key(o) not in exclude and not hydra_key(o)))
+
+
+def dirname_items(name: str) -> list[str]:
+    """A job folder's overrides, `dirname` read back: a comma starts an item only before a `key=`."""
+    return [i for i in re.split(r",(?=[+~]?[A-Za-z_][\w.@/-]*=)", name) if i]
 
 
 def sweep_files(table: str, scale: str) -> list[Path]:

@@ -111,7 +111,8 @@ def test_three_kept_runs_export_as_their_folders_say(exported):
     """Each exported run, read back from its .wandb file: the id, group, name and config `logger=wandb` gives the
     same run, a tag per table that reads it plus scale and device, metrics.jsonl as the history at its own steps,
     metrics.json as the summary."""
-    from highway_repro.report.identity import excluded_keys, identity, job_name
+    from highway_repro.grids import dirname
+    from highway_repro.report.identity import excluded_keys, identity
     from highway_repro.report.runs import read_yaml, renamed
 
     out, summary = exported
@@ -120,7 +121,7 @@ def test_three_kept_runs_export_as_their_folders_say(exported):
     tags, summarised = {}, 0
     for folder in THREE:
         config = read_yaml(folder / "config_resolved.yaml")
-        who = identity(config, job_name(read_yaml(folder / ".hydra" / "overrides.yaml"), excluded_keys()))
+        who = identity(config, dirname(read_yaml(folder / ".hydra" / "overrides.yaml"), excluded_keys()))
         rec = index[who["id"]]
         got = read_offline_run(out / rec["run"])
         run = got["run"]
@@ -204,14 +205,19 @@ def test_a_kept_run_s_best_validation_loss_has_one_name():
 def test_every_kept_job_is_named_as_hydra_named_its_folder():
     """The job name from a kept run's overrides is its folder's name (Hydra's override_dirname), for every kept
     sweep job: the id the export derives is the one the training job had."""
-    from highway_repro.report.identity import excluded_keys, job_name
+    from highway_repro.grids import dirname, dirname_items
+    from highway_repro.report.identity import excluded_keys
     from highway_repro.report.runs import read_yaml
 
     exclude = excluded_keys()
     folders = [p.parent for p in RESULTS.glob("*/runs/*/*/metrics.json") if p.parent.name != "run"]
     assert len(folders) > 600
-    wrong = [f for f in folders if job_name(read_yaml(f / ".hydra" / "overrides.yaml"), exclude) != f.name]
+    overrides = {f: read_yaml(f / ".hydra" / "overrides.yaml") for f in folders}
+    wrong = [f for f in folders if dirname(overrides[f], exclude) != f.name]
     assert not wrong, wrong[:3]
+    kept = {f: sorted(o for o in overrides[f] if o.split("=")[0] not in exclude) for f in folders}
+    unread = [f for f in folders if dirname_items(f.name) != kept[f]]
+    assert not unread, unread[:3]
 
 
 def test_every_table_spec_names_only_keys_its_runs_log(specs):

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import re
 from pathlib import Path
 
 from highway_repro.files import KeptFileError
-from highway_repro.grids import REPEAT_KEYS, cells, override_key
+from highway_repro.grids import REPEAT_KEYS, cells, dirname, dirname_items, override_key
 from highway_repro.report.runs import read_overrides, read_yaml
 from highway_repro.targets import CONFIG_DIR, REPORTS, TARGETS, kept_apart
 
@@ -21,12 +20,6 @@ JOB_TYPE = "train"  # a table's report run: "report" (dashboards/export.py)
 # The validation losses' best and final values. W&B (0.31) drops both for a key whose summary is also set by hand:
 # never set these. A resumed live run's `min` covers its last segment only (`val/best_loss` is the whole run's).
 SUMMARIES = {key: "min,last" for key in ("val/loss", "val/bpc", "val/ppl")}
-_NEXT_ITEM = re.compile(r",(?=[+~]?[A-Za-z_][\w.@/-]*=)")  # a comma that starts the next `key=value` of a job name
-
-
-def job_name(overrides: list[str], exclude) -> str:
-    """Hydra's `override_dirname`: the overrides whose key is not in `exclude`, sorted, joined by commas."""
-    return ",".join(sorted(o for o in overrides if override_key(o) not in exclude))
 
 
 @functools.cache
@@ -42,12 +35,12 @@ def job_of(folder: Path, root: Path | None = None) -> tuple[str, list[str] | Non
         overrides = read_overrides(Path(folder) / ".hydra" / "overrides.yaml", root)
     except KeptFileError:
         overrides = None
-    return (Path(folder).name, None) if overrides is None else (job_name(overrides, excluded_keys()), overrides)
+    return (Path(folder).name, None) if overrides is None else (dirname(overrides, excluded_keys()), overrides)
 
 
 def row_of(job: str) -> str:
     """The job without its repeat keys: `seed=1,variant=sdu_tanh` -> `variant=sdu_tanh`; `default` when none is left."""
-    items = [i for i in _NEXT_ITEM.split(job) if i and override_key(i) not in REPEAT_KEYS]
+    items = [i for i in dirname_items(job) if override_key(i) not in REPEAT_KEYS]
     return ",".join(items) or "default"
 
 

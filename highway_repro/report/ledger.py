@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from highway_repro import files
-from highway_repro.grids import REPEAT_KEYS, SWEEP_DIR, kept_folders, params_of, sweep_files, values_of
+from highway_repro.grids import REPEAT_KEYS, SWEEP_DIR, dirname_items, kept_folders, params_of, sweep_files, values_of
 from highway_repro.report import papers, stats
 from highway_repro.report.claims_list import EARLIER_INVALID
 from highway_repro.report.prose import prose
@@ -140,7 +140,7 @@ def definitions(results: Path) -> list[dict]:
 
 def _job(name: str) -> tuple[dict, str]:
     """A kept run's folder name -> (its row's overrides, its seed or trial)."""
-    params = dict(p.split("=", 1) for p in re.split(r",(?=[\w.+~]+=)", name) if "=" in p)
+    params = dict(p.split("=", 1) for p in dirname_items(name) if "=" in p)
     return {k: v for k, v in params.items() if k not in REPEAT_KEYS}, next(
         (params[k] for k in REPEAT_KEYS if k in params), "")
 
