@@ -6,6 +6,7 @@ trained on the same seeds tested paired (Student's sleep data)."""
 from __future__ import annotations
 
 import csv
+import json
 import math
 import random
 
@@ -182,6 +183,25 @@ def _enwik8_runs(folder, variants, name="ht_enwik8_l6"):
                      {"variant": v, "seed": seed, "name": name},
                      {"status": "done", "step": 300, "val/bpc": x + 0.1, "test/bpc": x},
                      [{"step": 100, "val/bpc": x + 1}, {"step": 200, "val/bpc": x + 0.5}], MACHINE)
+
+
+def test_a_comparison_links_to_its_best_home_whatever_the_files_order(tmp_path):
+    """Two other claims files hold the same comparison: a part of a combined study (sorted first) and a table of
+    its own; a third part links to the table of its own."""
+    from highway_repro.report.claims_file import CLAIM_FIELDS, CLAIMS_FIELDS, comparisons_elsewhere
+
+    def claims_file(name, table, part_of):
+        row = dict.fromkeys(CLAIM_FIELDS, None) | {"kind": "claim", "row": "r", "claim": f"c of {table}",
+                                                   "verdict": "HELD", "comparison": "k", "experiment": "e"}
+        d = dict.fromkeys(CLAIMS_FIELDS, None) | {"table": table, "file": f"{name}.md", "part_of": part_of,
+                                                  "rows": [row]}
+        (tmp_path / f"{name}.claims.json").write_text(json.dumps(d))
+
+    claims_file("a_part", "part_a", "study")
+    claims_file("b_table", "table_b", None)
+    home = comparisons_elsewhere(tmp_path / "c_part", "part_c", "study")
+    assert home("k", "e") == {"table": "table_b", "file": "b_table.md", "row": "r", "claim": "c of table_b"}
+    assert comparisons_elsewhere(tmp_path / "d_table", "table_d", None)("k", "e") is None  # as good a home itself
 
 
 def test_a_study_reusing_a_tables_runs_adds_no_comparison(tmp_path):

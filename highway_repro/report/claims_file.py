@@ -109,8 +109,9 @@ def comparisons_elsewhere(out: Path, table: str, part_of: str | None):
         for r in d["rows"]:
             if r["kind"] == "claim" and r.get("comparison") and not r.get("same_as"):
                 rank = home_rank(d["table"], d.get("part_of"), r.get("experiment", ""))
-                lines.setdefault(r["comparison"], (rank, {"table": d["table"], "file": d["file"], "row": r["row"],
-                                                         "claim": r["claim"]}))
+                if rank < lines.get(r["comparison"], (3,))[0]:  # the best home; ties: the first file
+                    lines[r["comparison"]] = (rank, {"table": d["table"], "file": d["file"], "row": r["row"],
+                                                     "claim": r["claim"]})
 
     def home(key: str, experiment: str) -> dict | None:
         found = lines.get(key)
