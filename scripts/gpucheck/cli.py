@@ -89,6 +89,8 @@ def main(argv=None) -> int:
     if mirror and Path(mirror).resolve() == GPU_MIRROR.resolve() and GPU_CACHE.is_dir():
         os.environ.setdefault("HIGHWAY_DATA_DIR", str(GPU_CACHE))  # the CIFAR-10 cut --prepare made beside that mirror
     os.environ.setdefault("HIGHWAY_DATA_OFFLINE", "1")  # no network on the GPU machine: never wait for a download
+    # inductor's cache in the check's runs folder: no compile shares files with another process's (a test suite's)
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(args.runs).resolve() / "inductor_cache"))
     if args.ddp_worker:
         return ddp_worker(args)
     if args.plot:
