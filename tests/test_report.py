@@ -448,8 +448,11 @@ def test_a_runs_threads_are_a_count_never_a_json_true(tmp_path):
     fake_run(tmp_path / "a", ["seed=0"], {"seed": 0, "threads": 3}, {"status": "done"},
              run_info={**MACHINE, "threads": True})
     fake_run(tmp_path / "b", ["seed=1"], {"seed": 1}, {"status": "done"}, run_info={**MACHINE, "threads": True})
-    a, b = sorted(load_runs(tmp_path), key=lambda r: r.path.name)
-    assert a.threads == (3, True) and b.threads == (1, False)
+    fake_run(tmp_path / "c", ["seed=2"], {"seed": 2, "threads": "²"}, {"status": "done"},
+             run_info={**MACHINE, "threads": "٣"})  # a digit int() reads, and one it does not
+    fake_run(tmp_path / "d", ["seed=3"], {"seed": 3}, {"status": "done"}, run_info={**MACHINE, "threads": "²"})
+    a, b, c, d = sorted(load_runs(tmp_path), key=lambda r: r.path.name)
+    assert a.threads == (3, True) and b.threads == (1, False) and c.threads == (3, True) and d.threads == (1, False)
 
 
 def test_the_papers_training_hours_only_beside_the_table_they_are_from():

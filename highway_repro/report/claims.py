@@ -334,16 +334,20 @@ def result_line(res: ClaimResult) -> str:
     c, m, d, label = res.claim, res.claim.measure, res.claim.measure.digits, res.label
     if res.key is None:  # untested
         return f"{label} {c.text}: {res.detail}"
-    at, what = "" if res.level == stats.LEVEL else " (the second look)", f"{m.label}{c.paper_note}"
-    two_rows, must, ci = isinstance(c.against, tuple), "<" if c.side == "lower" else ">", interval(res.ci, res.level)
+    at = "" if res.level == stats.LEVEL else " (the second look)"
+    what, ci = f"{m.label}{c.paper_note}", interval(res.ci, res.level)
+    two_rows, must = isinstance(c.against, tuple), "<" if c.side == "lower" else ">"
     if c.kind == "claim" and c.pick == "quantile":
         sci = m.how != "log10" and abs(res.mean) < 1e-2
         how = ("the rows' exact order-statistic intervals at the Bonferroni level" if two_rows
                else "exact, from order statistics")
         tested = f"{ci.replace('CI', 'interval')}{at}; {how}, over all trials (failed ones at the worst value)"
         line = f"{label} {c.text} ({what}): {stats.pct(c.q)} quantile of {res.n} trials {num(res.mean, d, sci)}"
-        line += (f" vs {res.other_label} {num(res.other_mean, d, sci)} ({res.other_n} trials); difference "
-                 f"{res.diff:+.4g} (must be {must} {c.threshold:g}), {tested}" if two_rows else f"; {tested}")
+        if two_rows:
+            line += (f" vs {res.other_label} {num(res.other_mean, d, sci)} ({res.other_n} trials); difference "
+                     f"{res.diff:+.4g} (must be {must} {c.threshold:g}), {tested}")
+        else:
+            line += f"; {tested}"
     elif two_rows:
         must_be = f" (must be {must} {c.threshold:g})" if c.threshold else ""
         paired = (f" over {res.pairs} seeds (Welch's: [{res.ci_unpaired[0]:.4g}, {res.ci_unpaired[1]:.4g}])"

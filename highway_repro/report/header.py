@@ -26,9 +26,12 @@ def compute_time(runs: list[Run]) -> dict:
     where it is missing)."""
     timed = [r for r in runs if math.isfinite(r.metric("time/wall_s"))]
     guessed = [r for r in timed if not math.isfinite(r.metric("time/cpu_s"))]
-    return {"wall_s": sum(r.metric("time/wall_s") for r in timed),
-            "cpu_s": sum(c if math.isfinite(c := r.metric("time/cpu_s")) else r.metric("time/wall_s") * r.threads[0]
-                         for r in timed),
+
+    def cpu_s(r: Run) -> float:
+        c = r.metric("time/cpu_s")
+        return c if math.isfinite(c) else r.metric("time/wall_s") * r.threads[0]
+
+    return {"wall_s": sum(r.metric("time/wall_s") for r in timed), "cpu_s": sum(cpu_s(r) for r in timed),
             "estimated": len(guessed), "unknown_threads": sum(not r.threads[1] for r in guessed),
             "without_final": sum(r.done and not math.isfinite(r.metric("time/final_eval_s")) for r in timed)}
 

@@ -132,7 +132,8 @@ def ht_table(name: str, metric: str, time_column: bool = False, reference_curves
         measures = {val.name: val, test.name: test}
         for pc in papers.PAPER_CLAIMS:  # the paper's comparisons of two gated rows (placement: bottom vs top)
             if pc.table == name and pc.against != ("baseline",):
-                row, against = (tuple((v,) for v in ids) if len(ids) > 1 else ids for ids in (pc.row, pc.against))
+                row = tuple((v,) for v in pc.row) if len(pc.row) > 1 else pc.row  # several rows: pooled
+                against = tuple((v,) for v in pc.against) if len(pc.against) > 1 else pc.against
                 out.append(Claim(f"ends {pc.side} than {' + '.join(pc.against)}: {pc.says}", row,
                                  measures[pc.statistic], pc.side, against))
         return out

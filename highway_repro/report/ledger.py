@@ -46,9 +46,13 @@ def grid(param_sets) -> dict[str, list[str]]:
 
 def compact(seeds: list[str]) -> str:
     """`["0", "1", "2", "7"]` -> `"0-2,7"`."""
-    nums = enumerate(sorted(int(s) for s in seeds))
-    spans = [[n for _, n in g] for _, g in itertools.groupby(nums, lambda p: p[1] - p[0])]
-    return ",".join(f"{g[0]}-{g[-1]}" if len(g) > 1 else f"{g[0]}" for g in spans)
+    out = []
+    for n in sorted(int(s) for s in seeds):
+        if out and n == out[-1][1] + 1:
+            out[-1][1] = n
+        else:
+            out.append([n, n])
+    return ",".join(f"{a}-{b}" if b > a else f"{a}" for a, b in out)
 
 
 def expand(text: str) -> set[str]:
@@ -181,7 +185,8 @@ def earlier_verdict(r: dict, entries: list[dict]) -> str | None:
     """A summary claim line's verdict under the rules in force before those fixed after the data (a rule dated after
     any table's data counts for every line): Welch's interval, no margin, or EARLIER_INVALID for a quantile claim (its
     earlier test, a bootstrap of the best trial, errs about twice its level); None where no such rule applies."""
-    first, last = {e["id"]: e for e in reversed(entries)}, latest(entries)
+    first = {e["id"]: e for e in reversed(entries)}  # the oldest entry of each id
+    last = latest(entries)
     if r.get("kind") != "claim" or not r.get("side"):
         return None
     if r.get("pick") == "quantile":

@@ -57,10 +57,12 @@ class Measure:
             v = math.log10(v) if v > 0 else math.nan
         elif self.how == "at":
             v = dict(run.history_values(self.key)).get(self.step, math.nan)
-        elif self.how in ("auc", "rate"):  # a rate's first interval includes start-up costs
-            vals = [x for _, x in (run.curve(self.key) if self.how == "auc" else run.history_values(self.key))]
-            vals = vals if self.how == "auc" else vals[1:] or vals
+        elif self.how == "auc":
+            vals = [x for _, x in run.curve(self.key)]
             v = statistics.fmean(vals) if vals else math.nan
+        elif self.how == "rate":  # the first interval includes start-up costs: left out where there are more
+            vals = [x for _, x in run.history_values(self.key)]
+            v = statistics.fmean(vals[1:] or vals) if vals else math.nan
         else:
             raise ValueError(f"Measure.how={self.how!r} is not known (valid: final, auc, rate, log10, at)")
         return v * self.scale

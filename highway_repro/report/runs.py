@@ -86,7 +86,7 @@ class Run:
     def threads(self) -> tuple[int, bool]:
         """Threads the run used and whether that is known (run_info.json, else the config's `threads`; else 1)."""
         for v in (self.run_info.get("threads"), self.get("threads")):
-            n = int(v) if type(v) is int or (isinstance(v, str) and v.isdigit()) else 0  # a JSON true is no count
+            n = int(v) if type(v) is int or (isinstance(v, str) and v.isdecimal()) else 0  # a JSON true is no count
             if n > 0:
                 return n, True
         return 1, False

@@ -28,7 +28,8 @@ def pct(level: float) -> str:
 def mean_std(values) -> tuple[float, float]:
     """(mean, sample std); std nan for one value, (nan, nan) for none."""
     values = [float(v) for v in values]
-    return statistics.fmean(values) if values else math.nan, statistics.stdev(values) if len(values) > 1 else math.nan
+    mean = statistics.fmean(values) if values else math.nan
+    return mean, (statistics.stdev(values) if len(values) > 1 else math.nan)
 
 
 def _finite(values) -> list[float]:
