@@ -72,7 +72,10 @@ def label(r: dict) -> str:
 def forest(rows: list[dict], path: Path) -> Path | None:
     """Draw the claim lines of `rows` (summary rows, kind `claim`) to `path`; None when there are none."""
     claims = [(r, *p) for r in rows if r["kind"] == "claim" and (p := placed(r)) is not None]
-    groups = {k: v for k in PANELS if (v := [(r, *rest) for r, panel, *rest in claims if panel == k])}
+    by_panel = {}
+    for r, panel, *rest in claims:
+        by_panel.setdefault(panel, []).append((r, *rest))
+    groups = {k: by_panel[k] for k in PANELS if k in by_panel}
     if not groups:
         return None
     plt = pyplot()

@@ -17,12 +17,20 @@ TEST_ACC = Measure("test/acc", "test accuracy %", scale=100.0, digits=2, lower_i
 TRAIN_LOSS = Measure("train/loss", "final training loss", digits=4)
 
 
+def _best_of_k_band(xs: list[float]) -> tuple[list, list]:
+    """The expected best of k trials' 95 % band over 1,000 bootstrap resamples of the trials (descriptive)."""
+    import numpy as np
+
+    w = np.array(stats.best_of_k_weights(len(xs)))
+    curves = np.sort(np.random.default_rng(0).choice(xs, (1000, len(xs))), axis=1) @ w.T
+    lo, hi = np.percentile(curves, [2.5, 97.5], axis=0)
+    return lo.tolist(), hi.tolist()
+
+
 def _fig1_figure(t, path):
     """Per depth: the best trial's training curve, the mean curve of the top k, and the expected best final training
     loss of k trials (Dodge et al. 2019), its band the 95 % of 1,000 bootstrap resamples of the trials (descriptive,
     not a test)."""
-    import numpy as np
-
     depths, common = sorted({row.id[0] for row in t.rows}, key=float), _common_k(t)
     colors = {"plain": "tab:red", "highway": "tab:blue", "residual": "tab:green"}
     best = [Panel(f"depth {d}: best", {}, logy=True, colors=colors) for d in depths]
@@ -38,10 +46,9 @@ def _fig1_figure(t, path):
                     bp.series[k] = tuple(map(list, zip(*hist)))
                 tp.series[k] = mean_curve([r for _, r in ranked[:papers.FIG1_TOP_K]], "train/loss", only_training=True)
             if xs:
-                ks, w = list(range(1, len(xs) + 1)), np.array(stats.best_of_k_weights(len(xs)))
-                curves = np.sort(np.random.default_rng(0).choice(xs, (1000, len(xs))), axis=1) @ w.T
-                lo, hi = np.percentile(curves, [2.5, 97.5], axis=0)
-                ep.series[k], ep.bands[k] = (ks, stats.expected_best(xs)), (ks, lo.tolist(), hi.tolist())
+                ks = list(range(1, len(xs) + 1))
+                ep.series[k] = (ks, stats.expected_best(xs))
+                ep.bands[k] = (ks, *_best_of_k_band(xs))
         if any(len(xs) > common for xs, _ in ep.series.values()):
             ep.vlines[common] = f"k = {common}, the common k"
     best[0].ylabel = "training loss (running mean)"

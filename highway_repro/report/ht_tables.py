@@ -178,9 +178,12 @@ def placement_panels(t) -> list[Panel]:
     ks = sorted(k for (v,), row in t.by_id.items() if (k := layer(v)) is not None and row.done)
     grid = {layer(v) for v in (*t.spec.order.get("variant", ()), *(v for (v,) in t.by_id))} - {None}
     k_only, flat = "SDU tanh in layer k only", {"baseline": "baseline (no gate)", "sdu_tanh": "SDU tanh, all layers"}
-    lines = {k_only: (ks, [t.by_id[(f"tanh_l{k}",)] for k in ks])} if ks else {}  # label -> (xs, the row at each x)
-    lines |= {label: ([min(grid), max(grid)], [row] * 2) for v, label in flat.items()
-              if ks and (row := t.by_id.get((v,))) and row.done}
+    lines = {}  # label -> (xs, the row at each x)
+    if ks:
+        lines[k_only] = (ks, [t.by_id[(f"tanh_l{k}",)] for k in ks])
+        for v, label in flat.items():
+            if (row := t.by_id.get((v,))) and row.done:
+                lines[label] = ([min(grid), max(grid)], [row] * 2)
     colors = {k_only: "black", flat["baseline"]: "C0", flat["sdu_tanh"]: "C1"}  # the flat rows: as in panel 1
     styles = {k_only: {"marker": "o", "ms": 5}} | {label: {"ls": "--"} for label in flat.values()}
     panels = []

@@ -138,7 +138,8 @@ def write_summary(results_root: Path, expected: dict | None = None) -> Path:
     listed = {rel for _, rel in tables} | {"README.md"}
     others = [o for p in sorted(root.rglob("*.md")) if (o := p.relative_to(root).as_posix()) not in listed]
     archived = [o for o in others if o.startswith(ARCHIVE + "/")]
-    if others := [o for o in others if o not in archived]:
+    others = [o for o in others if o not in archived]
+    if others:
         lines += ["", prose("results others", links=", ".join(f"[{o}]({o})" for o in others))]
     lines += ["", prose("results archive", commit=ARCHIVE_COMMIT[:12],
                         archived=": " + ", ".join(f"[{o}]({o})" for o in archived) if archived else ""),
