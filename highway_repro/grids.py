@@ -37,6 +37,11 @@ def dirname_items(name: str) -> list[str]:
     return [i for i in re.split(r",(?=[+~]?[A-Za-z_][\w.@/-]*=)", name) if i]
 
 
+def cell_of(name: str) -> str:
+    """A job folder's name without its repeat keys, the grid cell it repeats: `seed=1,variant=x` -> `variant=x`."""
+    return ",".join(i for i in dirname_items(name) if override_key(i) not in REPEAT_KEYS)
+
+
 def sweep_files(table: str, scale: str) -> list[Path]:
     """The sweep files of `table` at `scale` that exist: `<scale>.yaml` first, then each `<scale>-<part>.yaml`."""
     folder = SWEEP_DIR / table

@@ -98,12 +98,13 @@ def test_grid_of_enwik8_l6_at_cpu_scale():
 
 def test_a_folder_name_reads_back_as_the_overrides_that_named_it():
     """`dirname_items` inverts `dirname` where a value holds commas and a key holds `@`, `/` or a leading `+`."""
-    from highway_repro.grids import dirname, dirname_items
+    from highway_repro.grids import cell_of, dirname, dirname_items
 
     job = ["model.sizes=[1,2,3]", "+data@extra/part=a,b", "seed=0", "name=x", "hydra.launcher.size=4"]
     name = dirname(job, ["name"])
     assert name == "+data@extra/part=a,b,model.sizes=[1,2,3],seed=0"
     assert dirname_items(name) == ["+data@extra/part=a,b", "model.sizes=[1,2,3]", "seed=0"]
+    assert cell_of(name) == "+data@extra/part=a,b,model.sizes=[1,2,3]"  # the cell a run repeats
 
 
 def test_paper_claim_rows_have_five_seeds_at_cpu_scale():

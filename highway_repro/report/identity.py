@@ -12,7 +12,7 @@ import hashlib
 from pathlib import Path
 
 from highway_repro.files import KeptFileError
-from highway_repro.grids import REPEAT_KEYS, cells, dirname, dirname_items, override_key
+from highway_repro.grids import cell_of, cells, dirname, override_key
 from highway_repro.report.runs import read_overrides, read_yaml
 from highway_repro.targets import CONFIG_DIR, REPORTS, TARGETS, kept_apart
 
@@ -40,8 +40,7 @@ def job_of(folder: Path, root: Path | None = None) -> tuple[str, list[str] | Non
 
 def row_of(job: str) -> str:
     """The job without its repeat keys: `seed=1,variant=sdu_tanh` -> `variant=sdu_tanh`; `default` when none is left."""
-    items = [i for i in dirname_items(job) if override_key(i) not in REPEAT_KEYS]
-    return ",".join(items) or "default"
+    return cell_of(job) or "default"
 
 
 def run_id(experiment: str, scale: str, job: str) -> str:

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 from highway_repro.runner.keep import FINISHED, run_object
-from highway_repro.grids import REPEAT_KEYS, override_key
+from highway_repro.grids import cell_of
 
 MARGIN = 0.25  # a run's time on another machine of its kind, either way (the module's docstring)
 DEFAULT_PEAK_GB = 2.0  # a run with no measured or estimated peak (the cpu-scale runs hold 0.3-1.2 GB)
@@ -58,21 +58,16 @@ def gpu_ids() -> list[str]:
     return [str(i) for i in range(sum(line.startswith("GPU ") for line in out.splitlines()))]
 
 
-def grid_cell(name: str) -> str:
-    """A job folder name without its seed= / trial= parts: the grid cell the run repeats."""
-    return ",".join(p for p in name.split(",") if override_key(p) not in REPEAT_KEYS)
-
-
 def per_run_s(names: list[str], kept: list[Path], cfg) -> tuple[list[float | None], str]:
     """(seconds of each of `names`, how): the mean of its grid cell's kept runs (`kept`: run folders) made on the
     device the runs go to (`on_cpu`), else `est_step_s` x `max_steps`; None where neither is known."""
     by_cell: dict[str, list[float]] = {}
     for r in kept:
         for sec in run_seconds([r], gpu=not on_cpu(cfg)):
-            by_cell.setdefault(grid_cell(r.name), []).append(sec)
+            by_cell.setdefault(cell_of(r.name), []).append(sec)
     fallback = float(cfg.est_step_s) * int(cfg.trainer.max_steps) if cfg.get("est_step_s") else None
-    secs = [sum(v) / len(v) if (v := by_cell.get(grid_cell(n))) else fallback for n in names]
-    from_kept = sum(1 for n in names if grid_cell(n) in by_cell)
+    secs = [sum(v) / len(v) if (v := by_cell.get(cell_of(n))) else fallback for n in names]
+    from_kept = sum(1 for n in names if cell_of(n) in by_cell)
     how = [f"{from_kept} from their cells' kept runs"] if from_kept else []
     if from_kept < len(names):
         how.append(f"{len(names) - from_kept} at est_step_s {cfg.get('est_step_s')} x {cfg.trainer.max_steps} steps"
